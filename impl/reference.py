@@ -1,0 +1,257 @@
+"""The reference implementation: operational code in upstream's style.
+
+These functions are written the way the serving code is written (loops over lookup
+results, early returns, per-block masks) and deliberately do not import the formulas of
+:mod:`kvcontract.spec`: the prover checks them against the spec. They are the correct
+design. Where upstream's current release differs, the difference is kept as the
+``upstream-current`` variant (:mod:`kvcontract.impl.variants`) and explained in
+ARCHITECTURE.md ("departures from upstream"):
+
+* ``get_sliding_window_size_in_chunks`` uses the exact history ``sw - 1 + e``; upstream
+  keeps a lower bound ``cdiv(sw, tpc)`` that, for ``sw = 1 (mod tpc)`` and ``e = 0``,
+  demands one chunk that no load needs and no store provides (C4, C7).
+
+Every function here must also run on the symbolic integers of
+:mod:`kvcontract.proofs.symbolic` (so only ``+ - * // %``, comparisons, ``if``,
+``max``/``min`` on numbers; no ``range`` over a symbolic bound in the arithmetic part).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from kvcontract.spec.lookup import LookupResult
+
+HIT = LookupResult.HIT
+MISS = LookupResult.MISS
+HIT_PENDING = LookupResult.HIT_PENDING
+RETRY = LookupResult.RETRY
+
+
+def _cdiv(a: Any, b: Any) -> Any:
+    return -(-a // b)
+
+
+# -- allocation retention (GPU sliding-window manager) -----------------------------
+def get_num_skipped_tokens(num_computed_tokens: Any, sliding_window: Any, extra_retained: Any) -> Any:
+    """Tokens below the window (freed or null) after ``num_computed_tokens``."""
+    num_skipped = num_computed_tokens - sliding_window + 1 - extra_retained
+    if num_skipped < 0:
+        return 0
+    return num_skipped
+
+
+def retained_block_range(
+    num_computed_tokens: Any, block_size: Any, sliding_window: Any, extra_retained: Any
+) -> tuple[Any, Any]:
+    """Live block indices ``[first, end)`` of a sliding-window group."""
+    skipped = get_num_skipped_tokens(num_computed_tokens, sliding_window, extra_retained)
+    return skipped // block_size, _cdiv(num_computed_tokens, block_size)
+
+
+def load_chunk_range(
+    num_hit_tokens: Any,
+    num_local_tokens: Any,
+    block_size: Any,
+    blocks_per_chunk: Any,
+    sliding_window: Any,
+    extra_retained: Any,
+) -> tuple[Any, Any]:
+    """Chunks to load for an external hit: every fresh block of the retained range."""
+    first_block, _ = retained_block_range(num_hit_tokens, block_size, sliding_window, extra_retained)
+    num_local_blocks = _cdiv(num_local_tokens, block_size)
+    if num_local_blocks > first_block:
+        first_block = num_local_blocks
+    return first_block // blocks_per_chunk, _cdiv(num_hit_tokens, block_size * blocks_per_chunk)
+
+
+# -- lookup coverage ----------------------------------------------------------------
+def get_sliding_window_size_in_chunks(
+    sliding_window: Any, extra_retained: Any, tokens_per_chunk: Any
+) -> Any:
+    """Chunks a chunk-aligned boundary must find: the ``sw - 1 + e`` tokens of history."""
+    history = sliding_window - 1 + extra_retained
+    return _cdiv(history, tokens_per_chunk)
+
+
+def load_window_size_in_chunks(
+    boundary: Any, sliding_window: Any, extra_retained: Any, tokens_per_chunk: Any
+) -> Any:
+    """Chunks a (possibly unaligned) boundary must find, counted back from its last chunk."""
+    window = get_sliding_window_size_in_chunks(sliding_window, extra_retained, tokens_per_chunk)
+    padding = (-boundary) % tokens_per_chunk
+    padded = _cdiv(sliding_window - 1 + extra_retained + padding, tokens_per_chunk)
+    if padded > window:
+        return padded
+    return window
+
+
+LookupFn = Callable[[int], LookupResult]
+
+
+def sliding_window_lookup(
+    lookup: LookupFn, start: int, end: int, initial_window: int, window: int
+) -> int | None:
+    """Right-to-left scan for the rightmost complete window over keys ``[start, end)``.
+
+    Returns the exclusive end index of the window, the length of the prefix run when
+    the scan reaches ``start``, or None to defer. A HIT_PENDING only defers if it is in
+    the window that completes: a MISS or RETRY ends the run and forgets its pending mark
+    (a RETRY keeps a sticky defer, since the key's location is unknown).
+    """
+    consecutive = 0
+    required = initial_window
+    defer = False
+    pending_in_run = False
+    for idx in range(end - 1, start - 1, -1):
+        result = lookup(idx)
+        if result == HIT or result == HIT_PENDING:
+            consecutive += 1
+            if result == HIT_PENDING:
+                pending_in_run = True
+            if consecutive >= required:
+                if defer or pending_in_run:
+                    return None
+                return idx + consecutive
+            continue
+        if result == RETRY:
+            defer = True
+        consecutive = 0
+        pending_in_run = False
+        required = window
+    if defer or pending_in_run:
+        return None
+    return start + consecutive
+
+
+def prefix_lookup(lookup: LookupFn, start: int, end: int) -> int | None:
+    """Left-to-right scan of a full-attention group: the present keys before a MISS.
+
+    A RETRY defers but the scan continues (it starts the asynchronous lookups of the
+    keys after it); a HIT_PENDING counts and defers.
+    """
+    defer = False
+    count = 0
+    for idx in range(start, end):
+        result = lookup(idx)
+        if result == MISS:
+            break
+        if result == RETRY:
+            defer = True
+            continue
+        if result == HIT_PENDING:
+            defer = True
+        count += 1
+    if defer:
+        return None
+    return start + count
+
+
+# -- store reachability (producer) ---------------------------------------------------
+def is_block_reachable(
+    block: Any,
+    alignment_tokens: int | None,
+    block_tokens: int,
+    sliding_window: Any,
+    extra_retained: Any,
+    use_eagle: bool,
+    retention_interval: int | None,
+    final_segment_end_block: Any | None,
+    replay_boundary_blocks: tuple[Any, ...] = (),
+) -> Any:
+    """Whether a consumer can ever demand this SWA block (a per-block mask entry)."""
+    if alignment_tokens is None or alignment_tokens % block_tokens != 0:
+        return True
+    shift = 1 if use_eagle else 0
+    # Offload stores must cover every retained token: widen the window by e.
+    need = _cdiv(sliding_window + extra_retained - 1, block_tokens) + shift
+    if retention_interval is None:
+        period: int | None = alignment_tokens // block_tokens
+    elif retention_interval == 0:
+        period = None
+    else:
+        period = retention_interval // block_tokens
+    if period is not None:
+        if need >= period:
+            return True
+        if block >= shift and (block - shift) % period >= period - need:
+            return True
+        if final_segment_end_block is not None and not use_eagle:
+            partial = final_segment_end_block % period
+            if partial != 0:
+                tail_start = final_segment_end_block - partial
+                if final_segment_end_block - need > tail_start:
+                    tail_start = final_segment_end_block - need
+                if tail_start <= block < final_segment_end_block:
+                    return True
+    for boundary in replay_boundary_blocks:
+        # An EAGLE group's window ends one block later: its peek block.
+        if boundary + shift - need <= block < boundary + shift:
+            return True
+    return False
+
+
+def reachable_block_mask(
+    start_block: int,
+    end_block: int,
+    alignment_tokens: int | None,
+    block_tokens: int,
+    sliding_window: int,
+    extra_retained: int,
+    use_eagle: bool,
+    retention_interval: int | None,
+    final_segment_end_block: int | None,
+    replay_boundary_blocks: tuple[int, ...] = (),
+) -> list[bool]:
+    """The mask over blocks ``[start_block, end_block)``."""
+    return [
+        bool(
+            is_block_reachable(
+                block, alignment_tokens, block_tokens, sliding_window, extra_retained,
+                use_eagle, retention_interval, final_segment_end_block, replay_boundary_blocks,
+            )
+        )
+        for block in range(start_block, end_block)
+    ]
+
+
+def store_final_segment_end(status: str, prompt_horizon_chunks: int, current_chunks: int) -> int:
+    """Which chunk count closes the final partial segment for this step's store job.
+
+    While the prompt is being prefilled (and while decoding) the prompt horizon does:
+    an intermediate frontier is not the end of anything. On finish or abort the
+    request's actual horizon does.
+    """
+    if status in ("finished", "aborted"):
+        return current_chunks
+    return prompt_horizon_chunks
+
+
+def get_num_offloadable_tokens(
+    status: str,
+    num_computed_tokens: int,
+    num_scheduled_tokens: int,
+    num_tokens: int,
+    prompt_len: int,
+    max_offload_tokens: int | None,
+    offload_prompt_only: bool,
+) -> int:
+    """Tokens whose KV this step may store.
+
+    An aborted request stores what it computed; a finished one everything but the final
+    sampled slot (its KV was never written); a running one what this step computes.
+    """
+    if status == "aborted":
+        tokens = num_computed_tokens
+    elif status == "finished":
+        tokens = num_tokens - 1
+        if tokens < prompt_len:
+            tokens = prompt_len
+    else:
+        tokens = num_computed_tokens + num_scheduled_tokens
+    if max_offload_tokens is not None and tokens > max_offload_tokens:
+        tokens = max_offload_tokens
+    if offload_prompt_only and tokens > prompt_len:
+        tokens = prompt_len
+    return tokens

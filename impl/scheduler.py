@@ -1,0 +1,341 @@
+"""The offload scheduler's decisions: multi-group lookup and store jobs, operationally.
+
+Written in upstream's style on top of an :class:`~kvcontract.impl.bundle.Implementation`
+so that a variant's defective primitive shows up in every decision built from it.
+
+* :func:`lookup_complete_chunks` - the multi-group lookup with convergence (DOMAIN.md 4.4).
+* :class:`StoreTracker` - per request and group: which chunks were offered, the
+  never-decreasing ``next_stored_chunk_idx`` and the store job of each step (section 5).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from kvcontract.impl.bundle import Implementation
+from kvcontract.spec.geometry import Geometry, GroupKind, GroupSpec
+from kvcontract.spec.lookup import LookupResult
+
+GroupLookup = Callable[[int, int], LookupResult]
+"""``lookup(group_index, chunk_index)`` as the offload manager answers it."""
+
+
+class ConvergenceError(RuntimeError):
+    """The multi-group loop did not reach a fixpoint within its iteration budget (C6)."""
+
+
+@dataclass
+class LookupOutcome:
+    """The result of one multi-group lookup."""
+
+    hit_tokens: int | None
+    """Accepted external hit in tokens (``local_hit`` when nothing is gained); None: defer."""
+    load_ranges: dict[int, tuple[int, int]] = field(default_factory=dict)
+    max_hit_trace: list[int] = field(default_factory=list)
+    lookups: list[tuple[int, int]] = field(default_factory=list)
+    iterations: int = 0
+    pops: dict[int, int] = field(default_factory=dict)
+    reason: str = ""
+
+
+def _group_window(impl: Implementation, geometry: Geometry, group: GroupSpec) -> int:
+    tpc = geometry.chunk_tokens(group)
+    if group.kind is GroupKind.SLIDING_WINDOW:
+        assert group.sliding_window is not None
+        return int(
+            impl.get_sliding_window_size_in_chunks(
+                group.sliding_window, group.extra_retained_tokens, tpc
+            )
+        )
+    return 1
+
+
+def group_load_range(
+    impl: Implementation, geometry: Geometry, group: GroupSpec, hit: int, local_hit: int
+) -> tuple[int, int]:
+    """The chunks a group's GPU manager allocates fresh and loads for ``hit``."""
+    tpc = geometry.chunk_tokens(group)
+    bs = geometry.block_tokens(group)
+    if group.kind is GroupKind.SLIDING_WINDOW:
+        assert group.sliding_window is not None
+        start, end = impl.load_chunk_range(
+            hit, local_hit, bs, geometry.blocks_per_chunk,
+            group.sliding_window, group.extra_retained_tokens,
+        )
+        return int(start), int(end)
+    if group.kind is GroupKind.MAMBA:
+        return max(local_hit // tpc, hit // tpc - 1), hit // tpc
+    return -(-local_hit // bs) // geometry.blocks_per_chunk, -(-hit // tpc)
+
+
+def _present_view(lookup: Callable[[int], LookupResult]) -> Callable[[int], LookupResult]:
+    def view(chunk: int) -> LookupResult:
+        result = lookup(chunk)
+        return LookupResult.HIT if result == LookupResult.HIT_PENDING else result
+
+    return view
+
+
+def _scan_group(
+    impl: Implementation,
+    geometry: Geometry,
+    group: GroupSpec,
+    lookup: Callable[[int], LookupResult],
+    start: int,
+    end: int,
+    max_hit: int,
+    window: int,
+) -> int | None:
+    """One group's scan at boundary ``max_hit``: the end index it confirms, or None."""
+    eagle = 1 if group.eagle else 0
+    if group.kind is GroupKind.FULL:
+        return impl.prefix_lookup(lookup, start, end + eagle)
+    if group.kind is GroupKind.MAMBA:
+        return impl.sliding_window_lookup(lookup, start, end, 1, 1)
+    assert group.sliding_window is not None
+    initial = int(
+        impl.load_window_size_in_chunks(
+            max_hit, group.sliding_window, group.extra_retained_tokens,
+            geometry.chunk_tokens(group),
+        )
+    )
+    return impl.sliding_window_lookup(lookup, start, end + eagle, initial + eagle, window + eagle)
+
+
+def lookup_complete_chunks(
+    impl: Implementation,
+    geometry: Geometry,
+    num_tokens: int,
+    local_hit: int,
+    lookup: GroupLookup,
+    is_loading: Callable[[int, int], bool] | None = None,
+    max_iterations: int | None = None,
+    max_hit_tokens: int | None = None,
+) -> LookupOutcome:
+    """Find the largest boundary every group can serve (or defer).
+
+    Groups are visited FA first, then SWA by window descending. Each group proposes
+    the largest boundary at most ``max_hit`` it can serve; when a group shrinks the
+    boundary, every other group is re-checked at the new boundary (SWA coverage is not
+    monotone in the boundary). A group that finds a pending chunk in its window marks
+    itself deferred *for that boundary*: if another group later shrinks the boundary,
+    the mark is dropped and the group is re-checked (C3). The loop ends when every group
+    confirmed the same boundary; the boundary only decreases, so it terminates (C6).
+    """
+    windows = {g: _group_window(impl, geometry, s) for g, s in enumerate(geometry.groups)}
+    fa_groups = [g for g, s in enumerate(geometry.groups) if s.kind is GroupKind.FULL]
+    swa_groups = sorted(
+        (g for g, s in enumerate(geometry.groups) if s.kind is GroupKind.SLIDING_WINDOW),
+        key=lambda g: -windows[g],
+    )
+    other_groups = [g for g, s in enumerate(geometry.groups) if s.kind is GroupKind.MAMBA]
+    order = fa_groups + swa_groups + other_groups
+    max_hit = num_tokens - 1 if geometry.has_swa else num_tokens
+    if max_hit_tokens is not None:
+        max_hit = min(max_hit, max_hit_tokens)  # scheduling budgets cap the candidate
+    outcome = LookupOutcome(hit_tokens=None, max_hit_trace=[max_hit])
+    budget = max_iterations if max_iterations is not None else 4 * len(order) * (max_hit + 2)
+
+    confirmed: dict[int, int] = {}
+    deferred_at: dict[int, int] = {}
+    retry_seen = False
+
+    def traced(group_index: int) -> Callable[[int], LookupResult]:
+        def one(chunk: int) -> LookupResult:
+            nonlocal retry_seen
+            outcome.lookups.append((group_index, chunk))
+            result = lookup(group_index, chunk)
+            if result == LookupResult.RETRY:
+                # Location unknown: an asynchronous lookup is in flight (sticky defer).
+                retry_seen = True
+            return result
+
+        return one
+
+    while True:
+        outcome.iterations += 1
+        if outcome.iterations > budget:
+            raise ConvergenceError(
+                f"multi-group lookup did not converge in {budget} iterations "
+                f"(trace {outcome.max_hit_trace})"
+            )
+        progressed = False
+        for g in order:
+            if confirmed.get(g) == max_hit:
+                continue
+            group = geometry.groups[g]
+            tpc = geometry.chunk_tokens(group)
+            num_keys = num_tokens // tpc
+            if max_hit > num_keys * tpc:
+                max_hit = num_keys * tpc
+            start = local_hit // tpc
+            if max_hit // tpc <= start:
+                outcome.hit_tokens = local_hit
+                outcome.reason = f"group {g} has less than one chunk beyond the local hit"
+                outcome.max_hit_trace.append(max_hit)
+                return outcome
+            end = -(-max_hit // tpc)
+            eagle = 1 if group.eagle else 0
+            peeked = bool(eagle)
+            verified = True  # whether the proposed boundary was checked by a scan
+            if eagle and end + 1 > num_keys:
+                peeked = False
+                verified = False
+                found: int | None = end
+            elif group.kind is GroupKind.MAMBA and max_hit % tpc:
+                found = max_hit // tpc  # a Mamba state exists only at chunk ends
+                verified = False
+            else:
+                found = _scan_group(impl, geometry, group, traced(g), start, end, max_hit,
+                                    windows[g])
+                if found is None:
+                    # Deferred by a pending key of the window it found. Scan again with
+                    # pending keys counted as present to learn which boundary that window
+                    # serves: the defer holds only if that boundary is the final one (C3).
+                    found = _scan_group(impl, geometry, group, _present_view(traced(g)),
+                                        start, end, max_hit, windows[g])
+                    if found is None:  # a RETRY: location unknown, sticky defer
+                        deferred_at[g] = max_hit
+                        confirmed[g] = max_hit
+                        continue
+                    deferred_at[g] = min(max_hit, (found - eagle) * tpc)
+            if eagle:
+                # The peek chunk is looked up, never loaded: pop it, once per boundary.
+                if peeked:
+                    outcome.pops[g] = outcome.pops.get(g, 0) + 1
+                found -= 1
+            boundary = min(max_hit, found * tpc)
+            if boundary < max_hit:
+                max_hit = boundary
+                outcome.max_hit_trace.append(max_hit)
+                progressed = True
+                # Only a scan confirms a boundary; a proposal must be re-checked.
+                confirmed = {g: max_hit} if verified else {}
+                deferred_at = {k: v for k, v in deferred_at.items() if v == max_hit}
+                if max_hit <= local_hit:
+                    outcome.hit_tokens = local_hit
+                    outcome.reason = "no boundary beyond the local hit"
+                    return outcome
+                break
+            confirmed[g] = max_hit
+            if deferred_at.get(g) != max_hit:
+                deferred_at.pop(g, None)
+        if not progressed and all(confirmed.get(g) == max_hit for g in order):
+            break
+    if retry_seen or any(v == max_hit for v in deferred_at.values()):
+        outcome.reason = "pending chunk in the window or lookup in flight"
+        return outcome
+    load_ranges = {
+        g: group_load_range(impl, geometry, s, max_hit, local_hit)
+        for g, s in enumerate(geometry.groups)
+    }
+    if is_loading is not None:
+        for g, (lo, hi) in load_ranges.items():
+            if any(is_loading(g, k) for k in range(lo, hi)):
+                outcome.reason = f"group {g} chunk being loaded by another request"
+                return outcome
+    outcome.hit_tokens = max_hit
+    outcome.load_ranges = load_ranges
+    return outcome
+
+
+@dataclass
+class StoreTracker:
+    """Store jobs of one request for one group, step after step (DOMAIN.md section 5).
+
+    ``next_stored_chunk_idx`` never moves back; a chunk is offered to ``prepare_store`` at
+    most once per request; on finish or abort the final tail is recomputed at the real
+    horizon and only chunks not offered yet are added. A chunk whose marked blocks were
+    already freed (null) is never offered (C10) and is listed in ``unstorable``.
+    """
+
+    impl: Implementation
+    geometry: Geometry
+    group_index: int
+    prompt_len: int
+    max_offload_tokens: int | None = None
+    offload_prompt_only: bool = True
+    replay_boundaries: tuple[int, ...] = ()
+    next_stored_chunk_idx: int = 0
+    offered: set[int] = field(default_factory=set)
+    unstorable: set[int] = field(default_factory=set)
+    offers: list[list[int]] = field(default_factory=list)
+
+    @property
+    def group(self) -> GroupSpec:
+        return self.geometry.groups[self.group_index]
+
+    def _marked_blocks(self, chunk: int, final_end_chunk: int) -> list[int]:
+        group = self.group
+        bpc = self.geometry.blocks_per_chunk
+        blocks = range(chunk * bpc, chunk * bpc + bpc)
+        if group.kind is not GroupKind.SLIDING_WINDOW:
+            return list(blocks)
+        assert group.sliding_window is not None
+        block_tokens = self.geometry.block_tokens(group)
+        align = self.geometry.alignment_tokens
+        replay_blocks: tuple[int, ...] = ()
+        if align is not None and align % block_tokens == 0:
+            replay_blocks = tuple(
+                (boundary // align) * align // block_tokens for boundary in self.replay_boundaries
+            )
+        return [
+            block
+            for block in blocks
+            if self.impl.is_block_reachable(
+                block, align, block_tokens, group.sliding_window,
+                group.extra_retained_tokens, group.eagle,
+                self.geometry.retention_interval, final_end_chunk * bpc, replay_blocks,
+            )
+        ]
+
+    def _first_live_block(self, num_computed: int) -> int:
+        group = self.group
+        if group.kind is not GroupKind.SLIDING_WINDOW:
+            return 0
+        assert group.sliding_window is not None
+        skipped = self.impl.get_num_skipped_tokens(
+            num_computed, group.sliding_window, group.extra_retained_tokens
+        )
+        return int(skipped) // self.geometry.block_tokens(group)
+
+    def step(
+        self, status: str, num_computed: int, num_scheduled: int, num_tokens: int
+    ) -> list[int]:
+        """The chunks offered to ``prepare_store`` for this step (ascending)."""
+        from kvcontract.impl.reference import get_num_offloadable_tokens
+
+        tpc = self.geometry.chunk_tokens(self.group)
+        tokens = get_num_offloadable_tokens(
+            status, num_computed, num_scheduled, num_tokens, self.prompt_len,
+            self.max_offload_tokens, self.offload_prompt_only,
+        )
+        end_chunk = tokens // tpc
+        if self.group.eagle and status == "decoding" and end_chunk > 0:
+            end_chunk -= 1  # the last chunk of an EAGLE group is volatile while decoding
+        prompt_tokens = self.prompt_len
+        if self.max_offload_tokens is not None:
+            prompt_tokens = min(prompt_tokens, self.max_offload_tokens)
+        final_end = self.impl.store_final_segment_end(status, prompt_tokens // tpc, end_chunk)
+        if status in ("finished", "aborted"):
+            candidates = [c for c in range(end_chunk) if c not in self.offered]
+        else:
+            candidates = list(range(self.next_stored_chunk_idx, end_chunk))
+        first_live = self._first_live_block(num_computed)
+        new: list[int] = []
+        for chunk in candidates:
+            if chunk in self.offered:
+                continue
+            marked = self._marked_blocks(chunk, final_end)
+            if not marked:
+                continue
+            if min(marked) < first_live:
+                self.unstorable.add(chunk)
+                continue
+            new.append(chunk)
+        self.offered.update(new)
+        if end_chunk > self.next_stored_chunk_idx:
+            self.next_stored_chunk_idx = end_chunk
+        self.offers.append(new)
+        return new

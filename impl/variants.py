@@ -1,0 +1,188 @@
+"""The reference and the named historic variants (DOMAIN.md section 8).
+
+Each variant is the reference with the defective function put back, written in the
+shape the defect had upstream:
+
+* ``stale-pending`` (seed 000): HIT_PENDING sets a global defer that a later MISS does
+  not clear, so a pending chunk behind a gap defers a ready window (C3).
+* ``unaligned-hit`` (seed 001): the scan requires ``W`` chunks ending at ``cdiv(N, tpc)``
+  even when ``N`` is not chunk-aligned; the retained window reaches one unchecked chunk
+  further left (C2).
+* ``mtp-extra-retained`` (seed 003): allocation retains ``e`` extra tokens, but lookup
+  and store ignore them (C2).
+* ``prefill-horizon`` (seed 004): each intermediate prefill frontier is treated as the
+  final partial segment, storing tails no load can request (C8, C9).
+* ``upstream-current``: the reference with upstream's current window formula
+  ``W = max(cdiv(sw, tpc), cdiv(sw - 1 + e, tpc))``; the first term demands a chunk no
+  load needs and no store provides when ``sw = 1 (mod tpc)`` and ``e = 0`` (C4, C7).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from kvcontract.errors import UnknownTargetError
+from kvcontract.impl import reference as ref
+from kvcontract.impl.bundle import Implementation
+from kvcontract.spec.lookup import LookupResult
+
+
+def _cdiv(a: Any, b: Any) -> Any:
+    return -(-a // b)
+
+
+REFERENCE = Implementation(
+    name="reference",
+    description="the correct design (kvcontract.impl.reference)",
+    get_num_skipped_tokens=ref.get_num_skipped_tokens,
+    retained_block_range=ref.retained_block_range,
+    load_chunk_range=ref.load_chunk_range,
+    get_sliding_window_size_in_chunks=ref.get_sliding_window_size_in_chunks,
+    load_window_size_in_chunks=ref.load_window_size_in_chunks,
+    sliding_window_lookup=ref.sliding_window_lookup,
+    prefix_lookup=ref.prefix_lookup,
+    is_block_reachable=ref.is_block_reachable,
+    store_final_segment_end=ref.store_final_segment_end,
+)
+
+
+# -- stale-pending ------------------------------------------------------------------
+def _stale_pending_lookup(
+    lookup: ref.LookupFn, start: int, end: int, initial_window: int, window: int
+) -> int | None:
+    consecutive = 0
+    required = initial_window
+    defer = False
+    for idx in range(end - 1, start - 1, -1):
+        result = lookup(idx)
+        if result in (LookupResult.HIT, LookupResult.HIT_PENDING):
+            consecutive += 1
+            if result == LookupResult.HIT_PENDING:
+                defer = True  # the defect: never cleared by a later MISS
+            if consecutive >= required:
+                return None if defer else idx + consecutive
+            continue
+        if result == LookupResult.RETRY:
+            defer = True
+        consecutive = 0
+        required = window
+    return None if defer else start + consecutive
+
+
+# -- unaligned-hit ------------------------------------------------------------------
+def _unaligned_load_window(
+    boundary: Any, sliding_window: Any, extra_retained: Any, tokens_per_chunk: Any
+) -> Any:
+    # The defect: the padding of an unaligned boundary is ignored.
+    return ref.get_sliding_window_size_in_chunks(sliding_window, extra_retained, tokens_per_chunk)
+
+
+# -- upstream window formula --------------------------------------------------------
+def _upstream_window(sliding_window: Any, extra_retained: Any, tokens_per_chunk: Any) -> Any:
+    lower = _cdiv(sliding_window, tokens_per_chunk)
+    history = _cdiv(sliding_window - 1 + extra_retained, tokens_per_chunk)
+    if lower > history:
+        return lower
+    return history
+
+
+def _upstream_load_window(
+    boundary: Any, sliding_window: Any, extra_retained: Any, tokens_per_chunk: Any
+) -> Any:
+    window = _upstream_window(sliding_window, extra_retained, tokens_per_chunk)
+    padding = (-boundary) % tokens_per_chunk
+    padded = _cdiv(sliding_window - 1 + extra_retained + padding, tokens_per_chunk)
+    if padded > window:
+        return padded
+    return window
+
+
+# -- mtp-extra-retained -------------------------------------------------------------
+def _mtp_window(sliding_window: Any, extra_retained: Any, tokens_per_chunk: Any) -> Any:
+    return _upstream_window(sliding_window, 0, tokens_per_chunk)  # the defect: e ignored
+
+
+def _mtp_load_window(
+    boundary: Any, sliding_window: Any, extra_retained: Any, tokens_per_chunk: Any
+) -> Any:
+    return _upstream_load_window(boundary, sliding_window, 0, tokens_per_chunk)
+
+
+def _mtp_block_reachable(
+    block: Any,
+    alignment_tokens: int | None,
+    block_tokens: int,
+    sliding_window: Any,
+    extra_retained: Any,
+    use_eagle: bool,
+    retention_interval: int | None,
+    final_segment_end_block: Any | None,
+    replay_boundary_blocks: tuple[Any, ...] = (),
+) -> Any:
+    # The defect: the store mask uses the attention window, not the retained history.
+    return ref.is_block_reachable(
+        block, alignment_tokens, block_tokens, sliding_window, 0, use_eagle,
+        retention_interval, final_segment_end_block, replay_boundary_blocks,
+    )
+
+
+# -- prefill-horizon ----------------------------------------------------------------
+def _prefill_horizon_final_end(status: str, prompt_horizon_chunks: int, current_chunks: int) -> int:
+    # The defect: the current frontier closes the "final" segment even mid-prefill.
+    return current_chunks
+
+
+VARIANTS: dict[str, Implementation] = {
+    "reference": REFERENCE,
+    "stale-pending": dataclasses.replace(
+        REFERENCE,
+        name="stale-pending",
+        description="seed 000: a pending flag behind a MISS still defers the ready window",
+        sliding_window_lookup=_stale_pending_lookup,
+        violates=("C3",),
+    ),
+    "unaligned-hit": dataclasses.replace(
+        REFERENCE,
+        name="unaligned-hit",
+        description="seed 001: unaligned boundaries check only W chunks",
+        load_window_size_in_chunks=_unaligned_load_window,
+        violates=("C2",),
+    ),
+    "mtp-extra-retained": dataclasses.replace(
+        REFERENCE,
+        name="mtp-extra-retained",
+        description="seed 003: lookup and store ignore extra_retained_tokens",
+        get_sliding_window_size_in_chunks=_mtp_window,
+        load_window_size_in_chunks=_mtp_load_window,
+        is_block_reachable=_mtp_block_reachable,
+        violates=("C2",),
+    ),
+    "prefill-horizon": dataclasses.replace(
+        REFERENCE,
+        name="prefill-horizon",
+        description="seed 004: intermediate prefill frontiers create final tails",
+        store_final_segment_end=_prefill_horizon_final_end,
+        violates=("C8", "C9"),
+    ),
+    "upstream-current": dataclasses.replace(
+        REFERENCE,
+        name="upstream-current",
+        description="upstream's current window formula with the cdiv(sw, tpc) lower bound",
+        get_sliding_window_size_in_chunks=_upstream_window,
+        load_window_size_in_chunks=_upstream_load_window,
+        violates=("C4", "C7"),
+    ),
+}
+
+
+def get_implementation(name: str) -> Implementation:
+    """Look up a registered implementation by name."""
+    try:
+        return VARIANTS[name]
+    except KeyError:
+        raise UnknownTargetError(name, sorted(VARIANTS)) from None
+
+
+def variant_names() -> list[str]:
+    return list(VARIANTS)

@@ -1,0 +1,3 @@
+from kvcontract.tools.cli import main
+
+main()

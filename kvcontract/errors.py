@@ -1,0 +1,69 @@
+"""The exception hierarchy of kvcontract.
+
+Every error a user can trigger derives from :class:`KvContractError` and carries a
+message that says what is wrong and what to do. The command line maps them to exit
+code 2 (usage or input error); see ``tools/cli.py``.
+
+    KvContractError
+    +-- UsageError            bad command-line arguments or API arguments
+    |   +-- UnknownClauseError    a clause id that the catalogue does not define
+    |   +-- UnknownTargetError    an implementation/variant name that is not registered
+    +-- GeometryError         an impossible configuration (names the field and the rule)
+    +-- InputFileError        a file that cannot be read or parsed
+    +-- ProofError            the prover itself failed (not a verdict: a bug or a limit)
+"""
+
+from __future__ import annotations
+
+
+class KvContractError(Exception):
+    """Base class of every error kvcontract raises on purpose."""
+
+
+class UsageError(KvContractError):
+    """Arguments that cannot be acted on."""
+
+
+class UnknownClauseError(UsageError):
+    """A clause id that is not in the catalogue."""
+
+    def __init__(self, clause: str, known: list[str]) -> None:
+        self.clause = clause
+        self.known = known
+        super().__init__(
+            f"unknown clause {clause!r}; known clauses: {', '.join(known)}"
+        )
+
+
+class UnknownTargetError(UsageError):
+    """An implementation name that is not registered."""
+
+    def __init__(self, target: str, known: list[str]) -> None:
+        self.target = target
+        self.known = known
+        super().__init__(
+            f"unknown implementation {target!r}; choose one of: {', '.join(known)}"
+        )
+
+
+class GeometryError(KvContractError):
+    """An impossible geometry: names the offending field and the rule it breaks."""
+
+    def __init__(self, field: str, value: object, rule: str) -> None:
+        self.field = field
+        self.value = value
+        self.rule = rule
+        super().__init__(f"invalid geometry: {field}={value!r}: {rule}")
+
+
+class InputFileError(KvContractError):
+    """A file given by the user that cannot be read or parsed."""
+
+    def __init__(self, path: str, problem: str) -> None:
+        self.path = path
+        self.problem = problem
+        super().__init__(f"cannot use {path}: {problem}")
+
+
+class ProofError(KvContractError):
+    """The prover could not run a theorem at all (distinct from an UNKNOWN verdict)."""

@@ -1,0 +1,1 @@
+"""Theorems, the solver driver and the prover (see ARCHITECTURE.md)."""

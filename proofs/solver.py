@@ -1,0 +1,141 @@
+"""The Z3 driver: prove ``hypotheses => goal`` by refuting its negation.
+
+* ``unsat``  -> the goal holds (for the variables' whole domain);
+* ``sat``    -> a model, i.e. a candidate counterexample (the caller minimizes it and
+  re-executes it on plain Python before reporting it);
+* ``unknown``-> retried once with a fresh solver and a different seed, then reported
+  with Z3's ``reason_unknown()``; never a pass.
+
+Vacuity: before proving, the hypotheses alone must be satisfiable; otherwise every goal
+would "prove" and the theorem is VACUOUS. Budgets are deterministic ``rlimit`` counts
+(wall-clock timeouts are noisy); the resource count used is returned for the report.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import z3
+
+DEFAULT_RLIMIT = 20_000_000
+
+
+class QueryStatus(enum.Enum):
+    PROVED = "proved"
+    REFUTED = "refuted"
+    UNKNOWN = "unknown"
+    VACUOUS = "vacuous"
+
+
+@dataclass
+class QueryOutcome:
+    status: QueryStatus
+    model: dict[str, int] | None
+    rlimit_used: int
+    reason: str = ""
+
+
+_last_rlimit_count = 0
+
+
+def _rlimit_count(solver: z3.Solver) -> int:
+    """Resources used since the previous call (Z3's counter is per context, cumulative)."""
+    global _last_rlimit_count
+    stats = solver.statistics()
+    for key in stats.keys():
+        if key == "rlimit count":
+            total = int(stats.get_key_value(key))
+            used = max(0, total - _last_rlimit_count)
+            _last_rlimit_count = total
+            return used
+    return 0
+
+
+def _fresh_solver(rlimit: int, seed: int) -> z3.Solver:
+    solver = z3.Solver()
+    solver.set("rlimit", rlimit)
+    solver.set("random_seed", seed)
+    return solver
+
+
+def model_values(model: z3.ModelRef, variables: Sequence[z3.ArithRef]) -> dict[str, int]:
+    """Only our own variables, completed (models contain internal symbols too)."""
+    values: dict[str, int] = {}
+    for var in variables:
+        value = model.eval(var, model_completion=True)
+        values[str(var)] = value.as_long()  # type: ignore[attr-defined]
+    return values
+
+
+def prove(
+    hypotheses: Sequence[z3.BoolRef],
+    goal: z3.BoolRef,
+    variables: Sequence[z3.ArithRef],
+    rlimit: int = DEFAULT_RLIMIT,
+    check_vacuity: bool = True,
+) -> QueryOutcome:
+    """Prove ``And(hypotheses) => goal`` for all values of ``variables``."""
+    used = 0
+    if check_vacuity:
+        vac = _fresh_solver(rlimit, 0)
+        vac.add(*hypotheses)
+        status = vac.check()
+        used += _rlimit_count(vac)
+        if status == z3.unsat:
+            return QueryOutcome(QueryStatus.VACUOUS, None, used, "hypotheses are unsatisfiable")
+    reason = ""
+    for seed in (0, 7):
+        solver = _fresh_solver(rlimit, seed)
+        solver.add(*hypotheses)
+        solver.add(z3.Not(goal))
+        status = solver.check()
+        used += _rlimit_count(solver)
+        if status == z3.unsat:
+            return QueryOutcome(QueryStatus.PROVED, None, used)
+        if status == z3.sat:
+            return QueryOutcome(
+                QueryStatus.REFUTED, model_values(solver.model(), variables), used
+            )
+        reason = solver.reason_unknown()
+    return QueryOutcome(QueryStatus.UNKNOWN, None, used, reason)
+
+
+def minimize(
+    hypotheses: Sequence[z3.BoolRef],
+    goal: z3.BoolRef,
+    variables: Sequence[z3.ArithRef],
+    model: dict[str, int],
+    rlimit: int = DEFAULT_RLIMIT,
+) -> tuple[dict[str, int], int]:
+    """Shrink a counterexample: lexicographically smallest values in ``variables`` order.
+
+    Each variable in turn is pushed down by binary search while the others stay free
+    (then fixed). Returns the smaller model and the resource count used. A step the
+    solver cannot decide keeps the value it had, so the result is always a model.
+    """
+    used = 0
+    solver = _fresh_solver(rlimit, 0)
+    solver.add(*hypotheses)
+    solver.add(z3.Not(goal))
+    current = dict(model)
+    for var in variables:
+        name = str(var)
+        low, high = 0, current[name]
+        if high < 0:
+            low = high  # only non-negative domains are minimized towards zero
+        while low < high:
+            mid = (low + high) // 2
+            solver.push()
+            solver.add(var <= mid, var >= low)
+            status = solver.check()
+            used += _rlimit_count(solver)
+            if status == z3.sat:
+                current = model_values(solver.model(), variables)
+                high = current[name]
+            else:
+                low = mid + 1
+            solver.pop()
+        solver.add(var == current[name])
+    return current, used

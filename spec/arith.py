@@ -1,0 +1,137 @@
+"""Arithmetic that means the same thing on Python ints and on Z3 terms.
+
+Every formula of the spec is written once with these helpers. Called with ints they
+compute a number; called with Z3 integer terms they build a formula. Divisors must be
+positive: for a positive divisor Z3's Euclidean ``/`` and ``%`` coincide with Python's
+floor ``//`` and ``%`` even for negative dividends, so the two readings agree (the
+theorems carry ``divisor > 0`` in their hypotheses).
+
+While :func:`recording_branches` is active, every symbolic case distinction built by
+``ite``/``max_``/``min_`` is recorded; :mod:`kvcontract.proofs.boundaries` enumerates
+the satisfiable combinations of those conditions ("boundary classes").
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator, Sequence
+from typing import TypeAlias, Union
+
+import z3
+
+Num: TypeAlias = Union[int, z3.ArithRef]
+Bool: TypeAlias = Union[bool, z3.BoolRef]
+
+_branch_log: list[list[z3.BoolRef]] = []
+
+
+@contextlib.contextmanager
+def recording_branches() -> Iterator[list[z3.BoolRef]]:
+    """Collect the symbolic conditions of every case distinction built inside."""
+    log: list[z3.BoolRef] = []
+    _branch_log.append(log)
+    try:
+        yield log
+    finally:
+        _branch_log.pop()
+
+
+def _record(cond: z3.BoolRef) -> None:
+    if _branch_log:
+        log = _branch_log[-1]
+        if not any(cond.eq(seen) for seen in log):
+            log.append(cond)
+
+
+def is_symbolic(*values: object) -> bool:
+    return any(isinstance(v, z3.ExprRef) for v in values)
+
+
+def ite(cond: Bool, then: Num, other: Num) -> Num:
+    if isinstance(cond, bool):
+        return then if cond else other
+    _record(cond)
+    return z3.If(cond, then, other)
+
+
+def ite_bool(cond: Bool, then: Bool, other: Bool) -> Bool:
+    if isinstance(cond, bool):
+        return then if cond else other
+    _record(cond)
+    return z3.If(cond, then, other)
+
+
+def max_(a: Num, b: Num) -> Num:
+    if not is_symbolic(a, b):
+        return max(int(a), int(b))
+    return ite(a >= b, a, b)
+
+
+def min_(a: Num, b: Num) -> Num:
+    if not is_symbolic(a, b):
+        return min(int(a), int(b))
+    return ite(a <= b, a, b)
+
+
+def floordiv(a: Num, b: Num) -> Num:
+    """``floor(a / b)`` for ``b > 0``."""
+    if not is_symbolic(a, b):
+        return int(a) // int(b)
+    return a / b  # Euclidean division == floor division for b > 0
+
+
+def mod(a: Num, b: Num) -> Num:
+    """``a mod b`` in ``[0, b)`` for ``b > 0`` (Python's ``%``)."""
+    if not is_symbolic(a, b):
+        return int(a) % int(b)
+    return a % b
+
+
+def cdiv(a: Num, b: Num) -> Num:
+    """``ceil(a / b)`` for ``b > 0``."""
+    return -floordiv(-a, b)
+
+
+def and_(*terms: Bool) -> Bool:
+    if not is_symbolic(*terms):
+        return all(bool(t) for t in terms)
+    return z3.And(*[z3.BoolVal(t) if isinstance(t, bool) else t for t in terms])
+
+
+def or_(*terms: Bool) -> Bool:
+    if not is_symbolic(*terms):
+        return any(bool(t) for t in terms)
+    return z3.Or(*[z3.BoolVal(t) if isinstance(t, bool) else t for t in terms])
+
+
+def not_(term: Bool) -> Bool:
+    if isinstance(term, bool):
+        return not term
+    return z3.Not(term)
+
+
+def implies(a: Bool, b: Bool) -> Bool:
+    if not is_symbolic(a, b):
+        return (not a) or bool(b)
+    return z3.Implies(
+        z3.BoolVal(a) if isinstance(a, bool) else a, z3.BoolVal(b) if isinstance(b, bool) else b
+    )
+
+
+def eq(a: Num | Bool, b: Num | Bool) -> Bool:
+    if not is_symbolic(a, b):
+        return a == b
+    return a == b  # type: ignore[return-value]
+
+
+def all_of(terms: Sequence[Bool]) -> Bool:
+    return and_(*terms) if terms else True
+
+
+def any_of(terms: Sequence[Bool]) -> Bool:
+    return or_(*terms) if terms else False
+
+
+def in_range(x: Num, lo: Num, hi: Num) -> Bool:
+    """``lo <= x < hi``."""
+    return and_(lo <= x, x < hi)  # type: ignore[operator]

@@ -1,0 +1,129 @@
+"""Multi-group lookup: which boundary every group accepts (DOMAIN.md 4.4), declaratively.
+
+A group *accepts* a boundary ``N`` (tokens) when every chunk it must read for ``N`` is
+present: its load set (:mod:`kvcontract.spec.retention`) and, for an unverified EAGLE
+group, the peek chunk after it. Within one chunk of a group, acceptance is upward
+closed (a larger ``N`` has less padding, hence a smaller window ending at the same chunk),
+so the largest boundary accepted by all groups is also what a scan that only proposes
+chunk ends can reach. The contract's answer is that boundary (C4), accepted only when
+every chunk read for it is HIT (C2), deferred only when a chunk read for it is pending or
+an asynchronous lookup is in flight (C3).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+from kvcontract.spec.geometry import Geometry, GroupKind, GroupSpec
+from kvcontract.spec.lookup import HIT, HIT_PENDING, LookupResult
+from kvcontract.spec.retention import full_attention_load_chunk_range, load_chunk_range
+
+
+def initial_max_hit(geometry: Geometry, num_tokens: int) -> int:
+    """``maxhit``: the last prompt token is recomputed for logits when an SWA group exists."""
+    return num_tokens - 1 if geometry.has_swa else num_tokens
+
+
+def complete_chunks(geometry: Geometry, group: GroupSpec, num_tokens: int) -> int:
+    """Offload keys exist only for complete chunks."""
+    return num_tokens // geometry.chunk_tokens(group)
+
+
+def load_range(geometry: Geometry, group: GroupSpec, hit: int, local_hit: int) -> tuple[int, int]:
+    """The chunks a group loads for an external hit ``hit`` after a local hit."""
+    bs = geometry.block_tokens(group)
+    bpc = geometry.blocks_per_chunk
+    if group.kind is GroupKind.SLIDING_WINDOW:
+        assert group.sliding_window is not None
+        start, end = load_chunk_range(
+            hit, local_hit, bs, bpc, group.sliding_window, group.extra_retained_tokens
+        )
+        return int(start), int(end)
+    if group.kind is GroupKind.MAMBA:
+        # A Mamba group's state lives in the chunk that ends at the boundary.
+        tpc = geometry.chunk_tokens(group)
+        return max(local_hit // tpc, hit // tpc - 1), hit // tpc
+    start, end = full_attention_load_chunk_range(hit, local_hit, bs, bpc)
+    return int(start), int(end)
+
+
+def read_range(geometry: Geometry, group: GroupSpec, hit: int, local_hit: int) -> tuple[int, int]:
+    """The chunks a group must find present for ``hit``: its load set plus the EAGLE peek."""
+    start, end = load_range(geometry, group, hit, local_hit)
+    return start, end + (1 if group.eagle else 0)
+
+
+def group_accepts(
+    geometry: Geometry,
+    group: GroupSpec,
+    hit: int,
+    local_hit: int,
+    num_tokens: int,
+    present: Callable[[int], bool],
+) -> bool:
+    """Whether ``group`` can serve boundary ``hit`` with the keys ``present`` reports."""
+    tpc = geometry.chunk_tokens(group)
+    if group.kind is GroupKind.MAMBA and hit % tpc:
+        return False
+    if hit // tpc <= local_hit // tpc:
+        return False  # less than one chunk beyond the local hit: nothing to gain
+    start, end = read_range(geometry, group, hit, local_hit)
+    if end > complete_chunks(geometry, group, num_tokens):
+        return False
+    return all(present(chunk) for chunk in range(start, end))
+
+
+@dataclass(frozen=True)
+class ContractAnswer:
+    """What the contract says a multi-group lookup must answer."""
+
+    best_present: int | None
+    """Largest boundary every group accepts counting pending chunks as present."""
+    pending_in_window: bool
+    """Whether a chunk read for ``best_present`` is still pending."""
+
+    def required_hit(self) -> int | None:
+        """The hit the lookup must accept when it does not defer (C4)."""
+        return self.best_present
+
+
+def contract_answer(
+    geometry: Geometry,
+    num_tokens: int,
+    local_hit: int,
+    states: Mapping[int, Sequence[LookupResult]],
+) -> ContractAnswer:
+    """The declarative answer of the multi-group lookup for concrete chunk states.
+
+    ``states[g][k]`` is the lookup result of chunk ``k`` of group index ``g``.
+    """
+    max_hit = initial_max_hit(geometry, num_tokens)
+    best: int | None = None
+    for hit in range(max_hit, local_hit, -1):
+        if all(
+            group_accepts(
+                geometry, group, hit, local_hit, num_tokens,
+                lambda k, g=g: states[g][k] in (HIT, HIT_PENDING),
+            )
+            for g, group in enumerate(geometry.groups)
+        ):
+            best = hit
+            break
+    pending = False
+    if best is not None:
+        for g, group in enumerate(geometry.groups):
+            start, end = read_range(geometry, group, best, local_hit)
+            pending |= any(states[g][k] == HIT_PENDING for k in range(start, end))
+    return ContractAnswer(best_present=best, pending_in_window=pending)
+
+
+def group_visit_order(geometry: Geometry, windows: Mapping[int, int]) -> list[int]:
+    """FA groups first, then SWA groups by window descending, then Mamba groups."""
+    fa_groups = [g for g, s in enumerate(geometry.groups) if s.kind is GroupKind.FULL]
+    swa_groups = sorted(
+        (g for g, s in enumerate(geometry.groups) if s.kind is GroupKind.SLIDING_WINDOW),
+        key=lambda g: -windows[g],
+    )
+    others = [g for g, s in enumerate(geometry.groups) if s.kind is GroupKind.MAMBA]
+    return fa_groups + swa_groups + others
