@@ -22,10 +22,11 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from kvcontract.errors import UnknownTargetError
 from kvcontract.impl import reference as ref
 from kvcontract.impl.bundle import Implementation
 from kvcontract.spec.lookup import LookupResult
+
+from kvcontract.errors import UnknownTargetError
 
 
 def _cdiv(a: Any, b: Any) -> Any:

@@ -20,7 +20,7 @@ from kvcontract.impl.scheduler import ConvergenceError, StoreTracker, lookup_com
 from kvcontract.proofs.theorem import ExhaustiveTheorem
 from kvcontract.spec import multigroup
 from kvcontract.spec.geometry import Geometry, fa, mamba, swa
-from kvcontract.spec.lookup import HIT, HIT_PENDING, RETRY, LookupResult, sliding_window_answer
+from kvcontract.spec.lookup import HIT, HIT_PENDING, LookupResult, sliding_window_answer
 from kvcontract.spec.reachability import chunk_is_stored, mask_rule, store_need_blocks
 
 SCAN_MAX_LENGTH = 6

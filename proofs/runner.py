@@ -15,7 +15,6 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from typing import Any
 
-from kvcontract.errors import UsageError
 from kvcontract.impl.variants import get_implementation
 from kvcontract.proofs.arith_theorems import arith_theorems
 from kvcontract.proofs.exhaustive_theorems import exhaustive_theorems
@@ -23,6 +22,8 @@ from kvcontract.proofs.sequence_theorems import sequence_theorems
 from kvcontract.proofs.theorem import Theorem
 from kvcontract.proofs.verdicts import TheoremResult, exit_code_for
 from kvcontract.spec.clauses import CLAUSES, get_clause
+
+from kvcontract.errors import UsageError
 
 
 def catalog() -> list[Theorem]:

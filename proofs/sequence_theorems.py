@@ -12,7 +12,14 @@ from __future__ import annotations
 from kvcontract.impl.bundle import Implementation
 from kvcontract.proofs.theorem import Config, Env, Z3Theorem
 from kvcontract.spec.arith import Bool, and_, any_of, implies, not_, or_
-from kvcontract.spec.lookup import HIT, HIT_PENDING, RETRY, answer_is_all_hit, is_present, sliding_window_answer
+from kvcontract.spec.lookup import (
+    HIT,
+    HIT_PENDING,
+    RETRY,
+    answer_is_all_hit,
+    is_present,
+    sliding_window_answer,
+)
 
 SEQUENCE_MAX_LENGTH = 12
 SEQUENCE_WINDOWS = (1, 2, 3, 4)

@@ -23,7 +23,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import z3
-
 from kvcontract.impl.bundle import Implementation
 from kvcontract.proofs import solver as z3driver
 from kvcontract.proofs.symbolic import LiftError, PathExplorer, has_symbolic

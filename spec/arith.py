@@ -15,12 +15,12 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator, Sequence
-from typing import TypeAlias, Union
+from typing import TypeAlias
 
 import z3
 
-Num: TypeAlias = Union[int, z3.ArithRef]
-Bool: TypeAlias = Union[bool, z3.BoolRef]
+Num: TypeAlias = int | z3.ArithRef
+Bool: TypeAlias = bool | z3.BoolRef
 
 _branch_log: list[list[z3.BoolRef]] = []
 

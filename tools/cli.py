@@ -16,13 +16,13 @@ from pathlib import Path
 from typing import Any
 
 import click
+from kvcontract.impl.variants import VARIANTS, variant_names
+from kvcontract.proofs.verdicts import EXIT_USAGE, TheoremResult, Verdict
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from kvcontract.errors import KvContractError, UsageError
-from kvcontract.impl.variants import VARIANTS, variant_names
-from kvcontract.proofs.verdicts import EXIT_USAGE, TheoremResult, Verdict
 
 _STYLE = {
     Verdict.PROVED: "green",

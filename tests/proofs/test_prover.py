@@ -7,12 +7,12 @@ import subprocess
 import sys
 
 import pytest
-
-from kvcontract.errors import UnknownClauseError, UsageError
 from kvcontract.impl import get_implementation
 from kvcontract.proofs.runner import prove, select
 from kvcontract.proofs.symbolic import LiftError, PathExplorer
 from kvcontract.proofs.verdicts import Verdict
+
+from kvcontract.errors import UnknownClauseError, UsageError
 
 # (variant, clause to check, theorem expected to fail)
 CAUGHT = [
