@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from kvcontract.impl.bundle import Implementation
 from kvcontract.proofs.theorem import Config, Env, Z3Theorem
-from kvcontract.spec.arith import Bool, and_, any_of, implies, not_, or_
+from kvcontract.spec.arith import Bool, and_, any_of, implies
 from kvcontract.spec.lookup import (
     HIT,
     HIT_PENDING,
@@ -98,5 +98,3 @@ def sequence_theorems() -> list[Z3Theorem]:
                          rightmost, "C4"),
     ]
 
-
-_ = (HIT, not_, or_)  # re-exported names used in docs
