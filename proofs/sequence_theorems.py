@@ -13,7 +13,6 @@ from kvcontract.impl.bundle import Implementation
 from kvcontract.proofs.theorem import Config, Env, Z3Theorem
 from kvcontract.spec.arith import Bool, and_, any_of, implies
 from kvcontract.spec.lookup import (
-    HIT,
     HIT_PENDING,
     RETRY,
     answer_is_all_hit,
