@@ -34,7 +34,9 @@ def _cdiv(a: Any, b: Any) -> Any:
 
 
 # -- allocation retention (GPU sliding-window manager) -----------------------------
-def get_num_skipped_tokens(num_computed_tokens: Any, sliding_window: Any, extra_retained: Any) -> Any:
+def get_num_skipped_tokens(
+    num_computed_tokens: Any, sliding_window: Any, extra_retained: Any
+) -> Any:
     """Tokens below the window (freed or null) after ``num_computed_tokens``."""
     num_skipped = num_computed_tokens - sliding_window + 1 - extra_retained
     if num_skipped < 0:
@@ -59,7 +61,9 @@ def load_chunk_range(
     extra_retained: Any,
 ) -> tuple[Any, Any]:
     """Chunks to load for an external hit: every fresh block of the retained range."""
-    first_block, _ = retained_block_range(num_hit_tokens, block_size, sliding_window, extra_retained)
+    first_block, _ = retained_block_range(
+        num_hit_tokens, block_size, sliding_window, extra_retained
+    )
     num_local_blocks = _cdiv(num_local_tokens, block_size)
     if num_local_blocks > first_block:
         first_block = num_local_blocks
@@ -106,7 +110,7 @@ def sliding_window_lookup(
     pending_in_run = False
     for idx in range(end - 1, start - 1, -1):
         result = lookup(idx)
-        if result == HIT or result == HIT_PENDING:
+        if result in (HIT, HIT_PENDING):
             consecutive += 1
             if result == HIT_PENDING:
                 pending_in_run = True

@@ -10,10 +10,11 @@ so that a variant's defective primitive shows up in every decision built from it
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from kvcontract.impl.bundle import Implementation
+from kvcontract.impl.reference import get_num_offloadable_tokens
 from kvcontract.spec.geometry import Geometry, GroupKind, GroupSpec
 from kvcontract.spec.lookup import LookupResult
 
@@ -51,11 +52,27 @@ def _group_window(impl: Implementation, geometry: Geometry, group: GroupSpec) ->
     return 1
 
 
+def full_attention_load_range(
+    hit: int, local_hit: int, block_tokens: int, bpc: int
+) -> tuple[int, int]:
+    """FA: every chunk from the first block past the local hit to the hit's last chunk."""
+    return -(-local_hit // block_tokens) // bpc, -(-hit // (block_tokens * bpc))
+
+
+def mamba_load_range(hit: int, local_hit: int, chunk_tokens: int) -> tuple[int, int]:
+    """Mamba: the state lives in the chunk that ends at the boundary (one chunk at most)."""
+    return max(local_hit // chunk_tokens, hit // chunk_tokens - 1), hit // chunk_tokens
+
+
 def group_load_range(
     impl: Implementation, geometry: Geometry, group: GroupSpec, hit: int, local_hit: int
 ) -> tuple[int, int]:
-    """The chunks a group's GPU manager allocates fresh and loads for ``hit``."""
-    tpc = geometry.chunk_tokens(group)
+    """The chunks a group's GPU manager allocates fresh and loads for ``hit``.
+
+    This is the operational side; :func:`kvcontract.spec.multigroup.load_range` states
+    the same sets declaratively and the prover and the system compare the two, so the
+    spec's formulas are deliberately not imported here.
+    """
     bs = geometry.block_tokens(group)
     if group.kind is GroupKind.SLIDING_WINDOW:
         assert group.sliding_window is not None
@@ -65,8 +82,30 @@ def group_load_range(
         )
         return int(start), int(end)
     if group.kind is GroupKind.MAMBA:
-        return max(local_hit // tpc, hit // tpc - 1), hit // tpc
-    return -(-local_hit // bs) // geometry.blocks_per_chunk, -(-hit // tpc)
+        return mamba_load_range(hit, local_hit, geometry.chunk_tokens(group))
+    return full_attention_load_range(hit, local_hit, bs, geometry.blocks_per_chunk)
+
+
+def group_first_live_block(
+    impl: Implementation, geometry: Geometry, group: GroupSpec, num_computed: int
+) -> int:
+    """First block a group's GPU manager keeps after ``num_computed`` tokens.
+
+    SWA: allocation retention (blocks below it are freed or null); Mamba: the first block
+    of the chunk holding the state at the last chunk end; FA keeps everything.
+    """
+    if group.kind is GroupKind.SLIDING_WINDOW:
+        assert group.sliding_window is not None
+        first, _ = impl.retained_block_range(
+            num_computed, geometry.block_tokens(group), group.sliding_window,
+            group.extra_retained_tokens,
+        )
+        return int(first)
+    if group.kind is GroupKind.MAMBA:
+        start, _ = mamba_load_range(num_computed, 0, geometry.chunk_tokens(group))
+        first_block: int = start * geometry.blocks_per_chunk
+        return first_block
+    return 0
 
 
 def _present_view(lookup: Callable[[int], LookupResult]) -> Callable[[int], LookupResult]:
@@ -90,9 +129,11 @@ def _scan_group(
     """One group's scan at boundary ``max_hit``: the end index it confirms, or None."""
     eagle = 1 if group.eagle else 0
     if group.kind is GroupKind.FULL:
-        return impl.prefix_lookup(lookup, start, end + eagle)
+        found: int | None = impl.prefix_lookup(lookup, start, end + eagle)
+        return found
     if group.kind is GroupKind.MAMBA:
-        return impl.sliding_window_lookup(lookup, start, end, 1, 1)
+        mamba_found: int | None = impl.sliding_window_lookup(lookup, start, end, 1, 1)
+        return mamba_found
     assert group.sliding_window is not None
     initial = int(
         impl.load_window_size_in_chunks(
@@ -100,7 +141,10 @@ def _scan_group(
             geometry.chunk_tokens(group),
         )
     )
-    return impl.sliding_window_lookup(lookup, start, end + eagle, initial + eagle, window + eagle)
+    swa_found: int | None = impl.sliding_window_lookup(
+        lookup, start, end + eagle, initial + eagle, window + eagle
+    )
+    return swa_found
 
 
 def lookup_complete_chunks(
@@ -112,8 +156,14 @@ def lookup_complete_chunks(
     is_loading: Callable[[int, int], bool] | None = None,
     max_iterations: int | None = None,
     max_hit_tokens: int | None = None,
+    num_keys: Mapping[int, int] | None = None,
 ) -> LookupOutcome:
     """Find the largest boundary every group can serve (or defer).
+
+    ``num_keys`` overrides, per group index, how many offload keys the request has
+    (by default its complete chunks, ``num_tokens // tpc``): upstream's tests build a
+    request's block hashes independently of its token count (DOMAIN.md 10, the EAGLE
+    case of 13 tokens with 4 keys).
 
     Groups are visited FA first, then SWA by window descending. Each group proposes
     the largest boundary at most ``max_hit`` it can serve; when a group shrinks the
@@ -166,9 +216,9 @@ def lookup_complete_chunks(
                 continue
             group = geometry.groups[g]
             tpc = geometry.chunk_tokens(group)
-            num_keys = num_tokens // tpc
-            if max_hit > num_keys * tpc:
-                max_hit = num_keys * tpc
+            keys = num_tokens // tpc if num_keys is None else num_keys.get(g, num_tokens // tpc)
+            if max_hit > keys * tpc:
+                max_hit = keys * tpc
             start = local_hit // tpc
             if max_hit // tpc <= start:
                 outcome.hit_tokens = local_hit
@@ -179,7 +229,7 @@ def lookup_complete_chunks(
             eagle = 1 if group.eagle else 0
             peeked = bool(eagle)
             verified = True  # whether the proposed boundary was checked by a scan
-            if eagle and end + 1 > num_keys:
+            if eagle and end + 1 > keys:
                 peeked = False
                 verified = False
                 found: int | None = end
@@ -204,6 +254,7 @@ def lookup_complete_chunks(
                 # The peek chunk is looked up, never loaded: pop it, once per boundary.
                 if peeked:
                     outcome.pops[g] = outcome.pops.get(g, 0) + 1
+                assert found is not None
                 found -= 1
             boundary = min(max_hit, found * tpc)
             if boundary < max_hit:
@@ -298,14 +349,19 @@ class StoreTracker:
         skipped = self.impl.get_num_skipped_tokens(
             num_computed, group.sliding_window, group.extra_retained_tokens
         )
-        return int(skipped) // self.geometry.block_tokens(group)
+        first: int = int(skipped) // self.geometry.block_tokens(group)
+        return first
+
+    def mark_computed(self, num_chunks: int) -> None:
+        """Chunks ``[0, num_chunks)`` came from a hit (CPU or GPU cache): never offer them."""
+        self.offered.update(range(num_chunks))
+        if num_chunks > self.next_stored_chunk_idx:
+            self.next_stored_chunk_idx = num_chunks
 
     def step(
         self, status: str, num_computed: int, num_scheduled: int, num_tokens: int
     ) -> list[int]:
         """The chunks offered to ``prepare_store`` for this step (ascending)."""
-        from kvcontract.impl.reference import get_num_offloadable_tokens
-
         tpc = self.geometry.chunk_tokens(self.group)
         tokens = get_num_offloadable_tokens(
             status, num_computed, num_scheduled, num_tokens, self.prompt_len,

@@ -51,11 +51,42 @@ def scan_cases() -> Iterator[ScanCase]:
                     yield ScanCase(states, initial, window)
 
 
+class _LastCase:
+    """A one-entry memo: the theorems of a family check one case after another, so the
+    implementation's lookup and the spec's answer for a case are computed once, not
+    once per clause (a failure is remembered and raised again)."""
+
+    def __init__(self, compute: Any) -> None:
+        self.compute = compute
+        self.key: tuple[Any, Any] | None = None
+        self.value: Any = None
+        self.error: BaseException | None = None
+
+    def __call__(self, case: Any, impl: Any = None) -> Any:
+        key = (case, impl)
+        if self.key is None or self.key[0] is not case or self.key[1] is not impl:
+            self.key, self.value, self.error = key, None, None
+            try:
+                self.value = self.compute(case, impl)
+            except Exception as exc:
+                self.error = exc
+        if self.error is not None:
+            raise self.error
+        return self.value
+
+
+@_LastCase
 def _run_scan(case: ScanCase, impl: Implementation) -> int | None:
     states = case.states
-    return impl.sliding_window_lookup(
+    found: int | None = impl.sliding_window_lookup(
         lambda k: states[k], 0, len(states), case.initial_window, case.window
     )
+    return found
+
+
+@_LastCase
+def _scan_answer(case: ScanCase, _impl: Any = None) -> Any:
+    return sliding_window_answer(list(case.states), case.initial_window, case.window)
 
 
 def _required(case: ScanCase, end: int) -> int:
@@ -78,7 +109,7 @@ def scan_accepts_only_hit(case: ScanCase, impl: Implementation) -> str | None:
 
 def scan_defers_only_in_scope(case: ScanCase, impl: Implementation) -> str | None:
     found = _run_scan(case, impl)
-    spec = sliding_window_answer(list(case.states), case.initial_window, case.window)
+    spec = _scan_answer(case)
     if found is None and not spec.deferred:
         return (
             f"the scan deferred, but no RETRY was scanned and no pending key lies in the "
@@ -89,7 +120,7 @@ def scan_defers_only_in_scope(case: ScanCase, impl: Implementation) -> str | Non
 
 def scan_is_maximal(case: ScanCase, impl: Implementation) -> str | None:
     found = _run_scan(case, impl)
-    spec = sliding_window_answer(list(case.states), case.initial_window, case.window)
+    spec = _scan_answer(case)
     if found is not None and not spec.deferred and found != spec.end:
         return f"the scan answered {found}, the rightmost complete window ends at {spec.end}"
     return None
@@ -105,16 +136,19 @@ def _scan_theorems() -> list[ExhaustiveTheorem]:
             "C2", "scan-accepts-only-hit",
             "a non-deferred sliding-window scan accepts only HIT keys",
             scan_cases, scan_accepts_only_hit, domain, lambda c: c.to_json(),
+            family="scan",
         ),
         ExhaustiveTheorem(
             "C3", "scan-defers-only-in-scope",
             "the scan defers only for a RETRY or a pending key in the window it would use",
             scan_cases, scan_defers_only_in_scope, domain, lambda c: c.to_json(),
+            family="scan",
         ),
         ExhaustiveTheorem(
             "C4", "scan-is-maximal",
             "a non-deferred scan answers the rightmost complete window",
             scan_cases, scan_is_maximal, domain, lambda c: c.to_json(),
+            family="scan",
         ),
     ]
 
@@ -153,6 +187,14 @@ def lookup_catalog() -> list[tuple[str, Geometry, int, int]]:
         ("SWA2(sw5),bpc2", Geometry((swa(2, 5),), blocks_per_chunk=2), 25, 0),
         ("FA4+SWA4(sw8),local4", Geometry((fa(4), swa(4, 8))), 21, 4),
         ("SWA4(sw8)+Mamba8", Geometry((swa(4, 8), mamba(8))), 25, 0),
+        # EAGLE at chunk granularity (bpc > 1): the peek and the pop are one chunk of
+        # bpc blocks; unaligned boundaries, e > 0 and a local hit included.
+        ("FA4+SWA2(sw3,eagle),bpc2", Geometry((fa(4), swa(2, 3, eagle=True)),
+                                               blocks_per_chunk=2), 17, 0),
+        ("FA4+SWA2(sw3,eagle),bpc2,local4", Geometry((fa(4), swa(2, 3, eagle=True)),
+                                                      blocks_per_chunk=2), 17, 4),
+        ("SWA2(sw3,e1,eagle)+SWA4(sw5),bpc2",
+         Geometry((swa(2, 3, 1, eagle=True), swa(4, 5)), blocks_per_chunk=2), 21, 0),
     ]
 
 
@@ -174,11 +216,18 @@ def lookup_domain() -> str:
     return f"every MISS/HIT/HIT_PENDING state of every chunk of {names}"
 
 
+@_LastCase
 def _run_lookup(case: LookupCase, impl: Implementation) -> Any:
     return lookup_complete_chunks(
         impl, case.geometry, case.num_tokens, case.local_hit,
         lambda g, k: case.states[g][k],
     )
+
+
+@_LastCase
+def _contract_answer(case: LookupCase, _impl: Any = None) -> multigroup.ContractAnswer:
+    return multigroup.contract_answer(case.geometry, case.num_tokens, case.local_hit,
+                                      dict(enumerate(case.states)))
 
 
 def lookup_loads_only_hit(case: LookupCase, impl: Implementation) -> str | None:
@@ -203,8 +252,7 @@ def lookup_defers_only_in_scope(case: LookupCase, impl: Implementation) -> str |
     outcome = _run_lookup(case, impl)
     if outcome.hit_tokens is not None:
         return None
-    answer = multigroup.contract_answer(case.geometry, case.num_tokens, case.local_hit,
-                                        dict(enumerate(case.states)))
+    answer = _contract_answer(case)
     if not answer.pending_in_window:
         return (
             "the lookup deferred, but no chunk read for the best boundary "
@@ -217,11 +265,13 @@ def lookup_is_maximal(case: LookupCase, impl: Implementation) -> str | None:
     outcome = _run_lookup(case, impl)
     if outcome.hit_tokens is None:
         return None
-    answer = multigroup.contract_answer(case.geometry, case.num_tokens, case.local_hit,
-                                        dict(enumerate(case.states)))
+    answer = _contract_answer(case)
     expected = answer.best_present if answer.best_present is not None else case.local_hit
     if outcome.hit_tokens != expected:
-        return f"the lookup accepted {outcome.hit_tokens}; the largest servable boundary is {expected}"
+        return (
+            f"the lookup accepted {outcome.hit_tokens}; "
+            f"the largest servable boundary is {expected}"
+        )
     return None
 
 
@@ -236,7 +286,7 @@ def lookup_eagle_peek(case: LookupCase, impl: Implementation) -> str | None:
             return f"EAGLE group {g} popped {outcome.pops[g]} times for {distinct} boundaries"
         if hit is None or hit <= case.local_hit:
             continue
-        lo, hi = multigroup.load_range(case.geometry, group, hit, case.local_hit)
+        _, hi = multigroup.load_range(case.geometry, group, hit, case.local_hit)
         if (g, hi) not in outcome.lookups:
             return f"EAGLE group {g}: the peek chunk {hi} after hit {hit} was never looked up"
         if case.states[g][hi] != HIT:
@@ -270,19 +320,26 @@ def _lookup_theorems() -> list[ExhaustiveTheorem]:
     return [
         ExhaustiveTheorem("C2", "lookup-loads-only-hit",
                           "every chunk of every accepted load set was answered HIT",
-                          lookup_cases, lookup_loads_only_hit, domain, lambda c: c.to_json()),
+                          lookup_cases, lookup_loads_only_hit, domain,
+                          lambda c: c.to_json(), family="lookup"),
         ExhaustiveTheorem("C3", "lookup-defers-only-in-scope",
                           "the multi-group lookup defers only for a pending chunk it would read",
-                          lookup_cases, lookup_defers_only_in_scope, domain, lambda c: c.to_json()),
+                          lookup_cases, lookup_defers_only_in_scope, domain,
+                          lambda c: c.to_json(), family="lookup"),
         ExhaustiveTheorem("C4", "lookup-is-maximal",
                           "the accepted hit is the largest boundary every group can serve",
-                          lookup_cases, lookup_is_maximal, domain, lambda c: c.to_json()),
+                          lookup_cases, lookup_is_maximal, domain,
+                          lambda c: c.to_json(), family="lookup"),
         ExhaustiveTheorem("C5", "eagle-peek",
-                          "EAGLE: the peek chunk is looked up and HIT, not loaded; one pop per boundary",
-                          lookup_cases, lookup_eagle_peek, domain, lambda c: c.to_json()),
+                          "EAGLE: the peek chunk is looked up and HIT, not loaded; "
+                          "one pop per boundary",
+                          lookup_cases, lookup_eagle_peek, domain,
+                          lambda c: c.to_json(), family="lookup"),
         ExhaustiveTheorem("C6", "lookup-converges",
-                          "the loop terminates, maxhit never grows, the final N is servable by every group",
-                          lookup_cases, lookup_converges, domain, lambda c: c.to_json()),
+                          "the loop terminates, maxhit never grows, "
+                          "the final N is servable by every group",
+                          lookup_cases, lookup_converges, domain,
+                          lambda c: c.to_json(), family="lookup"),
     ]
 
 
@@ -314,7 +371,8 @@ def store_catalog() -> list[tuple[str, Geometry, tuple[int, ...]]]:
         ("FA36+SWA4(sw16)", Geometry((fa(36), swa(4, 16))), (40, 75, 120)),
         ("FA16+SWA4(sw8,e3)", Geometry((fa(16), swa(4, 8, 3))), (33, 64)),
         ("FA8+SWA4(sw6),bpc2", Geometry((fa(4), swa(4, 6)), blocks_per_chunk=2), (29, 48)),
-        ("FA16+SWA4(sw8),retention32", Geometry((fa(16), swa(4, 8)), retention_interval=32), (64, 70)),
+        ("FA16+SWA4(sw8),retention32",
+         Geometry((fa(16), swa(4, 8)), retention_interval=32), (64, 70)),
     ]
 
 
@@ -358,6 +416,10 @@ def _simulate(case: StoreCase, impl: Implementation) -> tuple[list[StoreTracker]
     return trackers, frontiers, computed
 
 
+_simulated = _LastCase(_simulate)
+"""The producer run of a case, shared by the store family's checks."""
+
+
 def _expected_swa_chunks(case: StoreCase, group_index: int, horizon_tokens: int,
                          frontier_chunks: list[int]) -> set[int]:
     """The chunks a correct producer offers: the mask at the real final horizon, plus
@@ -387,9 +449,13 @@ def _expected_swa_chunks(case: StoreCase, group_index: int, horizon_tokens: int,
     return expected
 
 
-def store_horizon(case: StoreCase, impl: Implementation) -> str | None:
-    """C9: the union of offers is the mask at the real horizon (no intermediate tails)."""
-    trackers, _, computed = _simulate(case, impl)
+def _offer_difference(
+    case: StoreCase, impl: Implementation
+) -> list[tuple[int, list[int], list[int]]]:
+    """Per SWA group: the chunks offered beyond the real horizon's demand, and the
+    demanded chunks never offered."""
+    trackers, _, computed = _simulated(case, impl)
+    differences = []
     for g, group in enumerate(case.geometry.groups):
         if not group.is_swa:
             continue
@@ -401,8 +467,21 @@ def store_horizon(case: StoreCase, impl: Implementation) -> str | None:
         expected = _expected_swa_chunks(case, g, horizon, frontier_chunks)
         expected -= trackers[g].unstorable
         offered = trackers[g].offered
-        extra = sorted(offered - expected)
-        missing = sorted(expected - offered)
+        differences.append((g, sorted(offered - expected), sorted(expected - offered)))
+    return differences
+
+
+def store_only_demanded(case: StoreCase, impl: Implementation) -> str | None:
+    """C8: every offered chunk is demanded by a boundary a consumer can reach."""
+    for g, extra, _ in _offer_difference(case, impl):
+        if extra:
+            return f"group {g} offered chunks {extra} that no reachable boundary demands"
+    return None
+
+
+def store_horizon(case: StoreCase, impl: Implementation) -> str | None:
+    """C9: the union of offers is the mask at the real horizon (no intermediate tails)."""
+    for g, extra, missing in _offer_difference(case, impl):
         if extra:
             return f"group {g} offered chunks {extra} that no reachable boundary demands"
         if missing:
@@ -412,7 +491,7 @@ def store_horizon(case: StoreCase, impl: Implementation) -> str | None:
 
 def store_offered_once(case: StoreCase, impl: Implementation) -> str | None:
     """C8: no chunk is offered twice."""
-    trackers, _, _ = _simulate(case, impl)
+    trackers, _, _ = _simulated(case, impl)
     for g, tracker in enumerate(trackers):
         seen: set[int] = set()
         for step, offer in enumerate(tracker.offers):
@@ -425,7 +504,7 @@ def store_offered_once(case: StoreCase, impl: Implementation) -> str | None:
 
 def store_well_formed(case: StoreCase, impl: Implementation) -> str | None:
     """C10: offered chunks are complete, committed, and their blocks are live."""
-    trackers, _, computed = _simulate(case, impl)
+    trackers, _, computed = _simulated(case, impl)
     for g, tracker in enumerate(trackers):
         tpc = case.geometry.chunk_tokens(case.geometry.groups[g])
         committed = min(computed, case.prompt_len)
@@ -446,15 +525,59 @@ def _store_theorems() -> list[ExhaustiveTheorem]:
     )
     return [
         ExhaustiveTheorem("C8", "offered-at-most-once", "no chunk is offered twice",
-                          store_cases, store_offered_once, domain, lambda c: c.to_json()),
+                          store_cases, store_offered_once, domain,
+                          lambda c: c.to_json(), family="store"),
+        ExhaustiveTheorem("C8", "stores-only-demanded",
+                          "every offered chunk is demanded by a reachable boundary",
+                          store_cases, store_only_demanded, domain,
+                          lambda c: c.to_json(), family="store"),
         ExhaustiveTheorem("C9", "store-horizon",
                           "stores equal the mask at the real horizon: no intermediate final tails",
-                          store_cases, store_horizon, domain, lambda c: c.to_json()),
+                          store_cases, store_horizon, domain,
+                          lambda c: c.to_json(), family="store"),
         ExhaustiveTheorem("C10", "stores-well-formed",
                           "offered chunks are complete and committed (no final sampled slot)",
-                          store_cases, store_well_formed, domain, lambda c: c.to_json()),
+                          store_cases, store_well_formed, domain,
+                          lambda c: c.to_json(), family="store"),
     ]
 
 
 def exhaustive_theorems() -> list[ExhaustiveTheorem]:
     return _scan_theorems() + _lookup_theorems() + _store_theorems()
+
+
+# -- int-only replay helpers (reproducers and pictures: tools/gentests.py, tools/explain.py)
+def case_from_json(data: dict[str, Any]) -> ScanCase | LookupCase | StoreCase:
+    """Rebuild the case of an exhaustive witness (the inverse of each ``to_json``)."""
+    if "initial_window" in data:
+        return ScanCase(
+            tuple(LookupResult[name] for name in data["states"]),
+            int(data["initial_window"]), int(data["window"]),
+        )
+    geometry = Geometry.from_dict(data["geometry"])
+    if "num_tokens" in data:
+        states = data["states"]
+        return LookupCase(
+            str(data.get("geometry_name", "")), geometry, int(data["num_tokens"]),
+            int(data["local_hit"]),
+            tuple(
+                tuple(LookupResult[name] for name in states[str(g)])
+                for g in range(len(geometry.groups))
+            ),
+        )
+    return StoreCase(
+        str(data.get("geometry_name", "")), geometry, int(data["prompt_len"]),
+        tuple(int(s) for s in data["steps"]), str(data["ending"]), int(data.get("decode", 0)),
+    )
+
+
+def store_expected_offers(case: StoreCase, group_index: int) -> set[int]:
+    """The chunks a correct producer offers for SWA group ``group_index`` of ``case``
+    (C9), before chunks whose blocks were already freed are dropped."""
+    computed = sum(case.steps) + (case.decode if case.ending == "finished" else 0)
+    tpc = case.geometry.chunk_tokens(case.geometry.groups[group_index])
+    horizon = min(computed, case.prompt_len)
+    frontier_chunks = [
+        min(sum(case.steps[: i + 1]), case.prompt_len) // tpc for i in range(len(case.steps))
+    ]
+    return _expected_swa_chunks(case, group_index, horizon, frontier_chunks)

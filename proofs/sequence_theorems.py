@@ -36,49 +36,51 @@ def _configs() -> list[Config]:
 def _states(env: Env) -> tuple[list[object], list[Bool]]:
     # The Z3Theorem supplies variables s0..s11; only the first n are the sequence.
     states = [env[f"s{k}"] for k in range(env["n"])]
-    return states, [and_(s >= 0, s <= 3) for s in states]  # type: ignore[operator]
+    return states, [and_(s >= 0, s <= 3) for s in states]
 
 
 def accepts_only_hit(env: Env, impl: Implementation) -> tuple[list[Bool], Bool]:
     states, hyps = _states(env)
-    answer = sliding_window_answer(states, env["initial"], env["W"])  # type: ignore[arg-type]
-    return hyps, answer_is_all_hit(states, answer)  # type: ignore[arg-type]
+    answer = sliding_window_answer(states, env["initial"], env["W"])
+    return hyps, answer_is_all_hit(states, answer)
 
 
 def pending_scope(env: Env, impl: Implementation) -> tuple[list[Bool], Bool]:
     """Without RETRY, the answer defers iff a pending key lies inside its window."""
     states, hyps = _states(env)
-    hyps.append(and_(*[s != RETRY for s in states]))  # type: ignore[arg-type]
-    answer = sliding_window_answer(states, env["initial"], env["W"])  # type: ignore[arg-type]
+    hyps.append(and_(*[s != RETRY for s in states]))
+    answer = sliding_window_answer(states, env["initial"], env["W"])
     inside = any_of(
         [
-            and_(answer.window_start <= k, k < answer.end, s == HIT_PENDING)  # type: ignore[operator]
+            and_(answer.window_start <= k, k < answer.end, s == HIT_PENDING)
             for k, s in enumerate(states)
         ]
     )
-    return hyps, answer.deferred == inside  # type: ignore[return-value]
+    return hyps, answer.deferred == inside
 
 
 def rightmost(env: Env, impl: Implementation) -> tuple[list[Bool], Bool]:
     """No complete window of present keys ends right of the answer."""
     states, hyps = _states(env)
     n, window, initial = env["n"], env["W"], env["initial"]
-    answer = sliding_window_answer(states, initial, window)  # type: ignore[arg-type]
+    answer = sliding_window_answer(states, initial, window)
     checks: list[Bool] = []
     for j in range(1, n + 1):
         required = initial if j == n else window
         if j - required < 0:
             continue
-        complete = and_(*[is_present(states[k]) for k in range(j - required, j)])  # type: ignore[arg-type]
-        checks.append(implies(complete, answer.end >= j))  # type: ignore[operator]
+        complete = and_(*[is_present(states[k]) for k in range(j - required, j)])
+        checks.append(implies(complete, answer.end >= j))
     return hyps, and_(*checks) if checks else True
 
 
 def _hit_run_theorem(name: str, description: str, statement: object, clause: str) -> Z3Theorem:
     return Z3Theorem(
-        clause, name, description,
+        clause,
+        name,
+        description,
         tuple(f"s{k}" for k in range(SEQUENCE_MAX_LENGTH)),
-        statement,  # type: ignore[arg-type]
+        statement,
         _configs,
         f"every sequence of length n <= {SEQUENCE_MAX_LENGTH}, W in {set(SEQUENCE_WINDOWS)}, "
         "initial in {W, W+1}",
@@ -87,13 +89,19 @@ def _hit_run_theorem(name: str, description: str, statement: object, clause: str
 
 def sequence_theorems() -> list[Z3Theorem]:
     return [
-        _hit_run_theorem("spec-scan-hit-only", "the specified scan accepts only HIT keys",
-                         accepts_only_hit, "C2"),
-        _hit_run_theorem("spec-scan-pending-scope",
-                         "without RETRY the specified scan defers iff a pending key is in its window",
-                         pending_scope, "C3"),
-        _hit_run_theorem("spec-scan-rightmost",
-                         "the specified scan answers the rightmost complete window",
-                         rightmost, "C4"),
+        _hit_run_theorem(
+            "spec-scan-hit-only", "the specified scan accepts only HIT keys", accepts_only_hit, "C2"
+        ),
+        _hit_run_theorem(
+            "spec-scan-pending-scope",
+            "without RETRY the specified scan defers iff a pending key is in its window",
+            pending_scope,
+            "C3",
+        ),
+        _hit_run_theorem(
+            "spec-scan-rightmost",
+            "the specified scan answers the rightmost complete window",
+            rightmost,
+            "C4",
+        ),
     ]
-

@@ -33,6 +33,8 @@ class _Run:
         self.decisions = decisions
         self.position = 0
         self.condition: list[z3.BoolRef] = []
+        self.branches: list[z3.BoolRef] = []
+        """The condition decided at each position (not negated), for the decision tree."""
 
     def decide(self, cond: z3.BoolRef) -> bool:
         if self.position < len(self.decisions):
@@ -40,14 +42,14 @@ class _Run:
         elif not self.explorer.prune:
             # Explore both sides without asking the solver: an infeasible path only adds
             # a dead branch to the If chain, and saves two solver calls per fork.
-            self.explorer.queue.append(self.decisions[: self.position] + [False])
+            self.explorer.queue.append([*self.decisions[:self.position], False])
             choice = True
             self.decisions.append(choice)
         else:
-            can_true = self.explorer.feasible(self.condition + [cond])
-            can_false = self.explorer.feasible(self.condition + [z3.Not(cond)])
+            can_true = self.explorer.feasible([*self.condition, cond])
+            can_false = self.explorer.feasible([*self.condition, z3.Not(cond)])
             if can_true and can_false:
-                self.explorer.queue.append(self.decisions[: self.position] + [False])
+                self.explorer.queue.append([*self.decisions[:self.position], False])
                 choice = True
             elif can_true:
                 choice = True
@@ -58,6 +60,7 @@ class _Run:
             self.decisions.append(choice)
         self.position += 1
         self.condition.append(cond if choice else z3.Not(cond))
+        self.branches.append(cond)
         return choice
 
 
@@ -240,14 +243,14 @@ class PathExplorer:
         self.feasibility_queries += 1
         verdict = self.solver.check(*conditions)
         # unknown counts as feasible: exploring a dead path is sound, skipping a live one is not
-        return verdict != z3.unsat
+        return bool(verdict != z3.unsat)
 
-    def paths(self, fn: Callable[..., Any], args: Sequence[Any]) -> list[tuple[z3.BoolRef, Any]]:
+    def _runs(self, fn: Callable[..., Any], args: Sequence[Any]) -> list[tuple[_Run, Any]]:
         self.queue = [[]]
-        results: list[tuple[z3.BoolRef, Any]] = []
+        runs: list[tuple[_Run, Any]] = []
         wrapped = [_wrap(a) for a in args]
         while self.queue:
-            if len(results) >= self.max_paths:
+            if len(runs) >= self.max_paths:
                 raise LiftError(f"more than {self.max_paths} paths")
             run = _Run(self, self.queue.pop())
             _current.append(run)
@@ -257,18 +260,45 @@ class PathExplorer:
                 continue
             finally:
                 _current.pop()
-            results.append((z3.And(*run.condition) if run.condition else z3.BoolVal(True), _unwrap(value)))
-        return results
+            runs.append((run, _unwrap(value)))
+        return runs
+
+    def paths(self, fn: Callable[..., Any], args: Sequence[Any]) -> list[tuple[z3.BoolRef, Any]]:
+        """Every feasible path as ``(path condition, result)``."""
+        return [
+            (z3.And(*run.condition) if run.condition else z3.BoolVal(True), value)
+            for run, value in self._runs(fn, args)
+        ]
 
     def lift(self, fn: Callable[..., Any], args: Sequence[Any]) -> Any:
-        """The function's result as one term (an ``If`` chain over its paths)."""
-        paths = self.paths(fn, args)
-        if not paths:
+        """The function's result as one term: an ``If`` tree over its decisions.
+
+        Paths share prefixes, so the term is built as the decision tree the runs
+        explored (each branch condition appears once) rather than as a chain of whole
+        path conditions, which repeats every prefix and grows quadratically; the
+        solver decides the tree form much faster (measured: C7 mask theorems).
+        """
+        runs = self._runs(fn, args)
+        if not runs:
             raise LiftError("no feasible path")
-        merged = paths[-1][1]
-        for cond, value in reversed(paths[:-1]):
-            merged = _merge(cond, value, merged)
-        return merged
+        return _tree(runs, 0)
+
+
+def _tree(runs: list[tuple[_Run, Any]], depth: int) -> Any:
+    """The term for the runs that agree on their first ``depth`` decisions."""
+    if len(runs) == 1 and len(runs[0][0].decisions) <= depth:
+        return runs[0][1]
+    deciding = [r for r in runs if len(r[0].decisions) > depth]
+    if len(deciding) != len(runs):
+        raise LiftError("the runs of a lifted function diverge without a decision")
+    cond = deciding[0][0].branches[depth]
+    taken = [r for r in runs if r[0].decisions[depth]]
+    other = [r for r in runs if not r[0].decisions[depth]]
+    if not taken:  # the other side was infeasible (pruned): the term holds under it
+        return _tree(other, depth + 1)
+    if not other:
+        return _tree(taken, depth + 1)
+    return _merge(cond, _tree(taken, depth + 1), _tree(other, depth + 1))
 
 
 def call(fn: Callable[..., Any], *args: Any, assumptions: Sequence[z3.BoolRef] = ()) -> Any:

@@ -56,15 +56,54 @@ class Clause:
 CLAUSES: tuple[Clause, ...] = (
     Clause("C1", "retention", "live SWA blocks after allocating N after L are Ret(N)", "prover"),
     Clause("C2", "load safety", "every chunk of every load set was answered HIT", "prover"),
-    Clause("C3", "readiness scope", "defer only for RETRY or pending inside the used window", "prover"),
-    Clause("C4", "maximality", "the accepted hit is the largest boundary whose windows are ready", "prover"),
-    Clause("C5", "EAGLE", "W + 1 ready chunks; peek looked up, not loaded; one pop per boundary", "prover"),
-    Clause("C6", "convergence", "final N satisfies C2 at N; maxhit never grows; terminates", "prover"),
-    Clause("C7", "supply covers demand", "every chunk a reachable boundary demands is offered", "prover"),
-    Clause("C8", "store economy", "nothing stored that no reachable boundary demands; no double offer", "prover"),
-    Clause("C9", "store horizon", "no final tail at intermediate frontiers; finish/abort recompute it", "prover"),
-    Clause("C10", "well-formed stores", "no null/stale block, no uncommitted slot in a stored chunk", "prover"),
-    Clause("C11", "data integrity", "loaded bytes equal the producer's; decode step matches recompute", "system"),
+    Clause(
+        "C3", "readiness scope", "defer only for RETRY or pending inside the used window", "prover"
+    ),
+    Clause(
+        "C4",
+        "maximality",
+        "the accepted hit is the largest boundary whose windows are ready",
+        "prover",
+    ),
+    Clause(
+        "C5",
+        "EAGLE",
+        "W + 1 ready chunks; peek looked up, not loaded; one pop per boundary",
+        "prover",
+    ),
+    Clause(
+        "C6", "convergence", "final N satisfies C2 at N; maxhit never grows; terminates", "prover"
+    ),
+    Clause(
+        "C7",
+        "supply covers demand",
+        "every chunk a reachable boundary demands is offered",
+        "prover",
+    ),
+    Clause(
+        "C8",
+        "store economy",
+        "nothing stored that no reachable boundary demands; no double offer",
+        "prover",
+    ),
+    Clause(
+        "C9",
+        "store horizon",
+        "no final tail at intermediate frontiers; finish/abort recompute it",
+        "prover",
+    ),
+    Clause(
+        "C10",
+        "well-formed stores",
+        "no null/stale block, no uncommitted slot in a stored chunk",
+        "prover",
+    ),
+    Clause(
+        "C11",
+        "data integrity",
+        "loaded bytes equal the producer's; decode step matches recompute",
+        "system",
+    ),
 )
 
 

@@ -191,7 +191,9 @@ class Geometry:
             rest = {k: v for k, v in data.items() if k != "groups"}
             return cls(groups=groups, **rest)
         except (KeyError, TypeError) as exc:
-            raise GeometryError("geometry", data, f"malformed geometry description ({exc})") from None
+            raise GeometryError(
+                "geometry", data, f"malformed geometry description ({exc})"
+            ) from None
 
 
 def fa(block_size: int, *, eagle: bool = False) -> GroupSpec:

@@ -95,7 +95,7 @@ class ScanAnswer:
 
 def is_present(result: Num) -> Bool:
     """HIT or HIT_PENDING: the key exists on the CPU side."""
-    return or_(result == HIT, result == HIT_PENDING)  # type: ignore[arg-type]
+    return or_(result == HIT, result == HIT_PENDING)
 
 
 def sliding_window_answer(
@@ -121,19 +121,19 @@ def sliding_window_answer(
         return and_(*present[end - required : end])
 
     def deferred_for(start: int, end: int) -> Bool:
-        retry_right = any_of([results[k] == RETRY for k in range(end, length)])  # type: ignore[misc]
+        retry_right = any_of([results[k] == RETRY for k in range(end, length)])
         pending_inside = any_of(
-            [results[k] == HIT_PENDING for k in range(start, end)]  # type: ignore[misc]
+            [results[k] == HIT_PENDING for k in range(start, end)]
         )
         return or_(retry_right, pending_inside)
 
     # Prefix fallback: the longest present prefix, built from the left.
     prefix_len: Num = length
     for k in range(length - 1, -1, -1):
-        prefix_len = ite(not_(present[k]), k, prefix_len)  # type: ignore[arg-type]
+        prefix_len = ite(not_(present[k]), k, prefix_len)
     prefix_deferred: Bool = False
     for k in range(length + 1):
-        prefix_deferred = ite_bool(prefix_len == k, deferred_for(0, k), prefix_deferred)  # type: ignore[arg-type]
+        prefix_deferred = ite_bool(prefix_len == k, deferred_for(0, k), prefix_deferred)
 
     end: Num = prefix_len
     start: Num = 0
@@ -161,27 +161,27 @@ def prefix_answer(results: Sequence[Num]) -> ScanAnswer:
     length = len(results)
     stop: Num = length
     for k in range(length - 1, -1, -1):
-        stop = ite(results[k] == MISS, k, stop)  # type: ignore[arg-type]
+        stop = ite(results[k] == MISS, k, stop)
     # count = present keys before the first MISS; all keys before it are present
     # or RETRY; a RETRY there defers anyway.
     deferred: Bool = False
     for k in range(length + 1):
         here = any_of(
-            [or_(results[i] == RETRY, results[i] == HIT_PENDING) for i in range(k)]  # type: ignore[arg-type]
+            [or_(results[i] == RETRY, results[i] == HIT_PENDING) for i in range(k)]
         )
-        deferred = ite_bool(stop == k, here, deferred)  # type: ignore[arg-type]
+        deferred = ite_bool(stop == k, here, deferred)
     return ScanAnswer(deferred=deferred, end=stop, window_start=0)
 
 
 def eagle_query_end(candidate_end: Num, num_keys: Num) -> Num:
     """An unverified EAGLE group peeks one chunk past the candidate end, if it exists."""
-    return ite(candidate_end + 1 <= num_keys, candidate_end + 1, num_keys)  # type: ignore[operator]
+    return ite(candidate_end + 1 <= num_keys, candidate_end + 1, num_keys)
 
 
 def answer_is_all_hit(results: Sequence[Num], answer: ScanAnswer) -> Bool:
     """C2 on one scan: a non-deferred answer's window holds only HIT keys."""
     checks: list[Bool] = []
     for k in range(len(results)):
-        inside = and_(answer.window_start <= k, k < answer.end)  # type: ignore[operator]
-        checks.append(or_(not_(inside), results[k] == HIT))  # type: ignore[arg-type]
+        inside = and_(answer.window_start <= k, k < answer.end)
+        checks.append(or_(not_(inside), results[k] == HIT))
     return or_(answer.deferred, and_(*checks))

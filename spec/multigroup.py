@@ -12,6 +12,7 @@ an asynchronous lookup is in flight (C3).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -27,7 +28,7 @@ def initial_max_hit(geometry: Geometry, num_tokens: int) -> int:
 
 def complete_chunks(geometry: Geometry, group: GroupSpec, num_tokens: int) -> int:
     """Offload keys exist only for complete chunks."""
-    return num_tokens // geometry.chunk_tokens(group)
+    return int(num_tokens // geometry.chunk_tokens(group))
 
 
 def load_range(geometry: Geometry, group: GroupSpec, hit: int, local_hit: int) -> tuple[int, int]:
@@ -54,6 +55,22 @@ def read_range(geometry: Geometry, group: GroupSpec, hit: int, local_hit: int) -
     return start, end + (1 if group.eagle else 0)
 
 
+def group_read_requirement(
+    geometry: Geometry, group: GroupSpec, hit: int, local_hit: int, num_tokens: int
+) -> tuple[int, int] | None:
+    """The chunks ``[start, end)`` that must be present for ``group`` to serve ``hit``,
+    or None when no chunk states could make it serve ``hit``."""
+    tpc = geometry.chunk_tokens(group)
+    if group.kind is GroupKind.MAMBA and hit % tpc:
+        return None
+    if hit // tpc <= local_hit // tpc:
+        return None  # less than one chunk beyond the local hit: nothing to gain
+    start, end = read_range(geometry, group, hit, local_hit)
+    if end > complete_chunks(geometry, group, num_tokens):
+        return None
+    return start, end
+
+
 def group_accepts(
     geometry: Geometry,
     group: GroupSpec,
@@ -63,15 +80,30 @@ def group_accepts(
     present: Callable[[int], bool],
 ) -> bool:
     """Whether ``group`` can serve boundary ``hit`` with the keys ``present`` reports."""
-    tpc = geometry.chunk_tokens(group)
-    if group.kind is GroupKind.MAMBA and hit % tpc:
+    required = group_read_requirement(geometry, group, hit, local_hit, num_tokens)
+    if required is None:
         return False
-    if hit // tpc <= local_hit // tpc:
-        return False  # less than one chunk beyond the local hit: nothing to gain
-    start, end = read_range(geometry, group, hit, local_hit)
-    if end > complete_chunks(geometry, group, num_tokens):
-        return False
-    return all(present(chunk) for chunk in range(start, end))
+    return all(present(chunk) for chunk in range(*required))
+
+
+@functools.lru_cache(maxsize=256)
+def _requirements(
+    geometry: Geometry, num_tokens: int, local_hit: int
+) -> tuple[tuple[int, tuple[tuple[int, int], ...] | None], ...]:
+    """Per candidate boundary (largest first), every group's read requirement, or None
+    when some group can never serve it. Independent of chunk states, so it is computed
+    once per geometry and request: the exhaustive theorems ask for the contract's
+    answer on hundreds of thousands of state assignments of one geometry."""
+    table = []
+    for hit in range(initial_max_hit(geometry, num_tokens), local_hit, -1):
+        ranges = []
+        for group in geometry.groups:
+            required = group_read_requirement(geometry, group, hit, local_hit, num_tokens)
+            if required is None:
+                break
+            ranges.append(required)
+        table.append((hit, tuple(ranges) if len(ranges) == len(geometry.groups) else None))
+    return tuple(table)
 
 
 @dataclass(frozen=True)
@@ -98,23 +130,22 @@ def contract_answer(
 
     ``states[g][k]`` is the lookup result of chunk ``k`` of group index ``g``.
     """
-    max_hit = initial_max_hit(geometry, num_tokens)
     best: int | None = None
-    for hit in range(max_hit, local_hit, -1):
-        if all(
-            group_accepts(
-                geometry, group, hit, local_hit, num_tokens,
-                lambda k, g=g: states[g][k] in (HIT, HIT_PENDING),
-            )
-            for g, group in enumerate(geometry.groups)
+    best_ranges: tuple[tuple[int, int], ...] = ()
+    present = (HIT, HIT_PENDING)
+    for hit, ranges in _requirements(geometry, num_tokens, local_hit):
+        if ranges is not None and all(
+            states[g][k] in present
+            for g, (start, end) in enumerate(ranges)
+            for k in range(start, end)
         ):
-            best = hit
+            best, best_ranges = hit, ranges
             break
-    pending = False
-    if best is not None:
-        for g, group in enumerate(geometry.groups):
-            start, end = read_range(geometry, group, best, local_hit)
-            pending |= any(states[g][k] == HIT_PENDING for k in range(start, end))
+    pending = any(
+        states[g][k] == HIT_PENDING
+        for g, (start, end) in enumerate(best_ranges)
+        for k in range(start, end)
+    )
     return ContractAnswer(best_present=best, pending_in_window=pending)
 
 

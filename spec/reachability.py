@@ -88,8 +88,8 @@ def block_is_reachable(
     period = rule.period
     if period is not None:
         if not isinstance(need, int) or need < period:
-            tail = and_(block >= shift, mod(block - shift, period) >= period - need)  # type: ignore[operator]
-            marks.append(or_(need >= period, tail))  # type: ignore[operator]
+            tail = and_(block >= shift, mod(block - shift, period) >= period - need)
+            marks.append(or_(need >= period, tail))
         else:
             return True
         if final_segment_end_block is not None and not eagle:
@@ -97,13 +97,13 @@ def block_is_reachable(
             partial = mod(end, period)
             marks.append(
                 and_(
-                    partial != 0,  # type: ignore[arg-type]
+                    partial != 0,
                     block >= max_(end - partial, end - need),
-                    block < end,  # type: ignore[operator]
+                    block < end,
                 )
             )
     for boundary in replay_blocks:
-        marks.append(and_(block >= boundary - need, block < boundary))  # type: ignore[operator]
+        marks.append(and_(block >= boundary - need, block < boundary))
     return any_of(marks)
 
 
@@ -120,7 +120,11 @@ def chunk_is_stored(
     return any_of(
         [
             block_is_reachable(
-                chunk * blocks_per_chunk + k, rule, need, eagle, final_segment_end_block,
+                chunk * blocks_per_chunk + k,
+                rule,
+                need,
+                eagle,
+                final_segment_end_block,
                 replay_blocks,
             )
             for k in range(blocks_per_chunk)
@@ -152,9 +156,7 @@ def stored_token_count(
     return tokens
 
 
-def storable_chunks(
-    tokens: Num, chunk_tokens: Num, eagle: bool, status: RequestStatus
-) -> Num:
+def storable_chunks(tokens: Num, chunk_tokens: Num, eagle: bool, status: RequestStatus) -> Num:
     """Complete chunks that may be stored; an EAGLE group's last chunk is volatile
     while decoding."""
     full = floordiv(tokens, chunk_tokens)
@@ -182,5 +184,7 @@ def demanded_chunk_range(
 ) -> tuple[Num, Num]:
     """Chunks a consumer's lookup demands at boundary ``N`` (window, plus EAGLE peek)."""
     end = cdiv(boundary, chunk_tokens)
-    start = max_(0, end - load_window_chunks(boundary, sliding_window, extra_retained, chunk_tokens))
+    start = max_(
+        0, end - load_window_chunks(boundary, sliding_window, extra_retained, chunk_tokens)
+    )
     return start, end + (1 if eagle else 0)

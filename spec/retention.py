@@ -86,4 +86,4 @@ def allocation_bound_holds(
 ) -> Bool:
     """The allocator's assertion: fresh blocks ``<= W * bpc + 1``."""
     span = allocation_block_span(hit, local_hit, block_size, sliding_window, extra_retained)
-    return span <= window * blocks_per_chunk + 1  # type: ignore[no-any-return]
+    return span <= window * blocks_per_chunk + 1

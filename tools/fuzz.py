@@ -8,10 +8,12 @@ their decision logs (lookup answers, accepted hits, load sets, store offers, evi
 completions) or any violation either system records against the formal model and the
 data oracles (a "not found"/"not ready" crash, a lookup or load set that differs from
 ``spec.multigroup``, stores that differ from ``spec.reachability``, a C11 byte or
-attention mismatch). Programs come from fixed seed scenarios (DOMAIN.md section 8),
-from the matrix (``matrix=True``: DOMAIN.md section 10 and boundary/e/EAGLE/bpc/
-geometry combinations) and from a Hypothesis state machine whose failures shrink to a
-short printed program. Exit semantics for the CLI: 0 when ``differences`` is empty, 1
+attention mismatch). Programs come from fixed seed scenarios (DOMAIN.md section 8, plus
+the window bound of ``upstream-current``), from the matrix (``matrix=True``: DOMAIN.md
+section 10 and boundary / e / EAGLE / bpc / geometry / left-chunk state / GPU prefix hit
+combinations; ``matrix_scenarios(quick=True)`` is a fixed sample of it for the test
+suite) and from a Hypothesis state machine whose failures shrink to a short printed
+program. Exit semantics for the CLI: 0 when ``differences`` is empty, 1
 otherwise; bad input raises :mod:`kvcontract.errors` exceptions.
 """
 
@@ -101,6 +103,7 @@ class Scenario:
     delay_steps: int = 1
     capacity_chunks: int = 4096
     prompt_only: bool = True
+    gpu_prefix_cache: bool = True
 
 
 def format_op(op: Op) -> str:
@@ -114,6 +117,13 @@ def format_op(op: Op) -> str:
     return f"{name}({', '.join(shown)})"
 
 
+OPERATIONS = frozenset({
+    "add_request", "step", "finish", "abort", "preempt", "drain", "install_chunk",
+    "mark_loading", "fail_next_store", "evict_gpu_cache", "perturb_left_chunk",
+})
+"""The system operations a program may use (methods of ``OffloadSystem``)."""
+
+
 class Lockstep:
     """Two systems (mocked, tensor-backed) driven by the same operations."""
 
@@ -125,6 +135,7 @@ class Lockstep:
                     scenario.geometry, impl, tensor_backed=backed, device=device,
                     capacity_chunks=scenario.capacity_chunks,
                     delay_steps=scenario.delay_steps, prompt_only=scenario.prompt_only,
+                    gpu_prefix_cache=scenario.gpu_prefix_cache,
                 )
             )
             for backed in (False, True)
@@ -134,10 +145,18 @@ class Lockstep:
         self._seen = [0, 0]
 
     def apply(self, op: Op) -> None:
+        if not op or op[0] not in OPERATIONS:
+            raise UsageError(
+                f"unknown program operation {op[0] if op else op!r}; "
+                f"known: {', '.join(sorted(OPERATIONS))}"
+            )
         self.program.append(format_op(op))
         name, *args = op
         for system in self.systems:
-            getattr(system, name)(*args)
+            try:
+                getattr(system, name)(*args)
+            except TypeError as exc:  # wrong number of arguments in a hand-written program
+                raise UsageError(f"bad operation {format_op(op)}: {exc}") from None
         self._compare()
 
     def _compare(self) -> None:
@@ -212,6 +231,16 @@ def _consume(tokens: list[int], budget: int, steps: int = 4) -> list[Op]:
     return [("add_request", "consumer", tokens, 1)] + [("step", budget)] * steps
 
 
+def _produce(rid: str, tokens: list[int], budget: int) -> list[Op]:
+    """A producer that prefills ``tokens`` in ``budget``-token steps, decodes and finishes."""
+    steps = -(-len(tokens) // budget) + 2
+    return [("add_request", rid, tokens, 1)] + [("step", budget)] * steps + [("drain",)]
+
+
+EVICT_GPU: Op = ("evict_gpu_cache",)
+"""Consumers after a producer would otherwise hit the GPU prefix cache, not the CPU."""
+
+
 def seed_scenarios(salt: int = 0) -> list[Scenario]:
     """The four historic defects of DOMAIN.md section 8 as concrete programs."""
     scenarios: list[Scenario] = []
@@ -228,9 +257,9 @@ def seed_scenarios(salt: int = 0) -> list[Scenario]:
     # seed 003: MTP extra retained tokens, producer then consumer.
     geo = Geometry((fa(64), swa(16, 32, 3)))
     toks = _tokens(65, salt)
-    producer = [("add_request", "producer", toks, 1)] + [("step", 40)] * 4 + [("drain",)]
     scenarios.append(
-        Scenario("seed003-mtp", geo, producer + _consume([*toks, 1], 128))
+        Scenario("seed003-mtp", geo,
+                 [*_produce("producer", toks, 40), EVICT_GPU, *_consume([*toks, 1], 128)])
     )
     # seed 004: chunked-prefill store horizon, then an abort and a finish.
     geo = Geometry((fa(36), swa(4, 16)))
@@ -241,12 +270,39 @@ def seed_scenarios(salt: int = 0) -> list[Scenario]:
         ("step", 1000),
     ]
     scenarios.append(Scenario("seed004-prefill-horizon", geo, ops))
+    # Window bound (ARCHITECTURE.md, departures): sw = 1 (mod tpc), e = 0; the store
+    # mask supplies cdiv(sw - 1, tpc) chunks, upstream's lookup demands one more.
+    geo = Geometry((fa(16), swa(4, 9)))
+    toks = _tokens(49, salt)
+    scenarios.append(
+        Scenario("window-sw9-tpc4", geo,
+                 [*_produce("producer", toks, 35), EVICT_GPU, *_consume(toks, 64)])
+    )
     return scenarios
 
 
-def matrix_scenarios(salt: int = 0) -> Iterator[Scenario]:
-    """DOMAIN.md section 10 matrices plus boundary / e / EAGLE / bpc / geometry combinations."""
-    # Unaligned-hit matrix.
+MATRIX_GEOMETRIES: list[tuple[str, Callable[[int, bool], tuple[Any, ...]]]] = [
+    ("FA16+SWA4(sw8)", lambda e, eg: (fa(16), swa(4, 8, e, eagle=eg))),
+    # sw = 1 (mod tpc) for bpc 1 and 2: upstream's window bound demands a chunk too many.
+    ("FA16+SWA8(sw17)", lambda e, eg: (fa(16), swa(8, 17, e, eagle=eg))),
+    ("SWA4(sw12)+SWA8(sw20)", lambda e, eg: (swa(4, 12, e, eagle=eg), swa(8, 20))),
+    ("SWA8(sw16)+Mamba8", lambda e, eg: (swa(8, 16, e, eagle=eg), mamba(8))),
+]
+"""Multi-group geometries of the matrix: FA + SWA with different block sizes, two SWA
+groups, SWA + Mamba; the first SWA group takes ``e`` and the EAGLE flag."""
+
+LEFT_STATES: tuple[tuple[str, bool], ...] = (
+    ("present", False), ("present", True), ("missing", False), ("pending", True),
+    ("loading", False), ("stale", False),
+)
+"""(left-chunk state, GPU prefix hit first): every left state once, local hits
+(``L > 0``) with a present and with a pending left chunk; ``stale`` is seed 000's shape
+(the left chunk missing, the group's last chunk pending: a MISS between a pending chunk
+and the next complete window)."""
+
+
+def _unaligned_matrix(salt: int) -> Iterator[Scenario]:
+    """DOMAIN.md section 10: the upstream unaligned-hit matrix."""
     for (sw, extra), boundary, eagle, left in itertools.product(
         ((128, 0), (128, 3), (256, 1), (256, 3)), (3840, 3904, 3968), (False, True),
         ("ready", "absent", "pending", "loading"),
@@ -255,6 +311,8 @@ def matrix_scenarios(salt: int = 0) -> Iterator[Scenario]:
             (fa(256), swa(64, sw, extra, eagle=eagle), swa(8, 128)), blocks_per_chunk=4
         )
         toks = _tokens(4353, salt)
+        # The bs-8 group misses the chunks right after `boundary` and one window
+        # further, so `boundary` is the largest boundary it serves.
         x = boundary // 32
         left_chunk = -(-boundary // 256) - 2
         overrides = {(2, x): "absent", (2, x + 4): "absent", (1, left_chunk): left}
@@ -263,49 +321,72 @@ def matrix_scenarios(salt: int = 0) -> Iterator[Scenario]:
             f"unaligned sw={sw} e={extra} N={boundary} eagle={eagle} left={left}",
             geo, ops + _consume(toks, 8192, 2),
         )
-    # Producer -> consumer over geometries, e, EAGLE, bpc and boundary positions.
-    geometries: list[Callable[[int, bool], tuple[Any, ...]]] = [
-        lambda e, eg: (fa(16), swa(4, 8, e, eagle=eg)),
-        lambda e, eg: (fa(16), swa(8, 24, e, eagle=eg)),
-        lambda e, eg: (swa(4, 12, e, eagle=eg), swa(8, 20)),
-        lambda e, eg: (swa(8, 16, e, eagle=eg), mamba(8)),
-    ]
-    combos = itertools.product(geometries, (0, 1, 2, 3), (False, True), (1, 2, 4))
-    for make, extra, eagle, bpc in combos:
+
+
+QUICK_STRIDE = 53
+"""The quick slice keeps one producer/consumer case in this many (about 80 cases)."""
+
+
+def _producer_consumer_matrix(salt: int, quick: bool) -> Iterator[Scenario]:
+    """Producer -> consumer over geometries, e, EAGLE, bpc, boundary positions (aligned to
+    A, to a chunk, to a block, and +-1 token), left-chunk states and local GPU hits."""
+    combos = list(itertools.product(MATRIX_GEOMETRIES, (0, 1, 2, 3), (False, True), (1, 2, 4)))
+    for index, ((name, make), extra, eagle, bpc) in enumerate(combos):
         geo = Geometry(make(extra, eagle), blocks_per_chunk=bpc)
         align = geo.alignment_tokens or 16
         block = min(geo.block_tokens(g) for g in geo.groups)
         tpc = min(geo.chunk_tokens(g) for g in geo.groups)
-        for base in (3 * align, 4 * tpc, 5 * block):
-            for delta in (-1, 0, 1):
-                length = base + delta + 1  # +1: the last prompt token is recomputed
-                toks = _tokens(length, salt + length)
-                for left in ("ready", "absent", "pending"):
-                    producer = [("add_request", "producer", toks, 1), ("step", 2 * align + 3)]
-                    producer += [("step", 2 * align + 3)] * (length // (2 * align) + 2)
-                    producer.append(("drain",))
-                    perturb: list[Op] = []
-                    if left != "ready" and length < geo.chunk_tokens(geo.groups[0]):
-                        continue  # no complete chunk to perturb
-                    if left != "ready":
-                        perturb = [("install_chunk", toks, 0, 0, ChunkState(left))]
-                    yield Scenario(
-                        f"{geo.describe()} P={length} left={left}", geo,
-                        producer + perturb + _consume(toks, 64, 6),
-                    )
+        lengths = sorted({base + delta + 1  # +1: the last prompt token is recomputed
+                          for base in (3 * align, 4 * tpc, 5 * block) for delta in (-1, 0, 1)})
+        for li, length in enumerate(lengths):
+            toks = _tokens(length, salt + length)
+            for si, (left, local) in enumerate(LEFT_STATES):
+                if quick and (index + li + si) % QUICK_STRIDE:
+                    continue  # the quick slice: a fixed sample of the matrix
+                # Prefill steps of A + tpc + 1 tokens end between A boundaries, so
+                # every intermediate frontier is a chance to store a wrong final tail.
+                ops = [*_produce("producer", toks, align + tpc + 1), EVICT_GPU]
+                if local:
+                    # A shorter request sharing the prefix leaves a GPU prefix hit L > 0.
+                    warm = toks[: max(1, length // 2)]
+                    ops += _produce("warm", warm, align + tpc + 1)
+                if left != "present":
+                    state = {"missing": "absent"}.get(left, left)
+                    ops.append(("perturb_left_chunk", toks, state))
+                yield Scenario(
+                    f"{name} e={extra} eagle={eagle} bpc={bpc} P={length} left={left} "
+                    f"local={local}", geo, ops + _consume(toks, 64, 6),
+                )
+
+
+def matrix_scenarios(salt: int = 0, quick: bool = False) -> Iterator[Scenario]:
+    """DOMAIN.md section 10 matrices plus boundary / e / EAGLE / bpc / geometry /
+    left-state / local-hit combinations; ``quick`` is a fixed sample for the test suite."""
+    if quick:
+        yield from itertools.islice(_unaligned_matrix(salt), 0, None, 16)
+    else:
+        yield from _unaligned_matrix(salt)
+    yield from _producer_consumer_matrix(salt, quick)
     # Retention interval (upstream: FA 16, SWA 4, sw 8, 64 tokens, interval 32 / 0).
     for interval in (32, 0):
         geo = Geometry((fa(16), swa(4, 8)), retention_interval=interval)
         toks = _tokens(64, salt)
-        producer = [("add_request", "producer", toks, 1), ("step", 64), ("drain",)]
+        producer = [("add_request", "producer", toks, 1), ("step", 64), ("drain",), EVICT_GPU]
         yield Scenario(
             f"retention={interval}", geo, producer + _consume([*toks, 5], 64)
         )
+    # Two groups FA + SWA, bs 4, sw 8: a 13-token consumer loads FA {0, 1, 2}, SWA {1, 2}.
+    geo = Geometry((fa(4), swa(4, 8)))
+    toks = _tokens(13, salt)
+    yield Scenario("upstream FA4+SWA4 13 tokens", geo,
+                   _install_all(toks, geo, {}) + _consume(toks, 64))
 
 
 # -- the state machine ------------------------------------------------------------------
 FUZZ_GEOMETRIES: list[Geometry] = [
     Geometry((fa(4), swa(4, 8))),
+    Geometry((fa(16), swa(4, 8, eagle=True)), blocks_per_chunk=4),
+    Geometry((fa(8), swa(4, 12, 1, eagle=True)), blocks_per_chunk=2),
     Geometry((fa(16), swa(4, 8, 3))),
     Geometry((fa(16), swa(4, 8, 1, eagle=True))),
     Geometry((fa(8), swa(4, 12, 2)), blocks_per_chunk=2),
@@ -390,6 +471,10 @@ def make_state_machine(impl: Implementation, device: str, salt: int) -> type[Rul
         def fail_next_store(self) -> None:
             self._apply(("fail_next_store",))
 
+        @rule()
+        def evict_gpu_cache(self) -> None:
+            self._apply(EVICT_GPU)
+
         def teardown(self) -> None:
             if self.lockstep is not None and not self.lockstep.findings:
                 self.lockstep.apply(("drain",))
@@ -433,6 +518,29 @@ def run_fuzz(
         raise UsageError(f"examples must be a non-negative integer, got {examples!r}")
     report = FuzzReport(target=impl.name, device=device)
     checks: Counter[str] = Counter()
+    threads = torch.get_num_threads()
+    if device == "cpu":
+        # The tensors are a few KiB: intra-op threads cost more than they save (and
+        # batched kernels spin on a shared machine). Restored before returning.
+        torch.set_num_threads(1)
+    try:
+        _run_programs(impl, report, checks, device, examples, matrix, seed, scenarios)
+    finally:
+        torch.set_num_threads(threads)
+    report.per_clause = dict(checks)
+    return report
+
+
+def _run_programs(
+    impl: Implementation,
+    report: FuzzReport,
+    checks: Counter[str],
+    device: str,
+    examples: int,
+    matrix: bool,
+    seed: int,
+    scenarios: list[Scenario] | None,
+) -> None:
 
     def record(lockstep: Lockstep) -> None:
         report.cases += 1
@@ -485,8 +593,6 @@ def run_fuzz(
         report.cases += _STATS["cases"]
         report.steps += _STATS["steps"]
         checks.update(_CHECKS)
-    report.per_clause = dict(checks)
-    return report
 
 
 def _validate(scenario: Scenario) -> None:

@@ -2,36 +2,51 @@
 
 Contract: every decision is made by the functions of the given
 :class:`~kvcontract.impl.bundle.Implementation` (retention, load ranges, windows,
-scanners through :func:`kvcontract.impl.scheduler.lookup_complete_chunks`, the store
-mask and the final-segment horizon); this module holds only bookkeeping and bytes, so a
+scanners through :func:`kvcontract.impl.scheduler.lookup_complete_chunks`, store jobs
+through :class:`kvcontract.impl.scheduler.StoreTracker`, which uses the variant's store
+mask and final-segment horizon); this module holds only bookkeeping and bytes, so a
 variant's defect shows up here exactly as it would in the serving code. Alongside, the
 system checks itself against the formal model (:mod:`kvcontract.spec`) and the data
 oracles, recording violations instead of raising:
 
 * lookups: the accepted hit equals :func:`kvcontract.spec.multigroup.contract_answer`
-  (C2, C3, C4) and every group's load range equals the spec's (C2);
+  (C2, C3, C4) at the local GPU hit ``L`` and every group's load range equals the spec's
+  ``Load(N, L)`` (C2);
 * stores: the chunks offered equal the spec's reachability mask at the spec's horizon
-  (C8, C9), are offered at most once and never contain uncommitted slots (C8, C10);
+  (C8, C9), are offered at most once and never contain null or uncommitted slots (C10);
 * allocation: the live SWA blocks after a hit are ``Ret(N)`` (C1);
 * loads: a "not found"/"not ready" crash is a C2 violation; loaded bytes and a decode
   step of window attention over the restored cache match the oracles (C11).
 
+GPU prefix cache (per group, :class:`BlockPool`): a full block computed by any request
+stays cached under its chained prefix hash until its slot is reallocated (LRU among
+free blocks). A local hit ``L`` (a multiple of every group's block size) needs, per
+group, every block of the retained range at ``L`` cached: all blocks for full
+attention, ``Ret(L)`` for a sliding window (the out-of-window blocks were freed), the
+chunk holding the state for Mamba, plus the block after ``L`` for an EAGLE group (the
+peek, then dropped). The offload lookup then runs from ``L`` and loads ``Load(N, L)``.
+
 Step order (DOMAIN.md 7): submit the previous step's store jobs, poll completions and
-acknowledge them, schedule waiting requests (lookup, allocate, load), run the forward
-pass of running requests (allocation frees out-of-window blocks first), build this
-step's store jobs.
+acknowledge them, schedule waiting requests (local hit, lookup, allocate, load), run the
+forward pass of running requests (allocation frees out-of-window blocks first), build
+this step's store jobs.
 """
 
 from __future__ import annotations
 
 import enum
-from collections import Counter
-from collections.abc import Callable
+import math
+import zlib
+from collections import Counter, OrderedDict
 from dataclasses import dataclass, field
 
 import torch
 from kvcontract.impl.bundle import Implementation
-from kvcontract.impl.scheduler import lookup_complete_chunks
+from kvcontract.impl.scheduler import (
+    StoreTracker,
+    group_first_live_block,
+    lookup_complete_chunks,
+)
 from kvcontract.impl.system.offload import (
     ChunkKey,
     ChunkNotFoundError,
@@ -54,6 +69,8 @@ from kvcontract.spec import retention as spec_ret
 from kvcontract.spec.geometry import Geometry, GroupKind, GroupSpec
 from kvcontract.spec.lookup import LookupResult
 from kvcontract.spec.reachability import RequestStatus
+
+from kvcontract.errors import GeometryError, UsageError
 
 NULL_BLOCK = 0
 """Block id 0 of every pool is the null block: freed (out-of-window) table entries."""
@@ -78,6 +95,23 @@ class SystemConfig:
     delay_steps: int = 1
     prompt_only: bool = True
     vocab: int = 50
+    gpu_prefix_cache: bool = True
+
+    def __post_init__(self) -> None:
+        # Bad configurations fail here with a kvcontract error, not deep inside a step.
+        if not isinstance(self.geometry, Geometry):
+            raise UsageError(f"geometry must be a Geometry, not {type(self.geometry).__name__}")
+        for name, value, minimum in (
+            ("capacity_chunks", self.capacity_chunks, 1),
+            ("delay_steps", self.delay_steps, 0),
+            ("vocab", self.vocab, 1),
+        ):
+            if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+                raise GeometryError(name, value, f"must be an integer >= {minimum}")
+        if self.device not in ("cpu", "cuda") and not self.device.startswith("cuda:"):
+            raise UsageError(f"unknown device {self.device!r}; choose cpu or cuda")
+        if self.device.startswith("cuda") and not torch.cuda.is_available():
+            raise UsageError(f"device {self.device!r} needs CUDA, and torch reports none")
 
 
 class Phase(str, enum.Enum):
@@ -85,12 +119,6 @@ class Phase(str, enum.Enum):
     LOADING = "loading"
     RUNNING = "running"
     DONE = "done"
-
-
-@dataclass
-class _Tracker:
-    next_stored: int = 0
-    offered: set[int] = field(default_factory=set)
 
 
 @dataclass
@@ -102,32 +130,77 @@ class Request:
     phase: Phase = Phase.WAITING
     num_computed: int = 0
     tables: dict[int, list[int]] = field(default_factory=dict)
-    trackers: dict[int, _Tracker] = field(default_factory=dict)
+    trackers: dict[int, StoreTracker] = field(default_factory=dict)
+    registered: dict[int, int] = field(default_factory=dict)
+    """Per group: blocks already entered into the GPU prefix cache."""
     load_keys: list[ChunkKey] = field(default_factory=list)
     load_hit: int = 0
     pending_load_jobs: int = 0
+    prefix_hashes: list[int] = field(default_factory=list)
+    """Chained hash of every complete hash block (``tph`` tokens) of ``tokens``."""
+    future: list[int] = field(default_factory=list)
+    """The tokens the request will sample, in order (deterministic per request id)."""
 
 
 class BlockPool:
-    """GPU blocks of one group: ``blocks[id]`` is ``[bs, layers, 2, heads, dim]``."""
+    """GPU blocks of one group with a prefix cache.
 
-    def __init__(self, block_tokens: int, layout: KVLayout, device: str, initial: int = 64) -> None:
+    ``blocks[id]`` is ``[bs, layers, 2, heads, dim]`` (only when tensor-backed). A block
+    is referenced by the tables that hold it; at reference count 0 it is free but keeps
+    its cached hash until :meth:`allocate` reuses it (least recently freed first).
+    """
+
+    def __init__(
+        self, block_tokens: int, layout: KVLayout, device: str, tensors: bool, initial: int = 64
+    ) -> None:
         self.block_shape = (block_tokens, *layout.token_shape)
-        self.blocks = torch.zeros((initial, *self.block_shape), dtype=layout.dtype, device=device)
-        self.free: list[int] = list(range(initial - 1, 0, -1))  # id 0 is the null block
+        self.blocks: torch.Tensor | None = (
+            torch.zeros((initial, *self.block_shape), dtype=layout.dtype, device=device)
+            if tensors else None
+        )
+        self.size = initial
+        self.free: OrderedDict[int, None] = OrderedDict((i, None) for i in range(1, initial))
+        self.refs: Counter[int] = Counter()
+        self.cached: dict[int, int] = {}  # prefix hash -> block id
+        self.hash_of: dict[int, int] = {}  # block id -> prefix hash
 
     def allocate(self) -> int:
         if not self.free:
             # Grow instead of preempting: block ids stay stable, so tables stay valid.
-            old = self.blocks.shape[0]
-            extra = torch.zeros_like(self.blocks)
-            self.blocks = torch.cat([self.blocks, extra])
-            self.free = list(range(2 * old - 1, old - 1, -1))
-        return self.free.pop()
+            old = self.size
+            if self.blocks is not None:
+                if self.blocks.is_cuda:
+                    # Jobs in flight on the side streams still read or write the old
+                    # tensor; let them finish before its contents are copied (rare).
+                    torch.cuda.synchronize(self.blocks.device)
+                self.blocks = torch.cat([self.blocks, torch.zeros_like(self.blocks)])
+            self.size = 2 * old
+            self.free.update((i, None) for i in range(old, 2 * old))
+        block_id, _ = self.free.popitem(last=False)
+        old_hash = self.hash_of.pop(block_id, None)
+        if old_hash is not None:
+            del self.cached[old_hash]  # the cached content is overwritten: evicted
+        self.refs[block_id] += 1
+        return block_id
+
+    def touch(self, block_id: int) -> None:
+        """Take a reference on a cached block (a local prefix hit)."""
+        self.free.pop(block_id, None)
+        self.refs[block_id] += 1
 
     def release(self, block_id: int) -> None:
-        if block_id != NULL_BLOCK:
-            self.free.append(block_id)
+        if block_id == NULL_BLOCK:
+            return
+        self.refs[block_id] -= 1
+        if self.refs[block_id] <= 0:
+            del self.refs[block_id]
+            self.free[block_id] = None
+
+    def register(self, prefix_hash: int, block_id: int) -> None:
+        """Enter a full block into the prefix cache (first writer wins)."""
+        if prefix_hash not in self.cached and block_id not in self.hash_of:
+            self.cached[prefix_hash] = block_id
+            self.hash_of[block_id] = prefix_hash
 
 
 class OffloadSystem:
@@ -141,8 +214,15 @@ class OffloadSystem:
         self.tph = int(geo.hash_block_size or 1)
         device = config.device
         self.pools = [
-            BlockPool(geo.block_tokens(g), config.layout, device) for g in geo.groups
+            BlockPool(geo.block_tokens(g), config.layout, device, config.tensor_backed)
+            for g in geo.groups
         ]
+        # A local hit must end on a block boundary of every group (and on a chunk end
+        # of a Mamba group, whose state exists only there).
+        self.local_step = math.lcm(
+            *[geo.block_tokens(g) for g in geo.groups],
+            *[geo.chunk_tokens(g) for g in geo.groups if g.kind is GroupKind.MAMBA],
+        )
         self.manager: MockedOffloadManager | TensorOffloadManager
         if config.tensor_backed:
             self.manager = TensorOffloadManager(
@@ -166,6 +246,10 @@ class OffloadSystem:
         self.violations: list[Violation] = []
         self.checks: Counter[str] = Counter()
         self.steps = 0
+        # Expected KV per (group, request): the oracle is a pure function of position
+        # and token id, so it is computed once per token, not once per check.
+        self._kv: dict[tuple[int, str], torch.Tensor] = {}
+        self._q: dict[tuple[int, str], torch.Tensor] = {}
 
     # -- helpers ----------------------------------------------------------------------
     @property
@@ -174,38 +258,98 @@ class OffloadSystem:
 
     def _sync_worker_tensors(self) -> None:
         if self.tensor_backed:
-            self.worker.gpu_blocks = [p.blocks for p in self.pools]
+            self.worker.gpu_blocks = [p.blocks for p in self.pools if p.blocks is not None]
+
+    def _prefix_hashes(self, req: Request) -> list[int]:
+        """Chained hashes per hash block: ``h[i]`` names ``tokens[: (i + 1) * tph]``."""
+        hashes = req.prefix_hashes
+        tph = self.tph
+        for i in range(len(hashes), len(req.tokens) // tph):
+            parent = hashes[-1] if hashes else 0
+            hashes.append(hash((parent, tuple(req.tokens[i * tph : (i + 1) * tph]))))
+        return hashes
+
+    def _prefix_hash(self, req: Request, num_tokens: int) -> int:
+        return self._prefix_hashes(req)[num_tokens // self.tph - 1]
 
     def chunk_key(self, tokens: list[int], group: int, chunk: int) -> ChunkKey:
-        """Chunk ``chunk`` of ``group``: keyed by the prefix up to its end, plus the group."""
+        """Chunk ``chunk`` of ``group``: keyed by the prefix hash at its end, plus the group."""
         tpc = self.geometry.chunk_tokens(self.geometry.groups[group])
-        return (group, hash(tuple(tokens[: (chunk + 1) * tpc])))
+        probe = Request("", list(tokens[: (chunk + 1) * tpc]), 0, 0)
+        return (group, self._prefix_hash(probe, (chunk + 1) * tpc))
+
+    def _chunk_keys(self, req: Request) -> dict[tuple[int, int], ChunkKey]:
+        geo = self.geometry
+        hashes = self._prefix_hashes(req)
+        keys: dict[tuple[int, int], ChunkKey] = {}
+        for g, spec in enumerate(geo.groups):
+            tpc = geo.chunk_tokens(spec)
+            per = tpc // self.tph
+            for k in range(len(req.tokens) // tpc):
+                keys[(g, k)] = (g, hashes[(k + 1) * per - 1])
+        return keys
 
     def _violate(self, clause: str, kind: str, message: str, **witness: object) -> None:
         self.violations.append(Violation(clause, kind, message, dict(witness)))
 
-    def _live_first_block(self, group: GroupSpec, num_tokens: int) -> int:
-        """First block a group must keep after ``num_tokens`` computed (allocation)."""
-        bs = self.geometry.block_tokens(group)
-        if group.kind is GroupKind.SLIDING_WINDOW:
-            assert group.sliding_window is not None
-            first, _ = self.impl.retained_block_range(
-                num_tokens, bs, group.sliding_window, group.extra_retained_tokens
+    def _queries(self, req: Request, g: int) -> torch.Tensor:
+        """Decode queries of every position of ``req`` in group ``g`` (layer 0)."""
+        queries = self._q.get((g, req.rid))
+        if queries is None or queries.shape[0] < len(req.tokens):
+            kv = self._expected(req, g, 0, len(req.tokens))
+            tokens = req.tokens + req.future[len(req.tokens) - req.prompt_len :]
+            queries = expected_query(self.config.layout, g, torch.arange(len(tokens)),
+                                     torch.tensor(tokens), kv.device)
+            self._q[(g, req.rid)] = queries
+        return queries
+
+    def _expected(self, req: Request, g: int, lo: int, hi: int) -> torch.Tensor:
+        """The producer's KV of positions ``[lo, hi)`` of ``req`` in group ``g``."""
+        have = self._kv.get((g, req.rid))
+        if have is None or have.shape[0] < hi:
+            # Every token the request will ever hold is known up front (prompt plus the
+            # deterministic samples), so the oracle runs once per request and group.
+            blocks = self.pools[g].blocks
+            device = blocks.device if blocks is not None else torch.device("cpu")
+            tokens = req.tokens + req.future[len(req.tokens) - req.prompt_len :]
+            have = expected_kv(
+                self.config.layout, g, torch.arange(len(tokens)), torch.tensor(tokens), device
             )
-            return int(first)
-        if group.kind is GroupKind.MAMBA:
-            tpc = self.geometry.chunk_tokens(group)
-            return int(max(0, (num_tokens // tpc - 1) * self.geometry.blocks_per_chunk))
-        return 0
+            self._kv[(g, req.rid)] = have
+        return have[lo:hi]
 
     # -- program operations -------------------------------------------------------------
     def add_request(self, rid: str, tokens: list[int], max_new_tokens: int = 2) -> None:
         if rid in self.requests:
-            raise ValueError(f"request {rid} exists")
-        self.requests[rid] = Request(rid, list(tokens), len(tokens), max_new_tokens)
-        for g in range(len(self.geometry.groups)):
-            self.requests[rid].tables[g] = []
-            self.requests[rid].trackers[g] = _Tracker()
+            raise UsageError(f"request {rid!r} exists")
+        if not tokens or any(
+            isinstance(t, bool) or not isinstance(t, int) or not 0 <= t < self.config.vocab
+            for t in tokens
+        ):
+            raise UsageError(
+                f"request {rid!r}: tokens must be a non-empty list of ints in "
+                f"[0, {self.config.vocab})"
+            )
+        if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) \
+                or max_new_tokens < 1:
+            raise UsageError(f"request {rid!r}: max_new_tokens must be an integer >= 1")
+        req = Request(rid, list(tokens), len(tokens), max_new_tokens)
+        # Samples are a stable function of (request id, position): identical in the
+        # mocked and the real system and across processes (no salted str hash).
+        req.future = [
+            zlib.crc32(f"{rid}:{len(tokens) + i}".encode()) % self.config.vocab
+            for i in range(max_new_tokens)
+        ]
+        self.requests[rid] = req
+        geo = self.geometry
+        replay = (req.prompt_len - 1,) if geo.retention_interval is not None else ()
+        for g in range(len(geo.groups)):
+            req.tables[g] = []
+            req.registered[g] = 0
+            req.trackers[g] = StoreTracker(
+                self.impl, geo, g, req.prompt_len,
+                offload_prompt_only=self.config.prompt_only, replay_boundaries=replay,
+            )
 
     def install_chunk(self, tokens: list[int], group: int, chunk: int, state: ChunkState) -> None:
         """Fixture: put a chunk into ``state``; a ready chunk gets the producer's bytes."""
@@ -224,10 +368,67 @@ class OffloadSystem:
         """Fixture: another request is loading this chunk."""
         self.loading_keys[self.chunk_key(tokens, group, chunk)] += 1
 
+    def perturb_left_chunk(self, tokens: list[int], state: str) -> None:
+        """Fixture: change the leftmost chunk the contract would read for ``tokens``.
+
+        The chunk is the first of the read range (DOMAIN.md 10, "left chunk") of the
+        SWA group with the largest window at the boundary the contract accepts now, given
+        the local hit ``tokens`` would get. ``state``: ``absent`` (evicted), ``pending``
+        (a stalled write), ``loading`` (another request is loading it) or ``stale``
+        (absent, and the group's last chunk pending: DOMAIN.md 8, seed 000).
+        """
+        if state not in ("absent", "pending", "loading", "stale"):
+            raise UsageError(f"perturb_left_chunk: unknown state {state!r}")
+        geo = self.geometry
+        probe = Request("probe", list(tokens), len(tokens), 1)
+        keys = self._chunk_keys(probe)
+        local = self._local_hit(probe)
+        states = {
+            g: [self.manager.lookup(keys[(g, k)])
+                for k in range(len(tokens) // geo.chunk_tokens(s))]
+            for g, s in enumerate(geo.groups)
+        }
+        best = spec_mg.contract_answer(geo, len(tokens), local, states).best_present
+        if best is None:
+            self.log.append("perturb: no boundary to perturb")
+            return
+        windows = {
+            g: spec_mg.load_range(geo, s, best, local)
+            for g, s in enumerate(geo.groups) if s.kind is GroupKind.SLIDING_WINDOW
+        } or {0: spec_mg.load_range(geo, geo.groups[0], best, local)}
+        g = max(windows, key=lambda i: (windows[i][1] - windows[i][0], -i))
+        chunk = windows[g][0]
+        key = keys[(g, chunk)]
+        if state == "loading":
+            self.loading_keys[key] += 1
+        elif state == "stale":
+            self.manager.force_state(key, ChunkState.ABSENT)
+            last = len(tokens) // geo.chunk_tokens(geo.groups[g]) - 1
+            if last > chunk:
+                self.manager.force_state(keys[(g, last)], ChunkState.PENDING)
+        else:
+            self.manager.force_state(key, ChunkState(state))
+        self.log.append(f"perturb g{g} chunk {chunk} of boundary {best} -> {state}")
+
     def fail_next_store(self) -> None:
         self.fail_stores += 1
 
+    def evict_gpu_cache(self) -> None:
+        """Drop every free block from the GPU prefix caches (memory pressure)."""
+        for pool in self.pools:
+            for block_id in list(pool.free):
+                prefix = pool.hash_of.pop(block_id, None)
+                if prefix is not None:
+                    del pool.cached[prefix]
+        self.log.append("evict-gpu-cache")
+
     def finish(self, rid: str) -> None:
+        req = self.requests.get(rid)
+        if req is not None and req.phase is Phase.RUNNING and req.num_computed < req.prompt_len:
+            # A request is finished by sampling, which needs its whole prompt computed;
+            # a stop during prefill is an abort, and the program says so explicitly.
+            self.log.append(f"finish {rid} ignored (prefilling)")
+            return
         self._end(rid, RequestStatus.FINISHED)
 
     def abort(self, rid: str) -> None:
@@ -248,10 +449,12 @@ class OffloadSystem:
         if req is None or req.phase in (Phase.DONE, Phase.LOADING):
             return
         if req.phase is Phase.RUNNING:
-            self._build_store_jobs(req, status, 0)
+            self._build_store_jobs(req, status, req.num_computed, 0)
         self._flush_store_jobs()
         self._free(req)
         req.phase = Phase.DONE
+        self._kv = {k: v for k, v in self._kv.items() if k[1] != rid}
+        self._q = {k: v for k, v in self._q.items() if k[1] != rid}
         self.log.append(f"{status.value} {rid} at {req.num_computed}")
 
     def _free(self, req: Request) -> None:
@@ -259,9 +462,15 @@ class OffloadSystem:
             for block_id in table:
                 self.pools[g].release(block_id)
             req.tables[g] = []
+            req.registered[g] = 0
 
     # -- the step -------------------------------------------------------------------------
     def step(self, token_budget: int) -> None:
+        if isinstance(token_budget, bool) or not isinstance(token_budget, int) \
+                or token_budget < 1:
+            raise UsageError(
+                f"step: the token budget must be an integer >= 1, not {token_budget!r}"
+            )
         self.steps += 1
         self._flush_store_jobs()
         for job in self.worker.poll():
@@ -269,6 +478,7 @@ class OffloadSystem:
         for req in list(self.requests.values()):
             if req.phase is Phase.WAITING:
                 self._schedule_waiting(req)
+        self.worker.fence_compute()
         budget = token_budget
         for req in list(self.requests.values()):
             if req.phase is not Phase.RUNNING or budget <= 0:
@@ -296,6 +506,7 @@ class OffloadSystem:
     def _acknowledge(self, job: TransferJob) -> None:
         direction, keys, failed, rid = self.in_flight.pop(job.job_id)
         if direction == "store":
+            # A failed store leaves its keys absent: nothing half-written becomes readable.
             self.manager.complete_store(keys, success=not failed)
             self.log.append(f"store-complete job{job.job_id} ok={not failed}")
             return
@@ -313,15 +524,44 @@ class OffloadSystem:
             if self.tensor_backed:
                 self._check_restored(req)
 
+    # -- local (GPU prefix-cache) hits ----------------------------------------------------
+    def _local_hit(self, req: Request) -> int:
+        """The largest ``L`` every group's GPU cache can serve (0 when disabled)."""
+        if not self.config.gpu_prefix_cache:
+            return 0
+        geo = self.geometry
+        step = self.local_step
+        # At least the last prompt token is computed again (its logits are needed).
+        candidate = (len(req.tokens) - 1) // step * step
+        hashes = self._prefix_hashes(req)
+        cached: list[set[int]] = []
+        for g, spec in enumerate(geo.groups):
+            bs = geo.block_tokens(spec)
+            per = bs // self.tph
+            pool = self.pools[g]
+            cached.append({
+                b for b in range(len(req.tokens) // bs)
+                if hashes[(b + 1) * per - 1] in pool.cached
+            })
+        while candidate > 0:
+            if all(self._group_serves_local(g, s, candidate, cached[g])
+                   for g, s in enumerate(geo.groups)):
+                return candidate
+            candidate -= step
+        return 0
+
+    def _group_serves_local(self, g: int, spec: GroupSpec, hit: int, cached: set[int]) -> bool:
+        bs = self.geometry.block_tokens(spec)
+        first = group_first_live_block(self.impl, self.geometry, spec, hit)
+        end = hit // bs + (1 if spec.eagle else 0)  # EAGLE: the peek block, then dropped
+        return all(b in cached for b in range(first, end))
+
     # -- lookup and load ------------------------------------------------------------------
     def _schedule_waiting(self, req: Request) -> None:
         geo = self.geometry
         num_tokens = len(req.tokens)
-        keys = {
-            (g, k): self.chunk_key(req.tokens, g, k)
-            for g, spec in enumerate(geo.groups)
-            for k in range(num_tokens // geo.chunk_tokens(spec))
-        }
+        keys = self._chunk_keys(req)
+        local = self._local_hit(req)
 
         def lookup(g: int, k: int) -> LookupResult:
             return self.manager.lookup(keys[(g, k)])
@@ -330,42 +570,47 @@ class OffloadSystem:
             key = keys.get((g, k))
             return key is not None and self.loading_keys[key] > 0
 
-        outcome = lookup_complete_chunks(self.impl, geo, num_tokens, 0, lookup, is_loading)
-        self._check_lookup(req, keys, outcome.hit_tokens, outcome.load_ranges)
+        outcome = lookup_complete_chunks(self.impl, geo, num_tokens, local, lookup, is_loading)
+        self._check_lookup(req, keys, local, outcome.hit_tokens, outcome.load_ranges)
         if outcome.hit_tokens is None:
-            self.log.append(f"lookup {req.rid} defer")
+            self.log.append(f"lookup {req.rid} local={local} defer")
             return
         hit = outcome.hit_tokens
         ranges = {g: outcome.load_ranges[g] for g in sorted(outcome.load_ranges)}
-        self.log.append(f"lookup {req.rid} hit={hit} loads={ranges}")
-        if hit <= 0:
-            req.phase = Phase.RUNNING
-            return
+        self.log.append(f"lookup {req.rid} local={local} hit={hit} loads={ranges}")
+        external = hit > local
         load_keys = [keys[(g, k)] for g, (lo, hi) in ranges.items() for k in range(lo, hi)]
-        try:
-            slots = self.manager.prepare_load(load_keys)
-        except (ChunkNotFoundError, ChunkNotReadyError) as exc:
-            self._violate("C2", "crash", str(exc), request=req.rid, hit=hit, loads=str(ranges))
-            self.log.append(f"crash {req.rid}: {exc}")
-            req.phase = Phase.DONE
-            return
-        self.checks["C2"] += 1
+        slots: list[int] = []
+        if external:
+            try:
+                slots = self.manager.prepare_load(load_keys)
+            except (ChunkNotFoundError, ChunkNotReadyError) as exc:
+                self._violate("C2", "crash", str(exc), request=req.rid, hit=hit,
+                              local=local, loads=str(ranges))
+                self.log.append(f"crash {req.rid}: {exc}")
+                req.phase = Phase.DONE
+                return
+            self.checks["C2"] += 1
         for g, spec in enumerate(geo.groups):
-            # Loaded chunks count as stored: the consumer never re-offers them.
-            loaded_chunks = hit // geo.chunk_tokens(spec)
-            tracker = req.trackers[g]
-            tracker.offered.update(range(loaded_chunks))
-            tracker.next_stored = max(tracker.next_stored, loaded_chunks)
-        slot_of = dict(zip(load_keys, slots, strict=True))
-        self._allocate(req, hit, hit)
+            # Chunks covered by the hit (loaded or cached on the GPU) are never re-offered.
+            req.trackers[g].mark_computed(hit // geo.chunk_tokens(spec))
+        self._allocate_hit(req, local, hit)
         self._check_retention(req, hit)
-        req.load_keys = load_keys
         req.load_hit = hit
+        if not external:
+            req.num_computed = hit
+            req.phase = Phase.RUNNING
+            if self.tensor_backed and hit > 0:
+                self._check_restored(req)
+            return
+        req.load_keys = load_keys
         req.phase = Phase.LOADING
         self._sync_worker_tensors()
+        slot_of = dict(zip(load_keys, slots, strict=True))
         bpc = geo.blocks_per_chunk
         for g, (lo, hi) in ranges.items():
             table = req.tables[g]
+            local_blocks = -(-local // geo.block_tokens(geo.groups[g]))
             pages: list[tuple[int, int, int]] = []
             group_keys: list[ChunkKey] = []
             for k in range(lo, hi):
@@ -374,8 +619,9 @@ class OffloadSystem:
                 self.loading_keys[key] += 1
                 for page in range(bpc):
                     block = k * bpc + page
-                    # Partial first chunks skip their freed (null) pages.
-                    if block < len(table) and table[block] != NULL_BLOCK:
+                    # Partial first chunks skip their freed (null) pages and the pages
+                    # the local hit already holds.
+                    if local_blocks <= block < len(table) and table[block] != NULL_BLOCK:
                         pages.append((table[block], slot_of[key], page))
             job = TransferJob(self.next_job, "load", g, pages)
             self.next_job += 1
@@ -390,6 +636,7 @@ class OffloadSystem:
         self,
         req: Request,
         keys: dict[tuple[int, int], ChunkKey],
+        local: int,
         hit: int | None,
         load_ranges: dict[int, tuple[int, int]],
     ) -> None:
@@ -401,17 +648,17 @@ class OffloadSystem:
         }
         if any(LookupResult.RETRY in row for row in states.values()):
             return  # an asynchronous lookup in flight may defer anything: nothing to compare
-        answer = spec_mg.contract_answer(geo, num_tokens, 0, states)
+        answer = spec_mg.contract_answer(geo, num_tokens, local, states)
         expected: int | None
         expected_ranges: dict[int, tuple[int, int]] = {}
         if answer.best_present is None:
-            expected = 0
+            expected = local
         elif answer.pending_in_window:
             expected = None
         else:
             expected = answer.best_present
             expected_ranges = {
-                g: spec_mg.load_range(geo, s, expected, 0) for g, s in enumerate(geo.groups)
+                g: spec_mg.load_range(geo, s, expected, local) for g, s in enumerate(geo.groups)
             }
             if any(
                 self.loading_keys[keys[(g, k)]] > 0
@@ -433,31 +680,68 @@ class OffloadSystem:
             self._violate(
                 clause,
                 "lookup",
-                f"request {req.rid}: system accepted {hit}, the contract answers {expected}",
-                request=req.rid, system=hit, spec=expected,
+                f"request {req.rid}: system accepted {hit} (local {local}), "
+                f"the contract answers {expected}",
+                request=req.rid, system=hit, spec=expected, local=local,
                 states={g: [int(r) for r in row] for g, row in states.items()},
             )
             return
-        if hit and load_ranges != expected_ranges:
+        if hit is not None and hit > local and load_ranges != expected_ranges:
             self._violate(
                 "C2", "load-set",
                 f"request {req.rid}: load ranges {load_ranges}, the spec says {expected_ranges}",
                 request=req.rid,
             )
 
+    def _allocate_hit(self, req: Request, local: int, hit: int) -> None:
+        """Tables for a hit: null below the window, cached blocks up to ``L``, fresh after."""
+        hashes = self._prefix_hashes(req)
+        for g, spec in enumerate(self.geometry.groups):
+            pool = self.pools[g]
+            bs = self.geometry.block_tokens(spec)
+            per = bs // self.tph
+            first = group_first_live_block(self.impl, self.geometry, spec, hit)
+            table: list[int] = []
+            for b in range(-(-hit // bs)):
+                if b < first:
+                    table.append(NULL_BLOCK)
+                elif (b + 1) * bs <= local:
+                    block_id = pool.cached[hashes[(b + 1) * per - 1]]
+                    pool.touch(block_id)
+                    table.append(block_id)
+                else:
+                    table.append(pool.allocate())
+            req.tables[g] = table
+            req.registered[g] = min(local // bs, len(table))
+
     def _allocate(self, req: Request, computed_for_freeing: int, target_tokens: int) -> None:
         """Free out-of-window blocks (given the computed count), allocate up to target."""
         for g, spec in enumerate(self.geometry.groups):
             table = req.tables[g]
+            pool = self.pools[g]
             bs = self.geometry.block_tokens(spec)
-            first = self._live_first_block(spec, computed_for_freeing)
+            first = group_first_live_block(self.impl, self.geometry, spec, computed_for_freeing)
             for b in range(min(first, len(table))):
                 if table[b] != NULL_BLOCK:
-                    self.pools[g].release(table[b])
+                    pool.release(table[b])
                     table[b] = NULL_BLOCK
             end = -(-target_tokens // bs)
             while len(table) < end:
-                table.append(NULL_BLOCK if len(table) < first else self.pools[g].allocate())
+                table.append(NULL_BLOCK if len(table) < first else pool.allocate())
+
+    def _register_full_blocks(self, req: Request) -> None:
+        if not self.config.gpu_prefix_cache:
+            return
+        hashes = self._prefix_hashes(req)
+        for g, spec in enumerate(self.geometry.groups):
+            bs = self.geometry.block_tokens(spec)
+            per = bs // self.tph
+            table = req.tables[g]
+            full = min(req.num_computed // bs, len(table))
+            for b in range(req.registered[g], full):
+                if table[b] != NULL_BLOCK:
+                    self.pools[g].register(hashes[(b + 1) * per - 1], table[b])
+            req.registered[g] = max(req.registered[g], full)
 
     def _check_retention(self, req: Request, hit: int) -> None:
         for g, spec in enumerate(self.geometry.groups):
@@ -468,9 +752,13 @@ class OffloadSystem:
             first, end = spec_ret.retained_block_range(
                 hit, bs, spec.sliding_window, spec.extra_retained_tokens
             )
-            live = [b for b, block_id in enumerate(req.tables[g]) if block_id != NULL_BLOCK]
+            table = req.tables[g]
             self.checks["C1"] += 1
-            if live != list(range(int(first), int(end))):
+            ok = len(table) == int(end) and all(
+                (block_id != NULL_BLOCK) == (b >= int(first)) for b, block_id in enumerate(table)
+            )
+            if not ok:
+                live = [b for b, block_id in enumerate(table) if block_id != NULL_BLOCK]
                 self._violate(
                     "C1", "retention",
                     f"request {req.rid} group {g}: live blocks {live[:3]}..{live[-3:]} "
@@ -481,30 +769,29 @@ class OffloadSystem:
     # -- oracles ----------------------------------------------------------------------------
     def _positions_kv(self, g: int, req: Request, lo: int, hi: int) -> torch.Tensor:
         pool = self.pools[g]
+        assert pool.blocks is not None
         bs = pool.block_shape[0]
-        positions = torch.arange(lo, hi)
-        ids = torch.tensor(req.tables[g], dtype=torch.int64)[positions // bs]
-        offsets = positions % bs
+        first, last = lo // bs, -(-hi // bs)
         device = pool.blocks.device
-        return pool.blocks[ids.to(device), offsets.to(device)]
+        ids = torch.tensor(req.tables[g][first:last], dtype=torch.int64, device=device)
+        # Whole blocks gathered at once, then trimmed to [lo, hi).
+        flat = pool.blocks.index_select(0, ids).flatten(0, 1)
+        return flat[lo - first * bs : hi - first * bs]
 
     def _check_restored(self, req: Request) -> None:
         hit = req.load_hit
-        layout = self.config.layout
         for g, spec in enumerate(self.geometry.groups):
             bs = self.geometry.block_tokens(spec)
-            table = req.tables[g]
-            first_block = next((b for b, i in enumerate(table) if i != NULL_BLOCK), len(table))
+            # Tables are null below the retained range (C1); a null entry inside it
+            # would read the null block and fail the byte check below.
+            first_block = group_first_live_block(self.impl, self.geometry, spec, hit)
             lo = first_block * bs
             if spec.kind is GroupKind.MAMBA:
                 lo = max(lo, hit - bs)
             if lo >= hit:
                 continue
-            device = self.pools[g].blocks.device
             got = self._positions_kv(g, req, lo, hit)
-            want = expected_kv(
-                layout, g, torch.arange(lo, hit), torch.tensor(req.tokens[lo:hit]), device
-            )
+            want = self._expected(req, g, lo, hit)
             self.checks["C11"] += 1
             if not torch.equal(got, want):
                 bad = (got != want).reshape(hit - lo, -1).any(dim=1).nonzero()
@@ -518,28 +805,43 @@ class OffloadSystem:
                 continue
             if spec.kind is GroupKind.MAMBA or hit >= len(req.tokens):
                 continue
-            window = spec.sliding_window
-            attend_lo = 0 if window is None else max(0, hit - window + 1)
-            attend_lo = max(attend_lo, lo)
-            positions = torch.arange(attend_lo, hit + 1)
-            token_ids = torch.tensor(req.tokens[attend_lo : hit + 1])
-            fresh = expected_kv(layout, g, positions, token_ids, device)
-            restored = torch.cat([self._positions_kv(g, req, attend_lo, hit), fresh[-1:]])
-            query = expected_query(layout, g, hit, req.tokens[hit], device)
-            out_restored = window_decode_attention(
-                query, restored[:, 0, 0], restored[:, 0, 1], positions.to(device), hit, window
+            self._check_attention(req, g, spec, lo, got)
+
+    def _check_attention(
+        self, req: Request, g: int, spec: GroupSpec, lo: int, got: torch.Tensor
+    ) -> None:
+        """Decode the token at ``hit`` over the restored cache and over a fresh one.
+
+        The fresh cache holds every position the window admits; the restored one is
+        read through the request's table, so a position the retention lost reads the
+        null block and changes the output.
+        """
+        hit = req.load_hit
+        window = spec.sliding_window
+        # The decoded token at `hit` attends [skipped(hit), hit] (no MTP widening).
+        attend_lo = 0 if window is None else int(spec_ret.skipped_tokens(hit, window, 0))
+        fresh = self._expected(req, g, attend_lo, hit + 1)
+        history = got[attend_lo - lo :] if attend_lo >= lo else \
+            self._positions_kv(g, req, attend_lo, hit)
+        restored = torch.cat([history, fresh[-1:]])
+        positions = torch.arange(attend_lo, hit + 1, device=got.device)
+        query = self._queries(req, g)[hit]
+        # Two batch-1 calls: a batched call is parallelized over the batch by the CPU
+        # kernel, which costs far more than it saves on a busy 2-core machine (measured).
+        out_restored = window_decode_attention(
+            query, restored[:, 0, 0], restored[:, 0, 1], positions, hit, window
+        )
+        out_fresh = window_decode_attention(
+            query, fresh[:, 0, 0], fresh[:, 0, 1], positions, hit, window
+        )
+        self.checks["C11"] += 1
+        if not torch.equal(out_restored, out_fresh):
+            self._violate(
+                "C11", "attention",
+                f"request {req.rid} group {g}: decode attention over the restored cache "
+                f"differs from a recomputed cache (hit {hit})",
+                request=req.rid, group=g,
             )
-            out_fresh = window_decode_attention(
-                query, fresh[:, 0, 0], fresh[:, 0, 1], positions.to(device), hit, window
-            )
-            self.checks["C11"] += 1
-            if not torch.equal(out_restored, out_fresh):
-                self._violate(
-                    "C11", "attention",
-                    f"request {req.rid} group {g}: decode attention over the restored cache "
-                    f"differs from a recomputed cache (hit {hit})",
-                    request=req.rid, group=g,
-                )
 
     # -- forward and stores ---------------------------------------------------------------
     def _forward(self, req: Request, scheduled: int) -> None:
@@ -547,121 +849,96 @@ class OffloadSystem:
         after = before + scheduled
         self._allocate(req, before, after)
         if self.tensor_backed:
-            for g in range(len(self.geometry.groups)):
-                pool = self.pools[g]
+            for g, pool in enumerate(self.pools):
+                assert pool.blocks is not None
                 bs = pool.block_shape[0]
+                first, last = before // bs, -(-after // bs)
                 device = pool.blocks.device
-                positions = torch.arange(before, after)
-                ids = torch.tensor(req.tables[g], dtype=torch.int64)[positions // bs]
-                kv = expected_kv(
-                    self.config.layout, g, positions, torch.tensor(req.tokens[before:after]),
-                    device,
+                ids = torch.tensor(req.tables[g][first:last], dtype=torch.int64, device=device)
+                # Write whole blocks: keep what the blocks already hold outside
+                # [before, after), so a partially filled block is extended, not clobbered.
+                view = pool.blocks.index_select(0, ids).flatten(0, 1)
+                view[before - first * bs : after - first * bs] = self._expected(
+                    req, g, before, after
                 )
-                pool.blocks[ids.to(device), (positions % bs).to(device)] = kv
+                pool.blocks.index_copy_(0, ids, view.view(len(ids), *pool.block_shape))
         req.num_computed = after
         status = RequestStatus.PREFILLING if before < req.prompt_len else RequestStatus.DECODING
-        self._build_store_jobs(req, status, scheduled, computed_before=before)
+        self._build_store_jobs(req, status, before, scheduled)
+        self._register_full_blocks(req)
         if after == len(req.tokens):
             generated = len(req.tokens) - req.prompt_len
             if generated >= req.max_new_tokens:
                 self.finish(req.rid)
                 return
-            req.tokens.append(hash((req.rid, len(req.tokens))) % self.config.vocab)
+            req.tokens.append(req.future[generated])
 
-    def _offers(
-        self,
-        req: Request,
-        g: int,
-        status: RequestStatus,
-        storable: int,
-        reachable: Callable[[int, int], bool],
+    def _spec_offers(
+        self, req: Request, g: int, status: RequestStatus, before: int, scheduled: int,
+        offered_before: set[int], next_before: int,
     ) -> list[int]:
-        """Chunks to offer given a block predicate ``reachable(block, final_end_block)``."""
-        tracker = req.trackers[g]
-        candidates = list(range(tracker.next_stored, storable))
-        if status in (RequestStatus.FINISHED, RequestStatus.ABORTED):
-            candidates = list(range(0, storable))
-        bpc = self.geometry.blocks_per_chunk
-        table = req.tables[g]
-        chosen: list[int] = []
-        for chunk in candidates:
-            if chunk in tracker.offered:
-                continue
-            marked = [b for b in range(chunk * bpc, (chunk + 1) * bpc) if reachable(b, chunk)]
-            if not marked:
-                continue
-            # C10: a marked block that is null (freed) makes the chunk unstorable.
-            if any(b >= len(table) or table[b] == NULL_BLOCK for b in marked):
-                continue
-            chosen.append(chunk)
-        return chosen
-
-    def _build_store_jobs(
-        self,
-        req: Request,
-        status: RequestStatus,
-        scheduled: int,
-        computed_before: int | None = None,
-    ) -> None:
+        """What the spec says this step offers, given the tracker's state before it."""
         geo = self.geometry
-        before = req.num_computed if computed_before is None else computed_before
+        spec = geo.groups[g]
+        tpc = geo.chunk_tokens(spec)
+        bs = geo.block_tokens(spec)
+        bpc = geo.blocks_per_chunk
         tokens = int(
             spec_reach.stored_token_count(
                 status, before, scheduled, len(req.tokens), req.prompt_len,
                 None, self.config.prompt_only,
             )
         )
-        for g, spec in enumerate(geo.groups):
-            self._store_group(req, g, spec, status, tokens)
+        storable = int(spec_reach.storable_chunks(tokens, tpc, spec.eagle, status))
+        if status in (RequestStatus.FINISHED, RequestStatus.ABORTED):
+            candidates = range(storable)
+        else:
+            candidates = range(next_before, storable)
+        if spec.kind is not GroupKind.SLIDING_WINDOW:
+            return [c for c in candidates if c not in offered_before]
+        assert spec.sliding_window is not None
+        align = geo.alignment_tokens
+        rule = spec_reach.mask_rule(align, bs, geo.retention_interval)
+        need = spec_reach.store_need_blocks(spec.sliding_window, spec.extra_retained_tokens,
+                                            bs, spec.eagle)
+        replay: tuple[int, ...] = ()
+        if geo.retention_interval is not None and align is not None and not rule.store_all:
+            replay = (int(spec_reach.replay_boundary_block(req.prompt_len - 1, align, bs)),)
+        final = spec_reach.final_segment_end_chunk(status, req.prompt_len // tpc, storable)
+        final_block = None if final is None else int(final) * bpc
+        first_live = int(spec_ret.skipped_tokens(before, spec.sliding_window,
+                                                  spec.extra_retained_tokens)) // bs
+        chosen: list[int] = []
+        for chunk in candidates:
+            if chunk in offered_before:
+                continue
+            marked = [
+                b for b in range(chunk * bpc, (chunk + 1) * bpc)
+                if spec_reach.block_is_reachable(b, rule, need, spec.eagle, final_block, replay)
+            ]
+            # C10: a chunk whose marked blocks were already freed is never stored.
+            if marked and min(marked) >= first_live:
+                chosen.append(chunk)
+        return chosen
+
+    def _build_store_jobs(
+        self, req: Request, status: RequestStatus, before: int, scheduled: int
+    ) -> None:
+        for g in range(len(self.geometry.groups)):
+            self._store_group(req, g, status, before, scheduled)
 
     def _store_group(
-        self, req: Request, g: int, spec: GroupSpec, status: RequestStatus, tokens: int
+        self, req: Request, g: int, status: RequestStatus, before: int, scheduled: int
     ) -> None:
         geo = self.geometry
-        align = geo.alignment_tokens
-        tpc = geo.chunk_tokens(spec)
-        bs = geo.block_tokens(spec)
+        tpc = geo.chunk_tokens(geo.groups[g])
         bpc = geo.blocks_per_chunk
-        storable = int(spec_reach.storable_chunks(tokens, tpc, spec.eagle, status))
-        prompt_horizon = req.prompt_len // tpc
         tracker = req.trackers[g]
-        if spec.kind is not GroupKind.SLIDING_WINDOW:
-            offered = self._offers(req, g, status, storable, lambda b, c: True)
-            expected = offered
-        else:
-            assert spec.sliding_window is not None
-            sw, extra = spec.sliding_window, spec.extra_retained_tokens
-            replay: tuple[int, ...] = ()
-            if geo.retention_interval is not None and align is not None:
-                replay = (
-                    int(spec_reach.replay_boundary_block(req.prompt_len - 1, align, bs)),
-                )
-            final_impl = self.impl.store_final_segment_end(
-                status.value, prompt_horizon, storable
-            )
-
-            def impl_reachable(block: int, chunk: int) -> bool:
-                return bool(
-                    self.impl.is_block_reachable(
-                        block, align, bs, sw, extra, spec.eagle, geo.retention_interval,
-                        final_impl * bpc, replay,
-                    )
-                )
-
-            offered = self._offers(req, g, status, storable, impl_reachable)
-            final_spec = spec_reach.final_segment_end_chunk(status, prompt_horizon, storable)
-            rule = spec_reach.mask_rule(align, bs, geo.retention_interval)
-            need = spec_reach.store_need_blocks(sw, extra, bs, spec.eagle)
-
-            def spec_reachable(block: int, chunk: int) -> bool:
-                return bool(
-                    spec_reach.block_is_reachable(
-                        block, rule, need, spec.eagle,
-                        None if final_spec is None else int(final_spec) * bpc, replay,
-                    )
-                )
-
-            expected = self._offers(req, g, status, storable, spec_reachable)
+        offered_before = set(tracker.offered)
+        next_before = tracker.next_stored_chunk_idx
+        offered = tracker.step(status.value, before, scheduled, len(req.tokens))
+        expected = self._spec_offers(req, g, status, before, scheduled, offered_before,
+                                     next_before)
         self.checks["C8"] += 1
         self.checks["C9"] += 1
         if offered != expected:
@@ -671,11 +948,15 @@ class OffloadSystem:
                 "C9" if extra_chunks and status is RequestStatus.PREFILLING else
                 ("C8" if extra_chunks else "C7"),
                 "store",
-                f"request {req.rid} group {g} ({status.value}, {tokens} tokens): "
+                f"request {req.rid} group {g} ({status.value}, {before}+{scheduled} tokens): "
                 f"offered {offered}, the spec's mask says {expected} "
                 f"(extra {extra_chunks}, missing {missing_chunks})",
                 request=req.rid, group=g, offered=offered, spec=expected,
             )
+        if set(offered) & offered_before or tracker.next_stored_chunk_idx < next_before:
+            self._violate("C8", "store", f"request {req.rid} group {g}: chunk offered twice "
+                          "or next_stored_chunk_idx moved back", request=req.rid, group=g)
+        table = req.tables[g]
         for chunk in offered:
             self.checks["C10"] += 1
             if (chunk + 1) * tpc > req.num_computed:
@@ -684,12 +965,9 @@ class OffloadSystem:
                     f"request {req.rid} group {g}: chunk {chunk} holds uncommitted slots",
                     request=req.rid, group=g,
                 )
-        tracker.offered.update(offered)
-        # next_stored_chunk_idx never moves back.
-        tracker.next_stored = max(tracker.next_stored, storable)
         if not offered:
             return
-        keys = [self.chunk_key(req.tokens, g, c) for c in offered]
+        keys = [self.chunk_key_of(req, g, c) for c in offered]
         plan = self.manager.prepare_store(keys)
         self.log.append(
             f"offer {req.rid} g{g} {offered} -> "
@@ -707,11 +985,15 @@ class OffloadSystem:
                 continue
             for page in range(bpc):
                 block = chunk * bpc + page
-                if block < len(req.tables[g]) and req.tables[g][block] != NULL_BLOCK:
-                    pages.append((req.tables[g][block], slot_of[key], page))
+                if block < len(table) and table[block] != NULL_BLOCK:
+                    pages.append((table[block], slot_of[key], page))
         failed = self.fail_stores > 0
         if failed:
             self.fail_stores -= 1
         job = TransferJob(self.next_job, "store", g, pages)
         self.next_job += 1
         self.queued_store_jobs.append((job, list(plan.keys), failed))
+
+    def chunk_key_of(self, req: Request, g: int, chunk: int) -> ChunkKey:
+        tpc = self.geometry.chunk_tokens(self.geometry.groups[g])
+        return (g, self._prefix_hash(req, (chunk + 1) * tpc))

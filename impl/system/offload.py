@@ -263,9 +263,10 @@ class TransferWorker:
         gpu = self.gpu_blocks[job.group]
         cpu = self.cpu_chunks[job.group]
         device = gpu.device
-        block_ids = torch.tensor([p[0] for p in job.pages], device=device)
-        slots = [p[1] for p in job.pages]
-        pages = [p[2] for p in job.pages]
+        ids = [p[0] for p in job.pages]
+        # CPU pages as one flat index space: page p of slot s is row s * bpc + p.
+        bpc = cpu.shape[1]
+        rows = [slot * bpc + page for _, slot, page in job.pages]
         if self.on_cuda:
             stream = self.streams.get(job.direction)
             if stream is None:
@@ -277,36 +278,71 @@ class TransferWorker:
             # direction keeps jobs of a direction in FIFO order.
             stream.wait_stream(torch.cuda.current_stream(device))
             with torch.cuda.stream(stream):
-                self._copy_pages(gpu, cpu, block_ids, slots, pages, job.direction)
+                # Created on the side stream, so the allocator never hands the index
+                # tensor's memory to the compute stream while the copy still reads it.
+                block_ids = torch.tensor(ids, device=device)
+                self._copy_pages(gpu, cpu, block_ids, rows, job.direction)
                 event = torch.cuda.Event()  # type: ignore[no-untyped-call]
                 event.record(stream)
             job.event = event
         else:
-            self._copy_pages(gpu, cpu, block_ids, slots, pages, job.direction)
+            self._copy_pages(gpu, cpu, torch.tensor(ids), rows, job.direction)
 
     @staticmethod
+    def _runs(rows: list[int]) -> list[tuple[int, int, int]]:
+        """Maximal runs of consecutive rows: ``(position in the job, first row, length)``."""
+        runs: list[tuple[int, int, int]] = []
+        for i, row in enumerate(rows):
+            if runs and runs[-1][1] + runs[-1][2] == row:
+                pos, first, length = runs[-1]
+                runs[-1] = (pos, first, length + 1)
+            else:
+                runs.append((i, row, 1))
+        return runs
+
+    @classmethod
     def _copy_pages(
-        gpu: torch.Tensor,
-        cpu: torch.Tensor,
-        block_ids: torch.Tensor,
-        slots: list[int],
-        pages: list[int],
+        cls, gpu: torch.Tensor, cpu: torch.Tensor, block_ids: torch.Tensor, rows: list[int],
         direction: str,
     ) -> None:
-        contiguous = len(set(slots)) == 1 and pages == list(range(pages[0], pages[0] + len(pages)))
+        """One batched copy per job: a gather on the GPU side, then one host copy per run
+        of consecutive CPU pages (a single ``index_copy_``/``index_select`` on CPU)."""
+        flat = cpu.view(-1, *cpu.shape[2:])
+        if not gpu.is_cuda:
+            index = torch.tensor(rows)
+            if direction == "store":
+                flat.index_copy_(0, index, gpu.index_select(0, block_ids))
+            else:
+                gpu.index_copy_(0, block_ids, flat.index_select(0, index))
+            return
+        # Device <-> pinned host: contiguous runs keep each transfer a plain DMA copy.
+        runs = cls._runs(rows)
         if direction == "store":
             gathered = gpu.index_select(0, block_ids)
-            if contiguous:
-                cpu[slots[0], pages[0] : pages[0] + len(pages)].copy_(gathered, non_blocking=True)
-            else:
-                for i, (slot, page) in enumerate(zip(slots, pages, strict=True)):
-                    cpu[slot, page].copy_(gathered[i], non_blocking=True)
+            for pos, first, length in runs:
+                flat[first : first + length].copy_(gathered[pos : pos + length], non_blocking=True)
         else:
-            if contiguous:
-                source = cpu[slots[0], pages[0] : pages[0] + len(pages)]
-            else:
-                source = torch.stack([cpu[s, p] for s, p in zip(slots, pages, strict=True)])
-            gpu.index_copy_(0, block_ids, source.to(gpu.device, non_blocking=True))
+            parts = [flat[first : first + length].to(gpu.device, non_blocking=True)
+                     for _, first, length in runs]
+            source = parts[0] if len(parts) == 1 else torch.cat(parts)
+            gpu.index_copy_(0, block_ids, source)
+
+    def fence_compute(self) -> None:
+        """Make the compute stream wait for every store job still in flight.
+
+        A store reads GPU blocks that the scheduler may free (finish, abort, window
+        freeing) and hand to another request before the job is acknowledged; the next
+        forward pass must not overwrite them while the side stream still reads. The wait
+        is on the GPU (``wait_event``): the host does not block. No-op on CPU, where a
+        copy is complete when ``submit`` returns.
+        """
+        if not self.on_cuda:
+            return
+        assert self.gpu_blocks is not None
+        compute = torch.cuda.current_stream(self.gpu_blocks[0].device)
+        for job in self.queues["store"]:
+            if job.event is not None:
+                compute.wait_event(job.event)  # type: ignore[arg-type]
 
     def poll(self) -> list[TransferJob]:
         """Advance one step and return the jobs completed, oldest first per direction."""

@@ -34,6 +34,28 @@ class KVLayout:
 _MODULUS = 4093
 
 
+_LANE_OFFSETS: dict[tuple[tuple[int, int, int, int], str], torch.Tensor] = {}
+
+
+def _lane_offsets(layout: KVLayout, device: torch.device | str) -> torch.Tensor:
+    """The per-(layer, K/V, head, lane) part of the mix, ``[1, layers, 2, heads, dim]``.
+
+    It does not depend on the token, so it is built once per layout and device; a call
+    of :func:`expected_kv` then costs one broadcast add and one ``%`` per element.
+    """
+    key = (layout.token_shape, str(device))
+    cached = _LANE_OFFSETS.get(key)
+    if cached is None:
+        layers, kv, heads, dim = layout.token_shape
+        layer = torch.arange(layers, device=device, dtype=torch.int64).view(1, -1, 1, 1, 1)
+        which = torch.arange(kv, device=device, dtype=torch.int64).view(1, 1, -1, 1, 1)
+        head = torch.arange(heads, device=device, dtype=torch.int64).view(1, 1, 1, -1, 1)
+        lane = torch.arange(dim, device=device, dtype=torch.int64).view(1, 1, 1, 1, -1)
+        cached = layer * 977 + which * 389 + head * 131 + lane * 17
+        _LANE_OFFSETS[key] = cached
+    return cached
+
+
 def expected_kv(
     layout: KVLayout,
     group: int,
@@ -44,26 +66,23 @@ def expected_kv(
     """KV of tokens ``(positions[i], token_ids[i])``: shape ``[n, layers, 2, heads, dim]``."""
     pos = positions.to(device=device, dtype=torch.int64).view(-1, 1, 1, 1, 1)
     tok = token_ids.to(device=device, dtype=torch.int64).view(-1, 1, 1, 1, 1)
-    layers, kv, heads, dim = layout.token_shape
-    layer = torch.arange(layers, device=device, dtype=torch.int64).view(1, -1, 1, 1, 1)
-    which = torch.arange(kv, device=device, dtype=torch.int64).view(1, 1, -1, 1, 1)
-    head = torch.arange(heads, device=device, dtype=torch.int64).view(1, 1, 1, -1, 1)
-    lane = torch.arange(dim, device=device, dtype=torch.int64).view(1, 1, 1, 1, -1)
-    mixed = (
-        (group + 1) * 7919 + pos * 104729 + tok * 15485 + layer * 977 + which * 389
-        + head * 131 + lane * 17
-    ) % _MODULUS
+    per_token = ((group + 1) * 7919 + pos * 104729 + tok * 15485) % _MODULUS
+    mixed = (per_token + _lane_offsets(layout, device)) % _MODULUS
     return (mixed.to(torch.float32) / _MODULUS - 0.5).to(layout.dtype)
 
 
 def expected_query(
-    layout: KVLayout, group: int, position: int, token_id: int, device: torch.device | str
+    layout: KVLayout,
+    group: int,
+    positions: torch.Tensor,
+    token_ids: torch.Tensor,
+    device: torch.device | str,
 ) -> torch.Tensor:
-    """The query of the decoded token (layer 0, one per KV head): ``[heads, dim]``."""
-    kv = expected_kv(
-        layout, group + 101, torch.tensor([position]), torch.tensor([token_id]), device
-    )
-    return kv[0, 0, 0]
+    """Queries of the tokens (layer 0, one per KV head): ``[n, heads, dim]``.
+
+    Derived like the KV but from a disjoint group id, so a query never equals a key.
+    """
+    return expected_kv(layout, group + 101, positions, token_ids, device)[:, 0, 0]
 
 
 def window_decode_attention(
@@ -76,14 +95,17 @@ def window_decode_attention(
 ) -> torch.Tensor:
     """One decode step: ``query [heads, dim]`` over ``keys/values [n, heads, dim]``.
 
-    The mask admits key positions in ``[query_position - sw + 1, query_position]``
-    (all positions up to the query for full attention).
+    ``keys``/``values`` may carry a leading batch dimension (``[b, n, heads, dim]``,
+    e.g. a restored and a fresh cache at once); the output is then ``[b, heads, dim]``.
+    The mask admits key positions in ``[query_position - sw + 1, query_position]`` (all
+    positions up to the query for full attention).
     """
     low = 0 if sliding_window is None else query_position - sliding_window + 1
     allowed = (key_positions >= low) & (key_positions <= query_position)
-    q = query.to(torch.float32).unsqueeze(1).unsqueeze(0)  # [1, heads, 1, dim]
-    k = keys.to(torch.float32).permute(1, 0, 2).unsqueeze(0)  # [1, heads, n, dim]
-    v = values.to(torch.float32).permute(1, 0, 2).unsqueeze(0)
+    batched = keys.dim() == 4
+    k = (keys if batched else keys.unsqueeze(0)).to(torch.float32).permute(0, 2, 1, 3)
+    v = (values if batched else values.unsqueeze(0)).to(torch.float32).permute(0, 2, 1, 3)
+    q = query.to(torch.float32).unsqueeze(1).unsqueeze(0).expand(k.shape[0], -1, -1, -1)
     mask = allowed.to(q.device).view(1, 1, 1, -1)
     out = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask)
-    return out[0, :, 0, :]
+    return out[:, :, 0, :] if batched else out[0, :, 0, :]

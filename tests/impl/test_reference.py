@@ -12,14 +12,18 @@ from kvcontract.errors import UnknownTargetError
 REFERENCE = get_implementation("reference")
 
 
-def _scan(impl_name: str, states: list[LookupResult], initial: int, window: int) -> tuple[int | None, int]:
+def _scan(
+    impl_name: str, states: list[LookupResult], initial: int, window: int
+) -> tuple[int | None, int]:
     calls: list[int] = []
 
     def lookup(k: int) -> LookupResult:
         calls.append(k)
         return states[k]
 
-    found = get_implementation(impl_name).sliding_window_lookup(lookup, 0, len(states), initial, window)
+    found = get_implementation(impl_name).sliding_window_lookup(
+        lookup, 0, len(states), initial, window
+    )
     return found, len(calls)
 
 
@@ -27,7 +31,9 @@ def _scan(impl_name: str, states: list[LookupResult], initial: int, window: int)
     ("state", "expected", "lookups"),
     [(HIT, 3, 1), (HIT_PENDING, None, 1), (RETRY, None, 3), (MISS, 0, 3)],
 )
-def test_single_state_scans_count_lookups(state: LookupResult, expected: int | None, lookups: int) -> None:
+def test_single_state_scans_count_lookups(
+    state: LookupResult, expected: int | None, lookups: int
+) -> None:
     assert _scan("reference", [state] * 3, 1, 1) == (expected, lookups)
 
 
@@ -102,3 +108,31 @@ def test_prefill_horizon_numbers() -> None:
 def test_unknown_variant() -> None:
     with pytest.raises(UnknownTargetError, match="choose one of"):
         get_implementation("nope")
+
+
+# DOMAIN.md section 10, upstream's EAGLE lookup tests (keys derived from the tokens).
+@pytest.mark.parametrize(
+    ("group", "num_tokens", "expected"),
+    [
+        ("swa", 9, 4),  # W + 1 = 3 needed, 2 keys: the prefix run of 2, popped to 1 chunk
+        ("swa", 13, 8),  # 3 keys: widening capped, run of 3, popped to 2 chunks
+        ("fa", 12, 8),  # no SWA group: no -1; prefix of 3 popped to 2
+        ("fa", 4, 0),
+    ],
+)
+def test_upstream_eagle_table(group: str, num_tokens: int, expected: int) -> None:
+    spec = swa(4, 8, eagle=True) if group == "swa" else fa(4, eagle=True)
+    outcome = lookup_complete_chunks(REFERENCE, Geometry((spec,)), num_tokens, 0, lambda g, k: HIT)
+    assert outcome.hit_tokens == expected
+
+
+def test_upstream_eagle_thirteen_tokens_four_keys() -> None:
+    # Upstream's test gives the 13-token request 4 keys: the EAGLE group widens its query
+    # to the 4th key, needs W + 1 = 3 present chunks, finds keys 1-3, pops one: 12 tokens.
+    geometry = Geometry((swa(4, 8, eagle=True),))
+    outcome = lookup_complete_chunks(
+        REFERENCE, geometry, 13, 0, lambda g, k: HIT, num_keys={0: 4}
+    )
+    assert outcome.hit_tokens == 12
+    assert len(outcome.lookups) == 3  # keys 3, 2, 1: the run completes before key 0
+    assert sorted({k for _, k in outcome.lookups}) == [1, 2, 3]

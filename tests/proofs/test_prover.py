@@ -23,7 +23,9 @@ CAUGHT = [
 
 
 @pytest.mark.parametrize(("variant", "clause", "theorem"), CAUGHT)
-def test_arith_variants_yield_replayed_counterexamples(variant: str, clause: str, theorem: str) -> None:
+def test_arith_variants_yield_replayed_counterexamples(
+    variant: str, clause: str, theorem: str
+) -> None:
     report = prove(variant, [clause], jobs=1)
     by_name = {r.theorem: r for r in report.results}
     result = by_name[theorem]
@@ -35,7 +37,9 @@ def test_arith_variants_yield_replayed_counterexamples(variant: str, clause: str
 def test_stale_pending_caught_on_c3() -> None:
     from kvcontract.proofs.exhaustive_theorems import exhaustive_theorems
 
-    theorem = next(t for t in exhaustive_theorems() if t.theorem_id == "C3/scan-defers-only-in-scope")
+    theorem = next(
+        t for t in exhaustive_theorems() if t.theorem_id == "C3/scan-defers-only-in-scope"
+    )
     result = theorem.run(get_implementation("stale-pending"))
     assert result.verdict is Verdict.COUNTEREXAMPLE
     assert result.witness is not None
@@ -80,17 +84,39 @@ def test_lifting_refuses_symbolic_loops() -> None:
 def test_cli_exit_codes_and_json(tmp_path: object) -> None:
     out = f"{tmp_path}/report.json"
     done = subprocess.run(
-        [sys.executable, "-m", "kvcontract", "prove", "--impl", "unaligned-hit",
-         "--clause", "C2", "--json", out, "--quiet"],
-        capture_output=True, text=True, timeout=600,
+        [
+            sys.executable,
+            "-m",
+            "kvcontract",
+            "prove",
+            "--impl",
+            "unaligned-hit",
+            "--clause",
+            "C2",
+            "--json",
+            out,
+            "--quiet",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     assert done.returncode == 1, done.stdout + done.stderr
-    data = json.loads(open(out).read())
+    with open(out) as handle:
+        data = json.load(handle)
     assert data["version"] == 1 and data["command"] == "prove" and data["target"] == "unaligned-hit"
     assert any(r["verdict"] == "COUNTEREXAMPLE" and r["witness"] for r in data["results"])
-    bad = subprocess.run([sys.executable, "-m", "kvcontract", "prove", "--clause", "C42"],
-                         capture_output=True, text=True, timeout=60)
+    bad = subprocess.run(
+        [sys.executable, "-m", "kvcontract", "prove", "--clause", "C42"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert bad.returncode == 2 and "unknown clause" in bad.stderr
-    bad = subprocess.run([sys.executable, "-m", "kvcontract", "prove", "--impl", "nope"],
-                         capture_output=True, text=True, timeout=60)
+    bad = subprocess.run(
+        [sys.executable, "-m", "kvcontract", "prove", "--impl", "nope"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert bad.returncode == 2 and "unknown implementation" in bad.stderr

@@ -63,7 +63,9 @@ def _stored_blocks(geometry: Geometry, tokens: int, e_group: int = 1) -> set[int
     group = geometry.groups[e_group]
     assert group.sliding_window is not None
     rule = mask_rule(geometry.alignment_tokens, group.block_size, geometry.retention_interval)
-    need = store_need_blocks(group.sliding_window, group.extra_retained_tokens, group.block_size, False)
+    need = store_need_blocks(
+        group.sliding_window, group.extra_retained_tokens, group.block_size, False
+    )
     blocks = tokens // group.block_size
     return {b for b in range(blocks) if chunk_is_stored(b, 1, rule, need, False, blocks)}
 
@@ -78,7 +80,10 @@ def test_store_masks_and_retention_intervals() -> None:
     stored = {b for b in range(16) if chunk_is_stored(b, 1, rule, 2, False, None, replay)}
     assert stored == {6, 7, 10, 11, 14, 15}
     rule0 = mask_rule(16, 4, 0)
-    assert {b for b in range(16) if chunk_is_stored(b, 1, rule0, 2, False, None, replay)} == {10, 11}
+    assert {b for b in range(16) if chunk_is_stored(b, 1, rule0, 2, False, None, replay)} == {
+        10,
+        11,
+    }
     assert group.sliding_window == 8
 
 
@@ -110,6 +115,8 @@ def test_impossible_geometry_names_the_field(build: object, field: str) -> None:
 
 
 def test_alignment() -> None:
-    assert Geometry((fa(256), swa(64, 128), swa(8, 128)), blocks_per_chunk=4).alignment_tokens == 1024
+    assert (
+        Geometry((fa(256), swa(64, 128), swa(8, 128)), blocks_per_chunk=4).alignment_tokens == 1024
+    )
     assert Geometry((fa(16), fa(32), swa(4, 8))).alignment_tokens is None
     assert Geometry((swa(4, 8), swa(8, 8))).alignment_tokens == 8

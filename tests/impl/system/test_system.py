@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any, cast
+
 import pytest
 import torch
 from hypothesis import given, settings
@@ -19,8 +21,11 @@ from kvcontract.impl.system import (
     window_decode_attention,
 )
 from kvcontract.impl.variants import get_implementation
-from kvcontract.spec.geometry import Geometry, fa, swa
+from kvcontract.spec import multigroup
+from kvcontract.spec.geometry import Geometry, fa, mamba, swa
 from kvcontract.spec.lookup import LookupResult
+
+from kvcontract.errors import GeometryError, KvContractError, UsageError
 
 REFERENCE = get_implementation("reference")
 
@@ -96,6 +101,7 @@ def _producer_consumer(name: str, tensor_backed: bool) -> OffloadSystem:
     for _ in range(4):
         system.step(40)
     system.drain()
+    system.evict_gpu_cache()  # the consumer must hit the CPU, not the GPU prefix cache
     system.add_request("c", [*tokens, 3], 1)
     for _ in range(4):
         system.step(40)
@@ -107,7 +113,7 @@ def _producer_consumer(name: str, tensor_backed: bool) -> OffloadSystem:
 def test_reference_end_to_end_is_clean(tensor_backed: bool) -> None:
     system = _producer_consumer("reference", tensor_backed)
     assert system.violations == []
-    assert any(line.startswith("lookup c hit=64") for line in system.log)
+    assert any(line.startswith("lookup c local=0 hit=64") for line in system.log)
     if tensor_backed:
         assert system.checks["C11"] > 0
 
@@ -148,6 +154,224 @@ def test_byte_corruption_is_caught() -> None:
     assert any(v.clause == "C11" for v in system.violations)
 
 
+def _tokens(n: int, salt: int = 0) -> list[int]:
+    return [(i * 7 + salt * 13 + (i * i) % 11) % 50 for i in range(n)]
+
+
+def _run(system: OffloadSystem, rid: str, tokens: list[int], budget: int, steps: int) -> None:
+    system.add_request(rid, tokens, 1)
+    for _ in range(steps):
+        system.step(budget)
+    system.drain()
+
+
+def _lookup_line(system: OffloadSystem, rid: str) -> str:
+    lines: list[str] = [line for line in system.log
+                        if line.startswith(f"lookup {rid} ") and "defer" not in line]
+    return lines[0]
+
+
+@pytest.mark.parametrize("tensor_backed", [False, True])
+def test_gpu_prefix_hit_then_external_hit(tensor_backed: bool) -> None:
+    geometry = Geometry((fa(16), swa(4, 8, 1)), blocks_per_chunk=2)
+    system = OffloadSystem(SystemConfig(geometry, REFERENCE, tensor_backed))
+    tokens = _tokens(97)
+    _run(system, "producer", tokens, 35, 6)
+    system.evict_gpu_cache()
+    _run(system, "warm", tokens[:40], 64, 3)  # leaves a GPU prefix of 32 tokens
+    _run(system, "consumer", tokens, 64, 4)
+    line = _lookup_line(system, "consumer")
+    # Load(96, 32): the FA group loads chunks 1-2 (chunk 0 is local); the SWA window of
+    # 96 starts at token 88 (block 22, chunk 11) - nothing of it is local.
+    assert "local=32 hit=96 loads={0: (1, 3), 1: (11, 12)}" in line, line
+    assert system.violations == []
+    if tensor_backed:
+        assert system.checks["C11"] > 0
+
+
+def test_gpu_prefix_hit_needs_only_the_retained_window() -> None:
+    geometry = Geometry((fa(16), swa(4, 8)))
+    system = OffloadSystem(SystemConfig(geometry, REFERENCE, True))
+    tokens = _tokens(65)
+    _run(system, "producer", tokens, 64, 3)
+    pool = system.pools[1]
+    # Drop SWA blocks outside Ret(64) = [14, 16) and Ret(48) = [10, 12) from the GPU
+    # cache: still a local hit of 64.
+    for block in (*range(10), 12, 13):
+        prefix = system.requests["producer"].prefix_hashes[block]
+        pool.hash_of.pop(pool.cached.pop(prefix))
+    _run(system, "again", tokens, 64, 3)
+    assert "local=64 hit=64" in _lookup_line(system, "again")
+    # Dropping block 15 (inside the window) loses the local hit at 64; the CPU serves it.
+    prefix = system.requests["producer"].prefix_hashes[15]
+    pool.hash_of.pop(pool.cached.pop(prefix))
+    _run(system, "third", tokens, 64, 3)
+    line = _lookup_line(system, "third")
+    assert "local=48 hit=64" in line, line
+    assert system.violations == []
+
+
+def test_eagle_local_hit_needs_the_peek_block() -> None:
+    geometry = Geometry((fa(4), swa(4, 8, eagle=True)))
+    system = OffloadSystem(SystemConfig(geometry, REFERENCE, False))
+    tokens = _tokens(20)
+    _run(system, "producer", tokens[:13], 64, 3)  # caches blocks 0..2 of the prefix
+    system.add_request("consumer", tokens, 1)
+    system.step(64)
+    # L = 12 would need block 3 (the peek) cached; only 0..2 are: L = 8.
+    assert "local=8 " in _lookup_line(system, "consumer")
+    assert system.violations == []
+
+
+def test_finish_during_prefill_is_ignored() -> None:
+    system = OffloadSystem(SystemConfig(Geometry((fa(4), swa(4, 8))), REFERENCE, True))
+    system.add_request("r", [13, 21, 31, 43], 1)
+    system.step(1)
+    system.finish("r")
+    assert system.log[-1] == "finish r ignored (prefilling)"
+    system.abort("r")
+    system.drain()
+    assert system.violations == []
+
+
+@pytest.mark.parametrize("tensor_backed", [False, True])
+def test_failed_store_loses_nothing_else(tensor_backed: bool) -> None:
+    geometry = Geometry((fa(8), swa(4, 8)))
+    system = OffloadSystem(SystemConfig(geometry, REFERENCE, tensor_backed, delay_steps=2))
+    tokens = _tokens(33)
+    system.add_request("producer", tokens, 1)
+    system.step(16)
+    system.fail_next_store()  # the FA job of step 2 (chunks 2 and 3) fails
+    for _ in range(4):
+        system.step(16)
+    system.drain()
+    states = [system.manager.state(system.chunk_key(tokens, 0, k)) for k in range(4)]
+    # The failed job's chunks are absent again (never half-written and readable); the
+    # chunks of other jobs are untouched.
+    assert states == [ChunkState.READY] * 2 + [ChunkState.ABSENT] * 2
+    system.evict_gpu_cache()
+    _run(system, "consumer", tokens, 64, 4)
+    assert system.violations == []
+    if tensor_backed:
+        assert system.checks["C11"] > 0
+
+
+def test_eviction_pressure_and_abort_keep_chunks_intact() -> None:
+    geometry = Geometry((fa(8), swa(4, 8)), blocks_per_chunk=2)
+    system = OffloadSystem(SystemConfig(geometry, REFERENCE, True, capacity_chunks=12))
+    for i in range(4):
+        system.add_request(f"p{i}", _tokens(70, i), 1)
+        system.step(30)
+        if i % 2:
+            system.abort(f"p{i}")
+        for _ in range(4):
+            system.step(30)
+    system.drain()
+    assert any("evicted=" in line and "evicted=0" not in line for line in system.log)
+    system.evict_gpu_cache()
+    for i in (3, 2, 1, 0):  # newest first: the LRU kept the latest producers' chunks
+        system.add_request(f"c{i}", _tokens(70, i), 1)
+        for _ in range(4):
+            system.step(64)
+    system.drain()
+    # Every load that happened was checked byte for byte and by the attention oracle.
+    assert system.violations == []
+    assert system.checks["C11"] > 0
+
+
+def test_perturbed_left_chunk_states() -> None:
+    geometry = Geometry((fa(16), swa(4, 8)))
+    outcomes = {}
+    for state in ("absent", "pending", "loading", "stale"):
+        system = OffloadSystem(SystemConfig(geometry, REFERENCE, True))
+        tokens = _tokens(65)
+        _run(system, "producer", tokens, 35, 4)
+        system.evict_gpu_cache()
+        system.perturb_left_chunk(tokens, state)
+        _run(system, "consumer", tokens, 64, 3)
+        outcomes[state] = next(
+            line for line in system.log if line.startswith("lookup consumer")
+        )
+        assert system.violations == []
+    assert "hit=48" in outcomes["absent"]  # the next window down
+    # Seed 000's shape: the pending last chunk is outside the window of 48 (a MISS lies
+    # between them), so it does not defer the hit.
+    assert "hit=48" in outcomes["stale"]
+    assert "defer" in outcomes["pending"] and "defer" in outcomes["loading"]
+
+
+def test_stale_shape_catches_the_stale_pending_variant() -> None:
+    system = OffloadSystem(
+        SystemConfig(Geometry((fa(16), swa(4, 8))), get_implementation("stale-pending"), True)
+    )
+    tokens = _tokens(65)
+    _run(system, "producer", tokens, 35, 4)
+    system.evict_gpu_cache()
+    system.perturb_left_chunk(tokens, "stale")
+    _run(system, "consumer", tokens, 64, 3)
+    assert "lookup consumer local=0 defer" in system.log
+    assert {v.clause for v in system.violations} == {"C3"}
+
+
+def test_system_mamba_geometry_clean() -> None:
+    geometry = Geometry((swa(8, 16, 1), mamba(8)), blocks_per_chunk=2)
+    system = OffloadSystem(SystemConfig(geometry, REFERENCE, True))
+    tokens = _tokens(81)
+    _run(system, "producer", tokens, 37, 5)
+    system.evict_gpu_cache()
+    _run(system, "consumer", tokens, 64, 4)
+    assert system.violations == [] and system.checks["C2"] == 1
+
+
+def test_bad_configuration_and_input() -> None:
+    geometry = Geometry((fa(4), swa(4, 8)))
+    with pytest.raises(GeometryError):
+        SystemConfig(geometry, REFERENCE, capacity_chunks=0)
+    with pytest.raises(GeometryError):
+        SystemConfig(geometry, REFERENCE, delay_steps=-1)
+    with pytest.raises(UsageError):
+        SystemConfig(geometry, REFERENCE, device="tpu")
+    with pytest.raises(UsageError):
+        SystemConfig(cast(Any, "FA4"), REFERENCE)
+    system = OffloadSystem(SystemConfig(geometry, REFERENCE, False))
+    for bad in ([], [1, 2, 500], ["a"]):
+        with pytest.raises(UsageError):
+            system.add_request("r", cast(Any, bad))
+    with pytest.raises(UsageError):
+        system.add_request("r", [1, 2], max_new_tokens=0)
+    system.add_request("r", [1, 2, 3])
+    with pytest.raises(UsageError):
+        system.add_request("r", [1, 2, 3])
+    with pytest.raises(UsageError):
+        system.step(0)
+    with pytest.raises(KvContractError):
+        system.perturb_left_chunk([1, 2, 3], "broken")
+    assert multigroup.initial_max_hit(geometry, 3) == 2
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_cuda_store_held_back_is_hit_pending() -> None:
+    # A GPU-side delay on the compute stream holds the store job (its side stream waits
+    # for the compute stream): the chunk must read HIT_PENDING until the job's event has
+    # completed and the scheduler has acknowledged it.
+    geometry = Geometry((fa(4), swa(4, 8)))
+    system = OffloadSystem(SystemConfig(geometry, REFERENCE, True, device="cuda", delay_steps=1))
+    tokens = _tokens(17)
+    system.add_request("p", tokens, 3)
+    system.step(64)  # builds the store jobs of the prompt
+    torch.cuda._sleep(200_000_000)  # type: ignore[no-untyped-call]  # GPU-side delay
+    system.step(1)  # submits the jobs behind the sleep
+    jobs = list(system.worker.queues["store"])
+    events = [cast(Any, job.event) for job in jobs if job.event is not None]
+    assert events and any(not event.query() for event in events)
+    key = system.chunk_key(tokens, 0, 0)
+    assert system.manager.lookup(key) is LookupResult.HIT_PENDING
+    system.drain()
+    assert system.manager.lookup(key) is LookupResult.HIT
+    assert system.violations == []
+
+
 @pytest.mark.cuda
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_cuda_end_to_end() -> None:
@@ -159,8 +383,9 @@ def test_cuda_end_to_end() -> None:
     for _ in range(4):
         system.step(40)
     system.drain()
+    system.evict_gpu_cache()
     system.add_request("c", [*tokens, 3], 1)
     for _ in range(4):
         system.step(40)
     system.drain()
-    assert system.violations == [] and system.checks["C11"] > 0
+    assert system.violations == [] and system.checks["C11"] > 0 and system.checks["C2"] == 1

@@ -1,0 +1,849 @@
+"""Bind upstream vLLM functions, by source, to kvcontract's :class:`Implementation`.
+
+vLLM cannot be imported here (it pulls in torch, CUDA extensions and half of PyPI), and
+the audited functions moved between files and changed signatures from 0.28 to 0.33.
+So each function is *located by AST* under its qualified name in the known files,
+its ``def`` is compiled on its own (with postponed annotations, so type hints need not
+resolve) and executed in a namespace of small stand-ins: the ``LookupResult`` enum,
+``cdiv``/``round_down``, spec dataclasses named like upstream's (the bodies dispatch with
+``isinstance`` on those names), ``dataclasses.replace`` and a logger. Methods get a fake
+``self`` that carries only what the body reads (``.manager.lookup``, ``.config``...).
+
+Adapters then give every function the signature of the matching
+:class:`~kvcontract.impl.bundle.Implementation` field, so the prover's catalogue runs
+on upstream code unchanged. An adapter also validates what upstream returns (garbage is
+a finding, not a crash of the audit) and, inside a sandbox child, bounds each call in
+time (:func:`set_call_timeout`).
+
+Line numbers are preserved: a traceback or a SARIF location points at the upstream file.
+"""
+
+from __future__ import annotations
+import __future__
+
+import ast
+import copy
+import dataclasses
+import inspect
+import itertools
+import logging
+import signal
+import threading
+import types
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from kvcontract.impl.bundle import Implementation
+from kvcontract.impl.variants import REFERENCE, VARIANTS
+from kvcontract.proofs import symbolic
+from kvcontract.spec.lookup import LookupResult
+from kvcontract.tools.audit.targets import MANAGER, OFFLOAD_CONFIG, SCHEDULER, Target
+
+from kvcontract.errors import InputFileError
+
+SCHED_CLS = "OffloadingConnectorScheduler"
+SWM_CLS = "SlidingWindowManager"
+
+
+@dataclass(frozen=True)
+class RoleSpec:
+    """One upstream function the audit looks for."""
+
+    role: str
+    qualnames: tuple[str, ...]
+    """Qualified names, preferred first (a class method is ``Class.method``)."""
+    files: tuple[str, ...]
+    """Files relative to the vllm package, in search order (0.33 first where it moved)."""
+    what: str
+
+
+ROLES: tuple[RoleSpec, ...] = (
+    RoleSpec("skipped", (f"{SWM_CLS}.get_num_skipped_tokens",), (MANAGER,),
+             "tokens skipped below the window (allocation retention)"),
+    RoleSpec("window", ("get_sliding_window_size_in_chunks",), (OFFLOAD_CONFIG, SCHEDULER),
+             "window size W in chunks"),
+    RoleSpec("load_window", ("GroupOffloadConfig.load_window_size_in_chunks",), (SCHEDULER,),
+             "load window lw(N) for an unaligned boundary"),
+    RoleSpec("sw_scan", (f"{SCHED_CLS}._sliding_window_lookup",), (SCHEDULER,),
+             "sliding-window scanner"),
+    RoleSpec("prefix_scan", (f"{SCHED_CLS}._maximal_prefix_lookup",), (SCHEDULER,),
+             "full-attention prefix scanner"),
+    RoleSpec("store_mask", (f"{SCHED_CLS}._reachable_store_block_mask",), (SCHEDULER,),
+             "store reachability mask (scheduler side, MTP widening)"),
+    RoleSpec("block_mask", (f"{SWM_CLS}.reachable_block_mask",), (MANAGER,),
+             "reachability block mask"),
+    RoleSpec("contiguous_blocks", (f"{SWM_CLS}._contiguous_blocks_for_hit",), (MANAGER,),
+             "blocks a hit needs (used by the block mask)"),
+    RoleSpec("store_predicate", ("is_store_reachable_swa_chunk",), (SCHEDULER,),
+             "chunk-level store reachability predicate (0.28/0.29 shape)"),
+    RoleSpec("multi_group_lookup", (f"{SCHED_CLS}._lookup_complete_chunks",), (SCHEDULER,),
+             "multi-group lookup with convergence"),
+    RoleSpec("store_jobs", (f"{SCHED_CLS}._build_store_jobs",), (SCHEDULER,),
+             "store-job builder (inspected for its horizon, not executed)"),
+)
+ROLE_BY_NAME = {r.role: r for r in ROLES}
+
+FIELD_ROLES: dict[str, tuple[str, ...]] = {
+    "get_num_skipped_tokens": ("skipped",),
+    "retained_block_range": ("skipped",),
+    "load_chunk_range": ("skipped",),
+    "get_sliding_window_size_in_chunks": ("window",),
+    "load_window_size_in_chunks": ("load_window",),
+    "sliding_window_lookup": ("sw_scan",),
+    "prefix_lookup": ("prefix_scan",),
+    "is_block_reachable": ("reachability",),
+    "store_final_segment_end": ("store_horizon",),
+}
+"""Implementation field -> the binding roles it is built from (pseudo-roles
+``reachability`` and ``store_horizon`` are resolved from several upstream shapes)."""
+
+
+# -- errors the adapters raise (findings, never audit crashes) -------------------------
+class UpstreamError(Exception):
+    """The upstream function raised, hung or returned garbage for concrete inputs."""
+
+
+class UpstreamTimeout(UpstreamError):
+    """An upstream call exceeded the per-case time limit."""
+
+
+class MissingRole(Exception):
+    """A role the theorem needs was not bound (the engine skips such theorems)."""
+
+
+_CALL_TIMEOUT: list[float | None] = [None]
+_IN_CALL: list[bool] = [False]
+
+
+def set_call_timeout(seconds: float | None) -> None:
+    """Bound every upstream call in this process (used by the sandbox child)."""
+    _CALL_TIMEOUT[0] = seconds
+
+
+def _on_alarm(signum: int, frame: types.FrameType | None) -> None:
+    raise UpstreamTimeout("timed out")
+
+
+@contextmanager
+def _time_limit(what: str) -> Iterator[None]:
+    seconds = _CALL_TIMEOUT[0]
+    if (seconds is None or _IN_CALL[0]
+            or threading.current_thread() is not threading.main_thread()):
+        yield
+        return
+    previous = signal.signal(signal.SIGALRM, _on_alarm)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    _IN_CALL[0] = True
+    try:
+        yield
+    except UpstreamTimeout:
+        raise UpstreamTimeout(f"{what} did not return within {seconds:g}s") from None
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+        _IN_CALL[0] = False
+
+
+def _passthrough(exc: BaseException) -> bool:
+    """Exceptions of the symbolic executor must reach it unchanged."""
+    return type(exc).__module__ == symbolic.__name__ or isinstance(exc, (MissingRole,
+                                                                         UpstreamError))
+
+
+# -- stand-ins for upstream's collaborators -------------------------------------------
+def cdiv(a: Any, b: Any) -> Any:
+    """``ceil(a / b)`` for b > 0, written so Z3's Euclidean division agrees with it."""
+    return -(-a // b)
+
+
+def round_down(x: Any, multiple: Any) -> Any:
+    return (x // multiple) * multiple
+
+
+class KVCacheSpec:
+    """Stand-in base of upstream's spec classes (only ``isinstance`` is used)."""
+
+
+@dataclass
+class FullAttentionSpec(KVCacheSpec):
+    block_size: Any = 16
+
+
+@dataclass
+class SlidingWindowSpec(KVCacheSpec):
+    block_size: Any = 16
+    sliding_window: Any = 0
+    extra_retained_tokens: Any = 0
+
+
+@dataclass
+class ChunkedLocalAttentionSpec(KVCacheSpec):
+    block_size: Any = 16
+    attention_chunk_size: Any = 0
+
+
+@dataclass
+class MambaSpec(KVCacheSpec):
+    block_size: Any = 16
+
+
+class _AssertFailed(AssertionError):
+    pass
+
+
+def _kvc_assert(condition: Any, message: Any = None) -> None:
+    """Replacement of upstream ``assert`` statements.
+
+    On concrete values it raises like ``assert``. During symbolic execution a failing
+    assertion ends the path instead (its condition is one of upstream's stated
+    preconditions, e.g. ``sliding_window > 0``, which every theorem's hypotheses
+    imply); concrete replays and the grids still execute every assertion for real.
+    """
+    if symbolic._current:
+        if not condition:
+            raise symbolic._Fork()
+        return
+    if not condition:
+        raise _AssertFailed(message if message is not None else "assertion failed")
+
+
+def _namespace() -> dict[str, Any]:
+    from collections.abc import Iterable, Mapping
+    from typing import ClassVar
+
+    return {
+        "__name__": "kvcontract_audit_upstream",
+        "__builtins__": __builtins__,
+        "LookupResult": LookupResult,
+        "cdiv": cdiv,
+        "round_down": round_down,
+        "KVCacheSpec": KVCacheSpec,
+        "AttentionSpec": KVCacheSpec,
+        "FullAttentionSpec": FullAttentionSpec,
+        "SlidingWindowSpec": SlidingWindowSpec,
+        "ChunkedLocalAttentionSpec": ChunkedLocalAttentionSpec,
+        "MambaSpec": MambaSpec,
+        "replace": dataclasses.replace,
+        "chain": itertools.chain,
+        "logger": logging.getLogger("kvcontract.audit.upstream"),
+        "Sequence": Sequence,
+        "Iterable": Iterable,
+        "Mapping": Mapping,
+        "ClassVar": ClassVar,
+        "Any": Any,
+        "__kvc_assert__": _kvc_assert,
+    }
+
+
+class _AssertToCall(ast.NodeTransformer):
+    def visit_Assert(self, node: ast.Assert) -> ast.stmt:
+        args: list[ast.expr] = [node.test]
+        if node.msg is not None:
+            args.append(node.msg)
+        call = ast.Expr(ast.Call(ast.Name("__kvc_assert__", ast.Load()), args, []))
+        return ast.copy_location(call, node)
+
+
+# -- locating ---------------------------------------------------------------------------
+@dataclass
+class Located:
+    qualname: str
+    path: Path
+    line: int
+    node: ast.FunctionDef
+
+
+def _index(path: Path) -> dict[str, Located]:
+    """Every function of a file by qualified name (``Class.method``) and bare name."""
+    try:
+        source = path.read_text(encoding="utf-8", errors="replace")
+        tree = ast.parse(source, filename=str(path))
+    except (OSError, SyntaxError, ValueError) as exc:
+        raise InputFileError(str(path), f"cannot parse: {exc}") from None
+    found: dict[str, Located] = {}
+
+    def walk(body: list[ast.stmt], prefix: str) -> None:
+        for node in body:
+            if isinstance(node, ast.FunctionDef):
+                qual = prefix + node.name
+                found.setdefault(qual, Located(qual, path, node.lineno, node))
+            elif isinstance(node, ast.ClassDef):
+                walk(node.body, prefix + node.name + ".")
+
+    walk(tree.body, "")
+    return found
+
+
+def _compile(located: Located) -> Callable[..., Any]:
+    node = copy.deepcopy(located.node)
+    node.decorator_list = []
+    node = _AssertToCall().visit(node)
+    module = ast.Module(body=[node], type_ignores=[])
+    ast.fix_missing_locations(module)
+    code = compile(module, str(located.path), "exec",
+                   flags=__future__.annotations.compiler_flag, dont_inherit=True)
+    namespace = _namespace()
+    exec(code, namespace)
+    fn = namespace[node.name]
+    if not callable(fn):
+        raise TypeError(f"{located.qualname} is not a function")
+    return fn  # type: ignore[no-any-return]
+
+
+@dataclass
+class RoleBinding:
+    """What the audit found for one role (printed, and in the report's ``bindings``)."""
+
+    role: str
+    status: str
+    """``found``, ``missing``, ``derived`` (composed from found functions), ``inferred``
+    (modelled from the shape of upstream code that is not executed) or ``error``."""
+    what: str
+    qualname: str | None = None
+    path: str | None = None
+    line: int | None = None
+    signature: str | None = None
+    shape: str | None = None
+    note: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    def where(self) -> str:
+        return f"{self.path}:{self.line}" if self.path else "-"
+
+
+@dataclass
+class Binding:
+    """The bound target: role records, compiled functions and the adapted bundle."""
+
+    target: Target
+    roles: dict[str, RoleBinding] = field(default_factory=dict)
+    functions: dict[str, Callable[..., Any]] = field(default_factory=dict)
+    nodes: dict[str, ast.FunctionDef] = field(default_factory=dict)
+    """The located definition of each found role (inspected, e.g. the store builder)."""
+    implementation: Implementation | None = None
+    missing_fields: dict[str, str] = field(default_factory=dict)
+    """Implementation field -> why it could not be bound."""
+
+    def location(self, role: str) -> tuple[str, int] | None:
+        rb = self.roles.get(role)
+        if rb is None or rb.path is None or rb.line is None:
+            return None
+        return rb.path, rb.line
+
+    def field_location(self, field_name: str) -> tuple[str, int] | None:
+        for role in FIELD_ROLES.get(field_name, ()):
+            for candidate in _pseudo_sources(self, role):
+                loc = self.location(candidate)
+                if loc:
+                    return loc
+        return None
+
+    def to_json(self) -> list[dict[str, Any]]:
+        return [rb.to_json() for rb in self.roles.values()]
+
+
+def _pseudo_sources(binding: Binding, role: str) -> list[str]:
+    if role == "reachability":
+        return ["store_mask", "store_predicate", "block_mask"]
+    if role == "store_horizon":
+        return ["store_jobs", "store_predicate"]
+    return [role]
+
+
+# -- adapters ------------------------------------------------------------------------------
+def _is_number(value: Any) -> bool:
+    return (isinstance(value, (int, symbolic.SymInt)) and not isinstance(value, bool)) or \
+        type(value).__name__ == "ArithRef"
+
+
+def _guarded(what: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+    def call(*args: Any, **kwargs: Any) -> Any:
+        try:
+            with _time_limit(what):
+                return fn(*args, **kwargs)
+        except BaseException as exc:
+            if _passthrough(exc) or not isinstance(exc, Exception):
+                raise
+            raise UpstreamError(f"{what} raised {type(exc).__name__}: {exc}") from exc
+
+    return call
+
+
+def _garbage(what: str, value: Any, expected: str) -> UpstreamError:
+    shown = repr(value)
+    if len(shown) > 80:
+        shown = shown[:77] + "..."
+    return UpstreamError(f"{what} returned {shown} ({type(value).__name__}), expected {expected}")
+
+
+class _Manager:
+    def __init__(self, lookup: Callable[[int], LookupResult]) -> None:
+        self._lookup = lookup
+        self.calls = 0
+
+    def lookup(self, key: Any, req_context: Any = None) -> LookupResult:
+        self.calls += 1
+        result = self._lookup(key)
+        return result
+
+
+class _EventsTracker:
+    def record_lookup(self, *args: Any, **kwargs: Any) -> None:
+        return None
+
+    def record_store(self, *args: Any, **kwargs: Any) -> None:
+        return None
+
+
+class GroupConfig:
+    """Stand-in for upstream's ``GroupOffloadConfig`` (attributes the bodies read)."""
+
+    def __init__(self, **fields: Any) -> None:
+        self.group_idx = 0
+        self.tokens_per_block = 16
+        self.tokens_per_chunk = 16
+        self.hashes_per_chunk = 1
+        self.sliding_window_size_in_chunks: Any = None
+        self.kv_cache_spec: Any = None
+        self.manager_cls: Any = None
+        self.requires_cow_source = False
+        self.alignment_chunk_count: Any = None
+        self.is_eagle_group = False
+        for key, value in fields.items():
+            setattr(self, key, value)
+
+
+def _param_names(fn: Callable[..., Any]) -> list[str]:
+    return list(inspect.signature(fn).parameters)
+
+
+def _build_adapters(binding: Binding) -> None:
+    """Give every bound role an adapter with the matching Implementation signature; a
+    field whose roles are missing raises :class:`MissingRole` (the engine skips it)."""
+    f = binding.functions
+    roles = binding.roles
+    fields: dict[str, Callable[..., Any]] = {}
+
+    def where(role: str) -> str:
+        rb = roles[role]
+        return f"{rb.qualname} ({rb.path}:{rb.line})"
+
+    # skipped tokens ------------------------------------------------------------------
+    if "skipped" in f:
+        skipped_fn = _guarded(where("skipped"), f["skipped"])
+
+        def get_num_skipped_tokens(n: Any, sliding_window: Any, extra_retained: Any) -> Any:
+            manager = types.SimpleNamespace(sliding_window=sliding_window,
+                                            extra_retained_tokens=extra_retained)
+            value = skipped_fn(manager, n)
+            if not _is_number(value):
+                raise _garbage(where("skipped"), value, "an int")
+            return value
+
+        def retained_block_range(n: Any, bs: Any, sw: Any, e: Any) -> tuple[Any, Any]:
+            return get_num_skipped_tokens(n, sw, e) // bs, cdiv(n, bs)
+
+        def load_chunk_range(hit: Any, local: Any, bs: Any, bpc: Any, sw: Any,
+                             e: Any) -> tuple[Any, Any]:
+            first = get_num_skipped_tokens(hit, sw, e) // bs
+            local_blocks = cdiv(local, bs)
+            if local_blocks > first:
+                first = local_blocks
+            return first // bpc, cdiv(hit, bs * bpc)
+
+        fields["get_num_skipped_tokens"] = get_num_skipped_tokens
+        fields["retained_block_range"] = retained_block_range
+        fields["load_chunk_range"] = load_chunk_range
+        roles["retained_range"] = RoleBinding(
+            "retained_range", "derived", "retained blocks Ret(n) and load set Load(N, L)",
+            note="[skipped(n) // bs, cdiv(n, bs)) from the bound get_num_skipped_tokens "
+                 "(the allocation path itself is not executed)")
+
+    # window W ------------------------------------------------------------------------
+    if "window" in f:
+        window_fn = _guarded(where("window"), f["window"])
+
+        def get_sliding_window_size_in_chunks(sw: Any, e: Any, tpc: Any) -> Any:
+            spec = SlidingWindowSpec(block_size=tpc, sliding_window=sw, extra_retained_tokens=e)
+            value = window_fn(spec, tpc)
+            if not _is_number(value):
+                raise _garbage(where("window"), value, "an int for a sliding-window spec")
+            return value
+
+        fields["get_sliding_window_size_in_chunks"] = get_sliding_window_size_in_chunks
+
+    # load window lw(N) ---------------------------------------------------------------
+    scan_params = _param_names(f["sw_scan"]) if "sw_scan" in f else []
+    scan_has_initial = "initial_window_size" in scan_params
+    if "load_window" in f and "get_sliding_window_size_in_chunks" in fields:
+        lw_fn = _guarded(where("load_window"), f["load_window"])
+        window_adapter = fields["get_sliding_window_size_in_chunks"]
+
+        def load_window_size_in_chunks(boundary: Any, sw: Any, e: Any, tpc: Any) -> Any:
+            spec = SlidingWindowSpec(block_size=tpc, sliding_window=sw, extra_retained_tokens=e)
+            config = GroupConfig(sliding_window_size_in_chunks=window_adapter(sw, e, tpc),
+                                 kv_cache_spec=spec, tokens_per_chunk=tpc, tokens_per_block=tpc)
+            value = lw_fn(config, boundary)
+            if not _is_number(value):
+                raise _garbage(where("load_window"), value, "an int for a sliding-window spec")
+            return value
+
+        fields["load_window_size_in_chunks"] = load_window_size_in_chunks
+    elif "load_window" not in f and "sw_scan" in f and not scan_has_initial and \
+            "get_sliding_window_size_in_chunks" in fields:
+        window_only = fields["get_sliding_window_size_in_chunks"]
+
+        def load_window_is_w(boundary: Any, sw: Any, e: Any, tpc: Any) -> Any:
+            return window_only(sw, e, tpc)
+
+        fields["load_window_size_in_chunks"] = load_window_is_w
+        roles["load_window"].status = "derived"
+        anchor = roles.get("multi_group_lookup") or roles["sw_scan"]
+        roles["load_window"].path, roles["load_window"].line = anchor.path, anchor.line
+        roles["load_window"].note = (
+            "absent; this scanner has no initial_window_size, so the lookup requires W chunks "
+            "ending at cdiv(N, tpc) for every boundary: lw(N) = W")
+    elif "load_window" in f:
+        binding.missing_fields["load_window_size_in_chunks"] = "needs the window function"
+
+    # sliding-window scanner -----------------------------------------------------------
+    if "sw_scan" in f:
+        scan_fn = _guarded(where("sw_scan"), f["sw_scan"])
+
+        def sliding_window_lookup(lookup: Callable[[int], LookupResult], start: int, end: int,
+                                  initial_window: int, window: int) -> int | None:
+            keys = list(range(start, end))
+            sched = types.SimpleNamespace(manager=_Manager(lookup),
+                                          _events_tracker=_EventsTracker())
+            if scan_has_initial:
+                value = scan_fn(sched, keys, window, None, initial_window_size=initial_window)
+            else:
+                value = scan_fn(sched, keys, window, None)
+            if value is None:
+                return None
+            if not isinstance(value, int) or isinstance(value, bool) or \
+                    not 0 <= value <= len(keys):
+                raise _garbage(where("sw_scan"), value, f"None or an index in [0, {len(keys)}]")
+            return start + value
+
+        fields["sliding_window_lookup"] = sliding_window_lookup
+
+    # prefix scanner ------------------------------------------------------------------------
+    if "prefix_scan" in f:
+        prefix_raw = f["prefix_scan"]
+        prefix_fn = _guarded(where("prefix_scan"), prefix_raw)
+        params = _param_names(prefix_raw)
+        known = {"self", "keys", "req_context", "req", "group_config", "start_chunk_idx"}
+        extra = [p for p in params if p not in known
+                 and inspect.signature(prefix_raw).parameters[p].default is inspect.Parameter.empty]
+
+        def prefix_lookup(lookup: Callable[[int], LookupResult], start: int,
+                          end: int) -> int | None:
+            keys = list(range(start, end))
+            sched = types.SimpleNamespace(manager=_Manager(lookup),
+                                          _events_tracker=_EventsTracker())
+            request = types.SimpleNamespace(request_id="audit", num_tokens=end)
+            kwargs: dict[str, Any] = {"keys": keys, "req_context": None, "req": request,
+                                      "group_config": GroupConfig(),
+                                      "start_chunk_idx": start}
+            for name in extra:
+                kwargs[name] = 0  # e.g. a later recompute budget: none
+            value = prefix_fn(sched, **{k: v for k, v in kwargs.items() if k in params})
+            if value is None:
+                return None
+            if not isinstance(value, int) or isinstance(value, bool) or \
+                    not 0 <= value <= len(keys):
+                raise _garbage(where("prefix_scan"), value, f"None or a count in [0, {len(keys)}]")
+            return start + value
+
+        if extra:
+            roles["prefix_scan"].note = f"extra parameters {extra} passed as 0"
+        fields["prefix_lookup"] = prefix_lookup
+
+    # store reachability -------------------------------------------------------------
+    manager_cls: Any = None
+    if "block_mask" in f:
+        contiguous = f.get("contiguous_blocks")
+        if contiguous is None:
+            def contiguous(cls: Any, window_size: Any, block_size: Any, use_eagle: bool) -> Any:
+                return cdiv(window_size - 1, block_size) + (1 if use_eagle else 0)
+
+            roles["contiguous_blocks"].status = "derived"
+            roles["contiguous_blocks"].note = "absent; cdiv(window - 1, block) + eagle assumed"
+        manager_cls = type(SWM_CLS, (), {
+            "reachable_block_mask": classmethod(f["block_mask"]),
+            "_contiguous_blocks_for_hit": classmethod(contiguous),
+        })
+    mask_where = ""
+
+    def mask_value(mask: Any, what: str) -> bool:
+        if mask is None:
+            return True
+        if not isinstance(mask, list) or len(mask) != 1 or not isinstance(mask[0], bool):
+            raise _garbage(what, mask, "None or a list of one bool per block")
+        return mask[0]
+
+    reach: Callable[..., Any] | None = None
+    if "store_mask" in f and manager_cls is not None:
+        store_fn = _guarded(where("store_mask"), f["store_mask"])
+        mask_where = where("store_mask")
+
+        def reach_store_mask(block: Any, alignment: int | None, block_tokens: int, sw: Any,
+                             e: Any, eagle: bool, retention: int | None,
+                             final_end_block: Any | None, replay_blocks: tuple[Any, ...] = (),
+                             ) -> Any:
+            spec = SlidingWindowSpec(block_size=block_tokens, sliding_window=sw,
+                                     extra_retained_tokens=e)
+            config = GroupConfig(kv_cache_spec=spec, manager_cls=manager_cls,
+                                 is_eagle_group=bool(eagle), tokens_per_block=block_tokens,
+                                 tokens_per_chunk=block_tokens)
+            sched = types.SimpleNamespace(config=types.SimpleNamespace(
+                blocks_per_chunk=1, alignment_tokens=alignment, retention_interval=retention,
+                dcp_world_size=1))
+            mask = store_fn(sched, config, block, block + 1, final_end_block,
+                            tuple(b * block_tokens for b in replay_blocks))
+            return mask_value(mask, mask_where)
+
+        reach = reach_store_mask
+        roles["reachability"] = RoleBinding(
+            "reachability", "derived", "per-block store reachability",
+            note="_reachable_store_block_mask over one block (bpc = 1 view), driving "
+                 "reachable_block_mask through a SlidingWindowManager stand-in")
+    elif "store_predicate" in f and "get_sliding_window_size_in_chunks" in fields:
+        predicate = _guarded(where("store_predicate"), f["store_predicate"])
+        window_adapter = fields["get_sliding_window_size_in_chunks"]
+        mask_where = where("store_predicate")
+
+        def reach_predicate(block: Any, alignment: int | None, block_tokens: int, sw: Any,
+                            e: Any, eagle: bool, retention: int | None,
+                            final_end_block: Any | None, replay_blocks: tuple[Any, ...] = (),
+                            ) -> Any:
+            window = window_adapter(sw, e, block_tokens)
+            per: int | None = None
+            if alignment is not None and alignment > block_tokens:
+                per = alignment // block_tokens
+                if window >= per:
+                    per = None
+            storable = final_end_block if final_end_block is not None else block + (per or 1)
+            value = predicate(block, storable, per, window, bool(eagle))
+            if not isinstance(value, bool):
+                raise _garbage(mask_where, value, "a bool")
+            return value
+
+        reach = reach_predicate
+        roles["reachability"] = RoleBinding(
+            "reachability", "derived", "per-block store reachability",
+            note="is_store_reachable_swa_chunk at block granularity (bpc = 1 view); "
+                 "alignment_chunk_count = A // B when A > B and W < A // B (upstream's rule), "
+                 "storable count = the horizon passed to the mask; no retention interval")
+    elif manager_cls is not None:
+        block_mask_raw = f["block_mask"]
+        mask_params = _param_names(block_mask_raw)
+        mask_where = where("block_mask")
+
+        def reach_block_mask(block: Any, alignment: int | None, block_tokens: int, sw: Any,
+                             e: Any, eagle: bool, retention: int | None,
+                             final_end_block: Any | None, replay_blocks: tuple[Any, ...] = (),
+                             ) -> Any:
+            spec = SlidingWindowSpec(block_size=block_tokens, sliding_window=sw,
+                                     extra_retained_tokens=e)
+            kwargs: dict[str, Any] = {
+                "start_block": block, "end_block": block + 1, "alignment_tokens": alignment,
+                "kv_cache_spec": spec, "use_eagle": bool(eagle),
+                "retention_interval": retention,
+                "reachable_boundaries": tuple(b * block_tokens for b in replay_blocks),
+            }
+            if "final_segment_end_block" in mask_params:
+                kwargs["final_segment_end_block"] = final_end_block
+            with _time_limit(mask_where):
+                try:
+                    mask = manager_cls.reachable_block_mask(**kwargs)
+                except Exception as exc:
+                    if _passthrough(exc):
+                        raise
+                    raise UpstreamError(f"{mask_where} raised {type(exc).__name__}: {exc}") \
+                        from exc
+            return mask_value(mask, mask_where)
+
+        reach = reach_block_mask
+        roles["reachability"] = RoleBinding(
+            "reachability", "derived", "per-block store reachability",
+            note="reachable_block_mask alone (no scheduler-side widening found)")
+    if reach is not None:
+        fields["is_block_reachable"] = reach
+    # store horizon (inferred from the shape of the store-job builder) ---------------
+    horizon = _infer_store_horizon(binding)
+    if horizon is not None:
+        fields["store_final_segment_end"] = horizon
+
+    for name in FIELD_ROLES:
+        if name not in fields and name not in binding.missing_fields:
+            needed = [r for r in FIELD_ROLES[name]]
+            binding.missing_fields[name] = "missing " + ", ".join(
+                _role_display(binding, r) for r in needed)
+    filled = {name: fields.get(name, _missing_field(name, binding.missing_fields.get(name, "")))
+              for name in FIELD_ROLES}
+    binding.implementation = Implementation(
+        name=binding.target.name, description=binding.target.display(), **filled)
+
+
+def _role_display(binding: Binding, role: str) -> str:
+    if role == "reachability":
+        return ("store reachability (_reachable_store_block_mask + reachable_block_mask, "
+                "or is_store_reachable_swa_chunk)")
+    if role == "store_horizon":
+        return "the store horizon (_build_store_jobs or is_store_reachable_swa_chunk)"
+    spec = ROLE_BY_NAME.get(role)
+    return spec.qualnames[0] if spec else role
+
+
+def _missing_field(name: str, reason: str) -> Callable[..., Any]:
+    def missing(*args: Any, **kwargs: Any) -> Any:
+        raise MissingRole(f"{name}: {reason}")
+
+    missing.__name__ = f"missing_{name}"
+    return missing
+
+
+def _prompt_horizon(status: str, prompt_horizon_chunks: int, current_chunks: int) -> int:
+    if status in ("finished", "aborted"):
+        return current_chunks
+    return prompt_horizon_chunks
+
+
+def _frontier_horizon(status: str, prompt_horizon_chunks: int, current_chunks: int) -> int:
+    return current_chunks
+
+
+def _infer_store_horizon(binding: Binding) -> Callable[..., int] | None:
+    """Which chunk count closes the final segment of a store job, read off the shape.
+
+    ``_build_store_jobs`` drives a scheduler, a request table and a transfer pipeline;
+    executing it would need most of vLLM. Its horizon choice is a syntactic fact: the
+    0.30+ builder passes ``final_segment_end_chunk_idx`` (the prompt horizon while
+    prefilling, the real one on finish/abort); the 0.28/0.29 builder calls
+    ``is_store_reachable_swa_chunk`` with this step's storable count (every frontier).
+    """
+    node = binding.nodes.get("store_jobs")
+    source = ast.unparse(node) if node is not None else ""
+    rb = RoleBinding("store_horizon", "inferred", "final-segment horizon of a store job")
+    if source and "final_segment_end_chunk_idx" in source:
+        rb.note = ("_build_store_jobs passes final_segment_end_chunk_idx: the prompt horizon "
+                   "while prefilling, the real horizon on finish/abort (modelled, not executed)")
+        if "prompt_horizon" not in source:
+            rb.note = ("_build_store_jobs passes final_segment_end_chunk_idx without a prompt "
+                       "horizon: the current frontier closes the segment (modelled)")
+            binding.roles["store_horizon"] = rb
+            return _frontier_horizon
+        binding.roles["store_horizon"] = rb
+        return _prompt_horizon
+    if "store_predicate" in binding.functions:
+        rb.note = ("is_store_reachable_swa_chunk takes this step's storable chunk count: every "
+                   "intermediate frontier closes a final segment (modelled, not executed)")
+        binding.roles["store_horizon"] = rb
+        return _frontier_horizon
+    binding.roles["store_horizon"] = RoleBinding(
+        "store_horizon", "missing", "final-segment horizon of a store job",
+        note="neither _build_store_jobs (with final_segment_end_chunk_idx) nor "
+             "is_store_reachable_swa_chunk was found")
+    return None
+
+
+# -- entry point ----------------------------------------------------------------------------
+def _candidates(target: Target, spec: RoleSpec) -> list[tuple[Path, str]]:
+    if target.kind == "module":
+        path = target.files[0]
+        return [(path, q) for q in spec.qualnames] + \
+            [(path, q.rsplit(".", 1)[-1]) for q in spec.qualnames]
+    assert target.package_dir is not None
+    return [(target.package_dir / rel, q) for rel in spec.files for q in spec.qualnames]
+
+
+def bind(target: Target) -> Binding:
+    """Locate, compile and adapt every role of ``target`` (builtins bind to themselves)."""
+    binding = Binding(target)
+    if target.kind == "builtin":
+        assert target.builtin is not None
+        binding.implementation = VARIANTS[target.builtin]
+        for spec in ROLES:
+            binding.roles[spec.role] = RoleBinding(
+                spec.role, "found", spec.what, qualname=f"kvcontract.impl ({target.builtin})",
+                note="built-in implementation")
+        return binding
+    indexes: dict[Path, dict[str, Located]] = {}
+    for spec in ROLES:
+        located: Located | None = None
+        for path, qualname in _candidates(target, spec):
+            if not path.is_file():
+                continue
+            if path not in indexes:
+                indexes[path] = _index(path)
+            hit = indexes[path].get(qualname)
+            if hit is None and target.kind == "module":
+                # A patched file may nest the function in any class.
+                hit = next((loc for q, loc in indexes[path].items()
+                            if q.rsplit(".", 1)[-1] == qualname), None)
+            if hit is not None:
+                located = hit
+                break
+        if located is None:
+            binding.roles[spec.role] = RoleBinding(spec.role, "missing", spec.what,
+                                                   note="not found in " + ", ".join(
+                                                       sorted({str(p) for p, _ in
+                                                               _candidates(target, spec)})))
+            continue
+        rb = RoleBinding(spec.role, "found", spec.what, qualname=located.qualname,
+                         path=str(located.path), line=located.line)
+        try:
+            fn = _compile(located)
+            rb.signature = f"{located.node.name}{inspect.signature(fn)}"
+        except Exception as exc:  # a definition that cannot even be created is a finding
+            rb.status = "error"
+            rb.note = f"cannot define it with stand-ins: {type(exc).__name__}: {exc}"
+            binding.roles[spec.role] = rb
+            continue
+        binding.functions[spec.role] = fn
+        binding.nodes[spec.role] = located.node
+        binding.roles[spec.role] = rb
+    _describe_shapes(binding)
+    _build_adapters(binding)
+    return binding
+
+
+def _describe_shapes(binding: Binding) -> None:
+    """A one-phrase shape per role: which release family its signature belongs to."""
+    f = binding.functions
+    if "sw_scan" in f:
+        has = "initial_window_size" in _param_names(f["sw_scan"])
+        binding.roles["sw_scan"].shape = (
+            "with initial_window_size (0.30+)" if has else "W only, no initial window (0.28/0.29)")
+    if "window" in f:
+        rb = binding.roles["window"]
+        rb.shape = "offloading/config.py (0.33+)" if rb.path and rb.path.endswith(
+            OFFLOAD_CONFIG) else "module function"
+    if "block_mask" in f:
+        params = _param_names(f["block_mask"])
+        binding.roles["block_mask"].shape = (
+            "with dcp_world_size and final_segment_end_block (0.30+)"
+            if "final_segment_end_block" in params else "without final segment (0.28/0.29)")
+    if "store_predicate" in f:
+        binding.roles["store_predicate"].shape = "chunk-level predicate (0.28/0.29)"
+    if "multi_group_lookup" in f:
+        params = _param_names(f["multi_group_lookup"])
+        binding.roles["multi_group_lookup"].shape = (
+            "with max_num_new_tokens (0.30+)" if "max_num_new_tokens" in params
+            else "req_status only (0.28/0.29)")
+
+
+def reference_binding() -> Binding:
+    """The built-in reference as a binding (for baselines against it)."""
+    from kvcontract.tools.audit.targets import resolve_target
+
+    binding = bind(resolve_target("builtin:reference"))
+    assert binding.implementation is REFERENCE
+    return binding

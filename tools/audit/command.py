@@ -1,0 +1,143 @@
+"""What ``kvcontract audit`` does, kept out of the CLI module (which only parses options)."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from kvcontract.tools.audit.binding import Binding, bind
+from kvcontract.tools.audit.engine import AuditOptions, AuditRun, run_audit
+from kvcontract.tools.audit.report import build_report, print_bindings, print_report
+from kvcontract.tools.audit.targets import resolve_target
+from rich.console import Console
+from rich.markup import escape
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+from kvcontract.errors import UsageError
+
+
+def _options(clauses: Sequence[str], call_timeout: float, budget: float,
+             jobs: int | None) -> AuditOptions:
+    if call_timeout <= 0:
+        raise UsageError(f"--timeout must be positive, not {call_timeout:g}")
+    if budget <= 0:
+        raise UsageError(f"--budget must be positive, not {budget:g}")
+    if jobs is not None and jobs < 1:
+        raise UsageError(f"--jobs must be at least 1, not {jobs}")
+    return AuditOptions(clauses=list(clauses) or None, call_timeout=call_timeout,
+                        budget=budget, jobs=jobs,
+                        theorem_timeout=max(60.0, 6 * budget + 30.0))
+
+
+def _run(console: Console, binding: Binding, options: AuditOptions, quiet: bool) -> AuditRun:
+    with Progress(
+        TextColumn("[bold]auditing[/] {task.description}"), BarColumn(),
+        TextColumn("{task.completed}/{task.total}"), TimeElapsedColumn(),
+        console=console, transient=True, disable=quiet or not console.is_terminal,
+    ) as progress:
+        task = progress.add_task(binding.target.name, total=None)
+
+        def advance(row: dict[str, Any], done: int, total: int) -> None:
+            progress.update(task, completed=done, total=total,
+                            description=f"{row['clause']}/{row['theorem']}")
+
+        return run_audit(binding, options, advance)
+
+
+def draw_pictures(binding: Binding, report: dict[str, Any], out_dir: str,
+                  options: AuditOptions) -> list[str]:
+    """A PNG and an SVG per counterexample (``tools/explain.py``), drawn in a sandbox
+    child because the scene re-runs the bound upstream functions on the witness."""
+    from pathlib import Path
+
+    from kvcontract.tools.audit.engine import UPSTREAM_LOOKUP
+    from kvcontract.tools.audit.sandbox import run_jobs
+
+    directory = Path(out_dir)
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UsageError(f"cannot create {directory}: {exc.strerror}") from None
+    rows = [r for r in report["results"] if r["verdict"] == "COUNTEREXAMPLE" and r.get("witness")]
+    notes = report.setdefault("picture_notes", [])
+
+    def job() -> dict[str, Any]:
+        from kvcontract.tools.explain import draw, scene_from_result, slug
+
+        written: list[str] = []
+        skipped: list[str] = []
+        impl = binding.implementation
+        assert impl is not None
+        for row in rows:
+            name = f"{row['clause']}/{row['theorem']}"
+            if row["theorem"].startswith(UPSTREAM_LOOKUP):
+                skipped.append(f"{name}: upstream's own loop (the scene would redraw "
+                               "kvcontract's lookup over the bound primitives)")
+                continue
+            try:
+                scene = scene_from_result(row, impl)
+                paths = [directory / f"{slug(name)}.{ext}" for ext in ("png", "svg")]
+                written += [str(p) for p in draw(scene, paths)]
+            except Exception as exc:
+                skipped.append(f"{name}: {type(exc).__name__}: {exc}")
+        return {"written": written, "skipped": skipped}
+
+    outcome = run_jobs([("pictures", job)], workers=1, job_timeout=options.theorem_timeout,
+                       call_timeout=options.call_timeout)["pictures"]
+    if not outcome.ok or outcome.value is None:
+        notes.append(f"pictures: {outcome.error.splitlines()[0]}")
+        return []
+    notes.extend(outcome.value["skipped"])
+    return list(outcome.value["written"])
+
+
+def run_audit_command(
+    target: str,
+    *,
+    baseline: str | None = None,
+    clauses: Sequence[str] = (),
+    call_timeout: float = 2.0,
+    budget: float = 8.0,
+    jobs: int | None = None,
+    reproducer_dir: str | None = None,
+    picture_dir: str | None = None,
+    quiet: bool = False,
+    to_stderr: bool = False,
+) -> dict[str, Any]:
+    """Bind, check, compare and print; returns the versioned report (with ``exit_code``)."""
+    options = _options(clauses, call_timeout, budget, jobs)
+    console = Console(width=None if sys.stdout.isatty() else 200, stderr=to_stderr)
+    resolved = resolve_target(target)
+    resolved_baseline = resolve_target(baseline) if baseline else None
+    binding = bind(resolved)
+    if not quiet:
+        print_bindings(console, build_report(binding, AuditRun([], [], 0.0)))
+    run = _run(console, binding, options, quiet)
+    comparison = None
+    if resolved_baseline is not None:
+        from kvcontract.tools.audit.baseline import compare
+
+        base_binding = bind(resolved_baseline)
+        if not quiet:
+            print_bindings(console, build_report(base_binding, AuditRun([], [], 0.0)))
+        base_run = _run(console, base_binding, options, quiet)
+        comparison = compare(base_binding, base_run, binding, run, options)
+    report: dict[str, Any] = build_report(binding, run, comparison)
+    if reproducer_dir:
+        from kvcontract.tools.audit.reproduce import write_reproducers
+
+        written = write_reproducers(report, reproducer_dir)
+        report["reproducers"] = [str(p) for p in written]
+    if picture_dir:
+        report["pictures"] = draw_pictures(binding, report, picture_dir, options)
+    if quiet:
+        console.print(f"{report['target']}: exit code {report['exit_code']} "
+                      f"({len(report['results'])} theorems, {report['seconds']:.1f}s)")
+    else:
+        print_report(console, report, show_bindings=False)
+        for path in [*report.get("reproducers", []), *report.get("pictures", [])]:
+            console.print(f"wrote {path}", highlight=False)
+        for line in report.get("picture_notes", []):
+            console.print("[yellow]no picture[/] " + escape(line), highlight=False)
+    return report

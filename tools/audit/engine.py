@@ -1,0 +1,699 @@
+"""The clause checks of an audit: the prover's catalogue, run on bound upstream code.
+
+For every theorem whose functions are bound (:mod:`.binding`), in a sandbox child:
+
+* a :class:`~kvcontract.proofs.theorem.Z3Theorem` is first decided by Z3, lifting the
+  upstream code over symbolic integers (evidence ``proved``). Upstream code that cannot
+  be lifted (a block mask builds a list over a symbolic range) is searched concretely
+  instead: Z3 picks admissible cases of every configuration (cases a random search
+  hardly ever hits, e.g. a chunk inside a boundary's demanded range), then Hypothesis
+  draws more and shrinks any failure (evidence ``examples``, with the count);
+* an :class:`~kvcontract.proofs.theorem.ExhaustiveTheorem` enumerates its domain in
+  increasing size within a time budget (evidence ``exhausted``, or ``examples`` when
+  the budget ends first); scanner theorems also get a Hypothesis search over longer
+  sequences.
+
+A failure is a minimal witness re-executed on the upstream code, blamed on the bound
+function whose replacement by the reference makes it disappear (its file:line becomes
+the report's location). A call that raises, hangs or returns garbage is such a failure.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import z3
+from kvcontract.impl.bundle import Implementation
+from kvcontract.impl.variants import REFERENCE
+from kvcontract.proofs.runner import catalog
+from kvcontract.proofs.theorem import Config, Env, ExhaustiveTheorem, Theorem, Z3Theorem
+from kvcontract.proofs.verdicts import TheoremResult, Verdict
+from kvcontract.spec.clauses import CLAUSES, get_clause
+from kvcontract.tools.audit.binding import Binding, UpstreamError
+from kvcontract.tools.audit.sandbox import Outcome, run_jobs
+
+from kvcontract.errors import UsageError
+
+_LOOKUP_FIELDS = ("get_sliding_window_size_in_chunks", "load_window_size_in_chunks",
+                  "sliding_window_lookup", "prefix_lookup", "load_chunk_range")
+_STORE_FIELDS = ("is_block_reachable", "store_final_segment_end", "get_num_skipped_tokens")
+
+THEOREM_FIELDS: dict[str, tuple[str, ...]] = {
+    "retained-blocks-exact": ("retained_block_range",),
+    "load-set-exact": ("load_chunk_range",),
+    "allocation-bound": ("get_sliding_window_size_in_chunks",),
+    "first-run-covers-load": ("load_window_size_in_chunks", "load_chunk_range"),
+    "later-run-covers-load": ("get_sliding_window_size_in_chunks", "load_chunk_range"),
+    "load-window-exact": ("load_window_size_in_chunks",),
+    "window-exact": ("get_sliding_window_size_in_chunks",),
+    "scan-accepts-only-hit": ("sliding_window_lookup",),
+    "scan-defers-only-in-scope": ("sliding_window_lookup",),
+    "scan-is-maximal": ("sliding_window_lookup",),
+    "lookup-loads-only-hit": _LOOKUP_FIELDS,
+    "lookup-defers-only-in-scope": _LOOKUP_FIELDS,
+    "lookup-is-maximal": _LOOKUP_FIELDS,
+    "eagle-peek": _LOOKUP_FIELDS,
+    "lookup-converges": _LOOKUP_FIELDS,
+    "segment-boundaries-supplied": ("is_block_reachable",),
+    "final-boundary-supplied": ("is_block_reachable",),
+    "replay-boundary-supplied": ("is_block_reachable",),
+    "offered-at-most-once": _STORE_FIELDS,
+    "store-horizon": _STORE_FIELDS,
+    "stores-well-formed": _STORE_FIELDS,
+}
+"""Which Implementation fields each catalogue theorem calls (by theorem name, the part
+before any ``[...]``). A theorem not listed here is assumed to need every field."""
+
+ALL_FIELDS = tuple(f.name for f in dataclasses.fields(Implementation)
+                   if f.name not in ("name", "description", "violates", "notes"))
+
+VIA_SCHEDULER = "kvcontract's multi-group lookup over the bound primitives"
+VIA_STORE = "kvcontract's StoreTracker over the bound mask and horizon"
+
+
+UPSTREAM_LOOKUP = "upstream-lookup-"
+VIA_UPSTREAM_LOOKUP = "upstream's _lookup_complete_chunks, driven through stand-ins"
+
+
+def theorem_fields(theorem: Theorem) -> tuple[str, ...]:
+    if theorem.name.startswith(UPSTREAM_LOOKUP):
+        return _LOOKUP_FIELDS
+    return THEOREM_FIELDS.get(theorem.name.split("[", 1)[0], ALL_FIELDS)
+
+
+def theorems_for(binding: Binding) -> list[Theorem]:
+    """The prover's catalogue, plus the theorems over upstream's own multi-group loop."""
+    from kvcontract.tools.audit.lookup import upstream_lookup_theorems
+
+    return [*catalog(), *upstream_lookup_theorems(binding)]
+
+
+def is_spec_only(theorem: Theorem) -> bool:
+    """The sequence theorems prove the spec's scanner; they never call the implementation."""
+    name: str = theorem.name
+    return name.startswith("spec-")
+
+
+@dataclass
+class AuditOptions:
+    """Knobs of one audit (the CLI's ``--clause``, ``--timeout``, ``--jobs``...)."""
+
+    clauses: Sequence[str] | None = None
+    call_timeout: float = 2.0
+    """Seconds one upstream call may take (a hang becomes a finding of that case)."""
+    theorem_timeout: float = 110.0
+    """Seconds one theorem's child process may take before it is killed."""
+    budget: float = 8.0
+    """Seconds of concrete search (exhaustive enumeration, sampled cases) per theorem."""
+    examples: int = 300
+    """Hypothesis examples per concretely searched theorem."""
+    jobs: int | None = None
+    seed: int = 0
+
+
+@dataclass
+class AuditRun:
+    """Rows (one per checked theorem), the theorems that could not be checked, timing."""
+
+    rows: list[dict[str, Any]]
+    unchecked: list[dict[str, Any]]
+    seconds: float
+    notes: list[str] = field(default_factory=list)
+
+
+# -- planning -----------------------------------------------------------------------------
+def _wanted(options: AuditOptions) -> set[str] | None:
+    return {get_clause(c).id for c in options.clauses} if options.clauses else None
+
+
+def _runs_system(binding: Binding, options: AuditOptions) -> bool:
+    """The seed scenarios run for a full audit or when C11 is asked for."""
+    wanted = _wanted(options)
+    return wanted is None or "C11" in wanted
+
+
+def plan(binding: Binding, options: AuditOptions) -> tuple[list[int], list[dict[str, Any]]]:
+    """Catalogue indices to run, and a line for every theorem that cannot run."""
+    wanted = _wanted(options)
+    indices: list[int] = []
+    unchecked: list[dict[str, Any]] = []
+    if binding.target.kind != "builtin":
+        from kvcontract.tools.audit.lookup import missing_roles
+
+        absent = missing_roles(binding)
+        for clause, name in (("C2", "loads-only-hit"), ("C3", "defers-only-in-scope"),
+                             ("C4", "is-maximal"), ("C6", "converges")):
+            if absent and (wanted is None or clause in wanted):
+                unchecked.append({
+                    "clause": clause, "theorem": UPSTREAM_LOOKUP + name,
+                    "reason": "upstream's multi-group lookup needs " + ", ".join(
+                        _role_names(binding, absent)),
+                })
+    for index, theorem in enumerate(theorems_for(binding)):
+        if wanted is not None and theorem.clause not in wanted:
+            continue
+        if is_spec_only(theorem):
+            continue
+        missing = [f for f in theorem_fields(theorem) if f in binding.missing_fields]
+        if missing:
+            reasons = sorted({binding.missing_fields[f] for f in missing})
+            unchecked.append({
+                "clause": theorem.clause, "theorem": theorem.name,
+                "reason": "; ".join(reasons),
+            })
+            continue
+        indices.append(index)
+    if _runs_system(binding, options) and binding.missing_fields:
+        unchecked.append({
+            "clause": "C11", "theorem": "system[seed scenarios]",
+            "reason": "the executable system needs every function; "
+                      + "; ".join(sorted(set(binding.missing_fields.values()))),
+        })
+    return indices, unchecked
+
+
+def _role_names(binding: Binding, roles: list[str]) -> list[str]:
+    from kvcontract.tools.audit.binding import ROLE_BY_NAME
+
+    return [ROLE_BY_NAME[r].qualnames[0] + " (missing)" for r in roles]
+
+
+# -- concrete search for Z3 theorems ---------------------------------------------------------
+def _dummy(value: Any) -> Callable[..., Any]:
+    def constant(*args: Any) -> Any:
+        return value
+
+    return constant
+
+
+HYPOTHESES_ONLY = Implementation(
+    name="hypotheses-only",
+    description="constant stand-ins: builds a statement's hypotheses without lifting code",
+    get_num_skipped_tokens=_dummy(0),
+    retained_block_range=_dummy((0, 0)),
+    load_chunk_range=_dummy((0, 0)),
+    get_sliding_window_size_in_chunks=_dummy(1),
+    load_window_size_in_chunks=_dummy(1),
+    sliding_window_lookup=_dummy(None),
+    prefix_lookup=_dummy(None),
+    is_block_reachable=_dummy(True),
+    store_final_segment_end=_dummy(0),
+)
+"""The hypotheses of every arithmetic theorem are built before (and independently of)
+its implementation calls, so constant stand-ins yield them cheaply, concrete or symbolic."""
+
+
+def _admissible(theorem: Z3Theorem, values: dict[str, int]) -> bool:
+    """Whether the theorem's hypotheses hold (they never depend on the implementation)."""
+    hyps, _ = theorem.statement(Env(values), HYPOTHESES_ONLY)
+    admissible: bool = all(bool(h) for h in hyps)
+    return admissible
+
+
+def _violation(theorem: Z3Theorem, impl: Implementation, values: dict[str, int]) -> str | None:
+    """The failure message for admissible ``values`` (upstream executed), or None."""
+    try:
+        _, goal = theorem.statement(Env(values), impl)
+        holds = bool(goal)
+    except UpstreamError as exc:
+        return str(exc)
+    except Exception as exc:  # the adapters turn upstream errors into UpstreamError
+        return f"the implementation raised {type(exc).__name__}: {exc}"
+    if holds:
+        return None
+    shown = ", ".join(f"{k}={v}" for k, v in values.items())
+    return f"{theorem.description} fails for {shown}"
+
+
+def _z3_models(theorem: Z3Theorem, config: Config, bound: int, count: int,
+               seed: int) -> list[dict[str, int]]:
+    """Up to ``count`` admissible assignments of the free variables, values <= bound."""
+    variables = [z3.Int(name) for name in theorem.variables]
+    env = Env({**config.values, **{str(v): v for v in variables}})
+    try:
+        hyps, _ = theorem.statement(env, HYPOTHESES_ONLY)
+    except Exception:
+        return []
+    if any(h is False for h in hyps):
+        return []
+    solver = z3.Solver()
+    solver.set("random_seed", seed)
+    solver.set("timeout", 2000)
+    solver.add(*[h for h in hyps if isinstance(h, z3.BoolRef)])
+    solver.add(*[z3.And(v >= 0, v <= bound) for v in variables])
+    models: list[dict[str, int]] = []
+    while len(models) < count and solver.check() == z3.sat:
+        model = solver.model()
+        values = {str(v): model.eval(v, model_completion=True).as_long() for v in variables}
+        models.append({**config.values, **values})
+        solver.add(z3.Or(*[v != values[str(v)] for v in variables]))
+    return models
+
+
+def _shrink(theorem: Z3Theorem, impl: Implementation, values: dict[str, int],
+            deadline: float) -> dict[str, int]:
+    """Greedy: lower each free variable while the case stays admissible and failing."""
+    current = dict(values)
+    improved = True
+    while improved and time.perf_counter() < deadline:
+        improved = False
+        for name in theorem.variables:
+            for candidate in (0, current[name] // 2, current[name] - 1):
+                if candidate < 0 or candidate >= current[name]:
+                    continue
+                trial = {**current, name: candidate}
+                if _admissible(theorem, trial) and _violation(theorem, impl, trial):
+                    current = trial
+                    improved = True
+                    break
+    return current
+
+
+def _hypothesis_search(theorem: Z3Theorem, impl: Implementation, configs: list[Config],
+                       examples: int, seed: int) -> tuple[int, dict[str, int] | None]:
+    """Hypothesis over configurations and free variables; a shrunk failure, if any."""
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+
+    if examples < 1:
+        return 0, None
+    admissible = [0]
+    failing: list[dict[str, int]] = []
+    variables = st.fixed_dictionaries(
+        {name: st.one_of(st.integers(0, 24), st.integers(0, 2048)) for name in theorem.variables})
+
+    @settings(max_examples=examples, database=None, deadline=None, derandomize=True,
+              suppress_health_check=list(HealthCheck), report_multiple_bugs=False)
+    @given(st.sampled_from(configs), variables)
+    def probe(config: Config, free: dict[str, int]) -> None:
+        values = {**config.values, **free}
+        if not _admissible(theorem, values):
+            return
+        admissible[0] += 1
+        if _violation(theorem, impl, values):
+            failing.append(values)
+            raise AssertionError("violated")
+
+    with contextlib.suppress(AssertionError):
+        probe()
+    return admissible[0], (failing[-1] if failing else None)
+
+
+def _concrete_z3_theorem(theorem: Z3Theorem, impl: Implementation, options: AuditOptions,
+                         why: str) -> TheoremResult:
+    started = time.perf_counter()
+    deadline = started + options.budget
+    result = TheoremResult(clause=theorem.clause, theorem=theorem.name,
+                           verdict=Verdict.PROVED_FOR_DOMAIN, domain="", seconds=0.0,
+                           description=theorem.description)
+    configs = theorem.configs()
+    # Smallest configurations first, so the first failure is a small witness.
+    order = sorted(configs, key=lambda c: (sum(abs(v) for v in c.values.values()), c.label))
+    checked = 0
+    found: dict[str, int] | None = None
+    # Z3-chosen admissible cases: one per configuration and round, small values first.
+    for round_index, bound in enumerate((16, 16, 256, 4096)):
+        for config in order:
+            if time.perf_counter() > deadline or found is not None:
+                break
+            for values in _z3_models(theorem, config, bound, 1 + round_index,
+                                     options.seed + round_index):
+                checked += 1
+                if _violation(theorem, impl, values):
+                    found = values
+                    break
+    z3_cases = checked
+    hypothesis_cases = 0
+    if found is None and time.perf_counter() < deadline:
+        hypothesis_cases, found = _hypothesis_search(theorem, impl, configs, options.examples,
+                                                     options.seed)
+        checked += hypothesis_cases
+    result.queries = checked
+    result.details.append(f"symbolic lifting not possible ({why}); searched concretely")
+    if found is not None:
+        found = _shrink(theorem, impl, found, time.perf_counter() + 10.0)
+        message = _violation(theorem, impl, found) or "failure did not replay"
+        result.verdict = Verdict.COUNTEREXAMPLE
+        result.witness = {"kind": "arith", "theorem": theorem.theorem_id, "values": found}
+        result.message = message
+        result.domain = theorem.domain
+    else:
+        result.domain = (f"tested, not proved: {z3_cases} Z3-chosen admissible cases over "
+                         f"the configurations of {theorem.domain}, plus {hypothesis_cases} "
+                         "admissible Hypothesis examples")
+    result.seconds = time.perf_counter() - started
+    return result
+
+
+# -- exhaustive theorems within a budget ---------------------------------------------------
+def _scan_hypothesis(theorem: ExhaustiveTheorem, impl: Implementation, examples: int) -> tuple[
+        int, Any]:
+    """Longer lookup-state sequences (7 to 14 keys) than the exhaustive domain."""
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+    from kvcontract.proofs.exhaustive_theorems import ALL_STATES, ScanCase
+
+    if examples < 1:
+        return 0, None
+    failing: list[Any] = []
+    count = [0]
+
+    @settings(max_examples=examples, database=None, deadline=None, derandomize=True,
+              suppress_health_check=list(HealthCheck), report_multiple_bugs=False)
+    @given(st.lists(st.sampled_from(ALL_STATES), min_size=7, max_size=14),
+           st.integers(1, 4), st.booleans())
+    def probe(states: list[Any], window: int, wider: bool) -> None:
+        case = ScanCase(tuple(states), window + int(wider), window)
+        count[0] += 1
+        try:
+            violation = theorem.check(case, impl)
+        except Exception as exc:
+            violation = f"the implementation raised {type(exc).__name__}: {exc}"
+        if violation is not None:
+            failing.append(case)
+            raise AssertionError(violation)
+
+    with contextlib.suppress(AssertionError):
+        probe()
+    return count[0], (failing[-1] if failing else None)
+
+
+def _family(theorems: Sequence[ExhaustiveTheorem], impl: Implementation,
+            options: AuditOptions) -> list[tuple[TheoremResult, Any]]:
+    """One budgeted pass over the cases the theorems share (smallest first).
+
+    Theorems of one family enumerate the same cases, and the per-case memos of the
+    catalogue compute the implementation's answer and the spec's once per case, so a
+    family pass costs little more than one theorem. Each theorem stops at its first
+    violation (the minimal witness); the budget is the per-theorem budget times the
+    family size. Scanner theorems then also get a Hypothesis search over longer sequences.
+    """
+    started = time.perf_counter()
+    deadline = started + options.budget * len(theorems)
+    results = [TheoremResult(clause=t.clause, theorem=t.name, verdict=Verdict.PROVED_FOR_DOMAIN,
+                             domain=t.domain, seconds=0.0, description=t.description)
+               for t in theorems]
+    witnesses: list[Any] = [None] * len(theorems)
+    counts = [0] * len(theorems)
+    spent = [0.0] * len(theorems)
+    open_ = list(range(len(theorems)))
+    complete = True
+    clock = time.perf_counter
+    for case in theorems[0].cases():
+        if not open_:
+            break
+        if clock() > deadline:
+            complete = False
+            break
+        for j in tuple(open_):
+            theorem = theorems[j]
+            begun = clock()
+            try:
+                violation = theorem.check(case, impl)
+            except Exception as exc:
+                violation = f"the implementation raised {type(exc).__name__}: {exc}"
+            spent[j] += clock() - begun
+            counts[j] += 1
+            if violation is not None:
+                results[j].verdict = Verdict.COUNTEREXAMPLE
+                results[j].witness = {"kind": "exhaustive", "theorem": theorem.theorem_id,
+                                      **theorem.case_to_json(case)}
+                results[j].message = violation
+                witnesses[j] = case
+                open_.remove(j)
+    out = []
+    for j, theorem in enumerate(theorems):
+        result = results[j]
+        extra = 0
+        if witnesses[j] is None and theorem.name.startswith("scan-"):
+            begun = clock()
+            extra, longer = _scan_hypothesis(theorem, impl, options.examples)
+            spent[j] += clock() - begun
+            if longer is not None:
+                witnesses[j] = longer
+                result.verdict = Verdict.COUNTEREXAMPLE
+                result.witness = {"kind": "exhaustive", "theorem": theorem.theorem_id,
+                                  **theorem.case_to_json(longer)}
+                try:
+                    result.message = theorem.check(longer, impl) or ""
+                except Exception as exc:
+                    result.message = f"the implementation raised {type(exc).__name__}: {exc}"
+        result.queries = counts[j] + extra
+        if witnesses[j] is None:
+            if complete:
+                result.domain = f"{theorem.domain} ({counts[j]} cases, exhaustive)" + (
+                    f" + {extra} Hypothesis sequences of 7-14 keys" if extra else "")
+            else:
+                result.domain = (f"tested, not exhausted: the first {counts[j]} cases "
+                                 f"(smallest first) of {theorem.domain}; budget "
+                                 f"{options.budget:g}s per theorem")
+        result.seconds = spent[j]
+        out.append((result, witnesses[j]))
+    return out
+
+
+def _exhaustive(theorem: ExhaustiveTheorem, impl: Implementation,
+                options: AuditOptions) -> tuple[TheoremResult, Any]:
+    return _family([theorem], impl, options)[0]
+
+
+# -- blame --------------------------------------------------------------------------------------
+def _fails(theorem: Theorem, impl: Implementation, witness: Any) -> bool:
+    if isinstance(theorem, Z3Theorem):
+        return _admissible(theorem, witness) and _violation(theorem, impl, witness) is not None
+    try:
+        return theorem.check(witness, impl) is not None
+    except Exception:
+        return True
+
+
+def blame(theorem: Theorem, impl: Implementation, witness: Any) -> list[str]:
+    """The bound fields whose replacement by the reference makes the witness pass."""
+    culprits = []
+    for name in theorem_fields(theorem):
+        patched = dataclasses.replace(impl, **{name: getattr(REFERENCE, name)})
+        try:
+            if not _fails(theorem, patched, witness):
+                culprits.append(name)
+        except Exception:
+            continue
+    return culprits
+
+
+# -- one theorem, in the child ------------------------------------------------------------------
+def _decide(theorem: Theorem, impl: Implementation,
+            options: AuditOptions) -> tuple[TheoremResult, str, Any]:
+    """Verdict, evidence and the witness case of one non-family theorem."""
+    if not isinstance(theorem, Z3Theorem):
+        result, witness_case = _exhaustive(theorem, impl, options)
+        return result, _exhaustive_evidence(result), witness_case
+    evidence = "proved"
+    why = ""
+    try:
+        result = theorem.run(impl)
+        if result.verdict is Verdict.UNKNOWN and "could not be lifted" in result.message:
+            why = result.message.split(": ", 1)[-1]
+    except UpstreamError as exc:
+        why = f"a symbolic call failed: {exc}"
+    except Exception as exc:
+        why = f"{type(exc).__name__}: {exc}"
+    if why:
+        result = _concrete_z3_theorem(theorem, impl, options, why)
+        evidence = "examples"
+    elif result.verdict is Verdict.PROVED_FOR_DOMAIN:
+        evidence = "proved for domain"
+    witness_case = dict(result.witness["values"]) if result.witness is not None else None
+    return result, evidence, witness_case
+
+
+def _exhaustive_evidence(result: TheoremResult) -> str:
+    return "exhausted" if result.domain.endswith(("exhaustive)", "keys")) else "examples"
+
+
+def _row(theorem: Theorem, result: TheoremResult, evidence: str, witness_case: Any,
+         binding: Binding) -> dict[str, Any]:
+    """The report row: verdict, evidence, how it was checked, blame and location."""
+    impl = binding.implementation
+    assert impl is not None
+    row: dict[str, Any] = result.to_json()
+    row["evidence"] = evidence if result.verdict.passed else None
+    row["examples"] = result.queries
+    via = ""
+    fields = theorem_fields(theorem)
+    if theorem.name.startswith(UPSTREAM_LOOKUP):
+        via = VIA_UPSTREAM_LOOKUP
+    elif fields == _LOOKUP_FIELDS:
+        via = VIA_SCHEDULER
+    elif fields == _STORE_FIELDS:
+        via = VIA_STORE
+    row["via"] = via
+    if result.verdict is Verdict.COUNTEREXAMPLE and theorem.name.startswith(UPSTREAM_LOOKUP):
+        row["blame"] = ["_lookup_complete_chunks"]
+        location = binding.location("multi_group_lookup")
+        if location:
+            row["location"] = {"path": location[0], "line": location[1]}
+    elif result.verdict is Verdict.COUNTEREXAMPLE and witness_case is not None:
+        culprits = blame(theorem, impl, witness_case)
+        row["blame"] = culprits
+        for name in culprits or list(fields):
+            location = binding.field_location(name)
+            if location:
+                row["location"] = {"path": location[0], "line": location[1]}
+                break
+    return row
+
+
+def check_theorem(theorem: Theorem, binding: Binding, options: AuditOptions) -> dict[str, Any]:
+    """Decide one theorem on the bound implementation (runs in a sandbox child)."""
+    impl = binding.implementation
+    assert impl is not None
+    result, evidence, witness_case = _decide(theorem, impl, options)
+    return _row(theorem, result, evidence, witness_case, binding)
+
+
+def check_family(theorems: Sequence[ExhaustiveTheorem], binding: Binding,
+                 options: AuditOptions) -> list[dict[str, Any]]:
+    """Decide a family of exhaustive theorems in one pass (runs in a sandbox child)."""
+    impl = binding.implementation
+    assert impl is not None
+    return [_row(t, result, _exhaustive_evidence(result), case, binding)
+            for t, (result, case) in zip(theorems, _family(theorems, impl, options),
+                                         strict=True)]
+
+
+def _units(theorems: Sequence[Theorem], indices: Sequence[int]) -> list[list[int]]:
+    """Work units: one per family of exhaustive theorems, one per other theorem."""
+    families: dict[str, list[int]] = {}
+    units: list[list[int]] = []
+    for index in indices:
+        name = str(getattr(theorems[index], "family", "") or "")
+        if isinstance(theorems[index], ExhaustiveTheorem) and name:
+            if name not in families:
+                families[name] = []
+                units.append(families[name])
+            families[name].append(index)
+        else:
+            units.append([index])
+    return units
+
+
+def run_audit(
+    binding: Binding,
+    options: AuditOptions,
+    on_row: Callable[[dict[str, Any], int, int], None] | None = None,
+) -> AuditRun:
+    """Check every planned theorem in sandboxed children; never raises for upstream faults."""
+    started = time.perf_counter()
+    indices, unchecked = plan(binding, options)
+    theorems = theorems_for(binding)
+    jobs = options.jobs or max(1, min(len(indices) or 1, os.cpu_count() or 1))
+    if jobs < 1:
+        raise UsageError(f"--jobs must be at least 1, not {jobs}")
+    # Longest first (the families, then the masks), so two workers balance.
+    weight = {"segment": 1, "replay": 1, "final": 1}
+    units = _units(theorems, indices)
+    units.sort(key=lambda u: -len(u) if len(u) > 1 else
+               weight.get(theorems[u[0]].name.split("-", 1)[0], 2))
+    rows: dict[int, dict[str, Any]] = {}
+
+    def make_job(unit: list[int]) -> Callable[[], dict[str, Any]]:
+        if len(unit) == 1:
+            return lambda: {"rows": [check_theorem(theorems[unit[0]], binding, options)]}
+        members = [theorems[i] for i in unit]
+        return lambda: {"rows": check_family(members, binding, options)}
+
+    def done(outcome: Outcome) -> None:
+        unit = [int(i) for i in outcome.key.split(",")]
+        if outcome.ok and outcome.value is not None:
+            produced = list(outcome.value["rows"])
+        else:
+            produced = [{
+                "clause": theorems[i].clause, "theorem": theorems[i].name,
+                "verdict": Verdict.UNKNOWN.value, "domain": "",
+                "seconds": round(outcome.seconds, 4),
+                "witness": None, "evidence": None, "examples": 0, "via": "",
+                "message": f"the check did not finish: {outcome.error.splitlines()[0]}",
+                "description": theorems[i].description,
+            } for i in unit]
+        for i, row in zip(unit, produced, strict=True):
+            rows[i] = row
+            if on_row:
+                on_row(row, len(rows), len(indices))
+
+    system_rows: list[dict[str, Any]] = []
+    job_list = [(",".join(map(str, unit)), make_job(unit)) for unit in units]
+    if _runs_system(binding, options) and not binding.missing_fields:
+        from kvcontract.tools.audit.system import run_system_scenarios
+
+        job_list.insert(0, ("system", lambda: {"rows": run_system_scenarios(binding)}))
+
+    def route(outcome: Outcome) -> None:
+        if outcome.key != "system":
+            done(outcome)
+            return
+        if outcome.ok and outcome.value is not None:
+            # Scenario findings keep their own clause (a stale-pending program fails C3).
+            produced = list(outcome.value["rows"])
+        else:
+            produced = [{
+                "clause": "C11", "theorem": "system[seed scenarios]",
+                "verdict": Verdict.UNKNOWN.value, "domain": "",
+                "seconds": round(outcome.seconds, 4), "witness": None, "evidence": None,
+                "examples": 0, "via": "",
+                "message": f"the scenarios did not finish: {outcome.error.splitlines()[0]}",
+                "description": "the seed scenarios of the executable system",
+            }]
+        system_rows.extend(produced)
+
+    run_jobs(job_list, workers=jobs, job_timeout=options.theorem_timeout,
+             call_timeout=options.call_timeout, on_done=route)
+    order = {c.id: n for n, c in enumerate(CLAUSES)}
+    keyed = [((order[theorems[i].clause], i), rows[i]) for i in indices]
+    keyed += [((order[r["clause"]], 100_000 + j), r) for j, r in enumerate(system_rows)]
+    ordered = [row for _, row in sorted(keyed, key=lambda kv: kv[0])]
+    return AuditRun(rows=ordered, unchecked=unchecked, seconds=time.perf_counter() - started)
+
+
+def clause_summary(rows: Iterable[dict[str, Any]],
+                   unchecked: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per clause: the worst verdict of its theorems and the weakest evidence."""
+    rank = {Verdict.COUNTEREXAMPLE.value: 0, Verdict.UNKNOWN.value: 1, Verdict.VACUOUS.value: 1,
+            Verdict.PROVED_FOR_DOMAIN.value: 2, Verdict.PROVED.value: 3}
+    strength = {"examples": 0, "exhausted": 1, "proved for domain": 2, "proved": 3}
+    by_clause: dict[str, list[dict[str, Any]]] = {}
+    for row in rows:
+        by_clause.setdefault(row["clause"], []).append(row)
+    missing: dict[str, list[str]] = {}
+    for item in unchecked:
+        missing.setdefault(item["clause"], []).append(item["theorem"])
+    summary = []
+    for clause in CLAUSES:
+        own = by_clause.get(clause.id, [])
+        if not own and clause.id not in missing:
+            continue
+        entry: dict[str, Any] = {"clause": clause.id, "title": clause.title,
+                                 "theorems": len(own), "unchecked": missing.get(clause.id, [])}
+        if not own:
+            entry["status"] = "not checked"
+        else:
+            worst = min(own, key=lambda r: rank.get(r["verdict"], 1))
+            if worst["verdict"] == Verdict.COUNTEREXAMPLE.value:
+                entry["status"] = "violated"
+                entry["theorem"] = worst["theorem"]
+            elif rank.get(worst["verdict"], 1) < 2:
+                entry["status"] = "unknown"
+                entry["theorem"] = worst["theorem"]
+            else:
+                weakest = min((r.get("evidence") or "examples" for r in own),
+                              key=lambda e: strength.get(e, 0))
+                entry["status"] = "holds"
+                entry["evidence"] = weakest
+                entry["examples"] = sum(int(r.get("examples") or 0) for r in own)
+        summary.append(entry)
+    return summary

@@ -1,0 +1,150 @@
+"""The audit report: the versioned dict, its exit code and the human rendering.
+
+The dict has the shape every verifying command shares (``tools/reports.py`` renders it
+as JSON, JUnit, SARIF, Markdown...): ``{"version": 1, "command": "audit", "target",
+"results": [...]}``, each result with an upstream ``location`` when it failed. The audit
+adds ``bindings`` (what was found where), ``unchecked`` (theorems that could not run
+and why), ``summary`` (per clause) and, with a baseline, ``comparison``.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from kvcontract.proofs.verdicts import EXIT_COUNTEREXAMPLE, EXIT_OK, EXIT_UNKNOWN
+from kvcontract.tools.audit.binding import Binding
+from kvcontract.tools.audit.engine import AuditRun, clause_summary
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+
+def exit_code(report: dict[str, Any]) -> int:
+    """0 every checked theorem holds; 1 a counterexample; 3 unknown, or nothing checked."""
+    verdicts = {r["verdict"] for r in report["results"]}
+    if "COUNTEREXAMPLE" in verdicts:
+        return int(EXIT_COUNTEREXAMPLE)
+    if verdicts & {"UNKNOWN", "VACUOUS"} or not report["results"]:
+        return int(EXIT_UNKNOWN)
+    return int(EXIT_OK)
+
+
+def build_report(binding: Binding, run: AuditRun,
+                 comparison: dict[str, Any] | None = None) -> dict[str, Any]:
+    target = binding.target
+    report: dict[str, Any] = {
+        "version": 1,
+        "command": "audit",
+        "target": target.spec,
+        "target_kind": target.kind,
+        "target_description": target.display(),
+        "vllm_version": target.version,
+        "seconds": round(run.seconds, 3),
+        "results": run.rows,
+        "summary": clause_summary(run.rows, run.unchecked),
+        "unchecked": run.unchecked,
+        "bindings": binding.to_json(),
+        "notes": [
+            "C11 (data integrity) is checked by executing the tensor-backed system "
+            "(kvcontract fuzz), not by an audit",
+            "the spec-only sequence theorems (spec-scan-*) do not read the implementation "
+            "and are not re-run",
+            *run.notes,
+        ],
+    }
+    if comparison is not None:
+        report["comparison"] = comparison
+    report["exit_code"] = exit_code(report)
+    if comparison is not None:
+        report["exit_code"] = max(report["exit_code"], comparison.get("exit_code", 0)) \
+            if report["exit_code"] != EXIT_COUNTEREXAMPLE else EXIT_COUNTEREXAMPLE
+    return report
+
+
+_STYLE = {"COUNTEREXAMPLE": "bold red", "UNKNOWN": "yellow", "VACUOUS": "yellow",
+          "PROVED": "green", "PROVED-FOR-DOMAIN": "green"}
+_STATUS_STYLE = {"found": "green", "derived": "cyan", "inferred": "cyan", "missing": "yellow",
+                 "error": "bold red"}
+_CLAUSE_STYLE = {"holds": "green", "violated": "bold red", "unknown": "yellow",
+                 "not checked": "yellow"}
+
+
+def print_bindings(console: Console, report: dict[str, Any]) -> None:
+    table = Table(title=f"bindings: {report['target_description']}")
+    for column in ("role", "status", "upstream", "where", "shape / note"):
+        table.add_column(column, overflow="fold")
+    for rb in report["bindings"]:
+        where = f"{rb['path']}:{rb['line']}" if rb.get("path") else "-"
+        detail = "; ".join(x for x in (rb.get("shape"), rb.get("note")) if x)
+        style = _STATUS_STYLE.get(rb["status"], "")
+        table.add_row(rb["role"], f"[{style}]{rb['status']}[/]",
+                      escape(rb.get("qualname") or "-"), escape(where), escape(detail))
+    console.print(table)
+
+
+def print_report(console: Console, report: dict[str, Any], *, show_bindings: bool = True) -> None:
+    """The human report: bindings, the theorem table, failures, clauses, comparison."""
+    if show_bindings:
+        print_bindings(console, report)
+    table = Table(title=f"kvcontract audit --target {report['target']}")
+    for column in ("clause", "theorem", "verdict", "evidence", "cases", "seconds"):
+        table.add_column(column, overflow="fold",
+                         justify="right" if column in ("cases", "seconds") else "left")
+    for row in report["results"]:
+        style = _STYLE.get(row["verdict"], "")
+        table.add_row(row["clause"], escape(row["theorem"]), f"[{style}]{row['verdict']}[/]",
+                      row.get("evidence") or "-", f"{row.get('examples') or 0:,}",
+                      f"{row['seconds']:.2f}")
+    console.print(table)
+    for row in report["results"]:
+        if row["verdict"] == "COUNTEREXAMPLE" or row["verdict"] in ("UNKNOWN", "VACUOUS"):
+            style = _STYLE.get(row["verdict"], "")
+            console.print(f"[{style}]{escape(row['clause'] + '/' + row['theorem'])}: "
+                          f"{row['verdict']}[/] {escape(str(row.get('message', '')))}",
+                          highlight=False)
+            if row.get("witness"):
+                console.print("  witness: " + escape(json.dumps(row["witness"], sort_keys=True)),
+                              highlight=False)
+            if row.get("location"):
+                blamed = ", ".join(row.get("blame") or []) or "-"
+                console.print(escape(f"  at {row['location']['path']}:{row['location']['line']} "
+                                     f"(bound as {blamed})"), highlight=False)
+            if row.get("via"):
+                console.print(escape(f"  checked through {row['via']}"), highlight=False)
+    for item in report["unchecked"]:
+        console.print("[yellow]not checked[/] "
+                      + escape(f"{item['clause']}/{item['theorem']}: {item['reason']}"),
+                      highlight=False)
+    parts = []
+    for entry in report["summary"]:
+        style = _CLAUSE_STYLE.get(entry["status"], "")
+        detail = entry["status"]
+        if entry["status"] == "holds":
+            detail += f" ({entry['evidence']})"
+        parts.append(f"{entry['clause']} [{style}]{detail}[/]")
+    console.print("clauses: " + ", ".join(parts))
+    comparison = report.get("comparison")
+    if comparison:
+        print_comparison(console, comparison)
+    counts: dict[str, int] = {}
+    for row in report["results"]:
+        counts[row["verdict"]] = counts.get(row["verdict"], 0) + 1
+    summary = ", ".join(f"{n} {v}" for v, n in sorted(counts.items())) or "nothing checked"
+    console.print(f"{report['target']}: {len(report['results'])} theorems in "
+                  f"{report['seconds']:.1f}s: {summary}")
+
+
+def print_comparison(console: Console, comparison: dict[str, Any]) -> None:
+    table = Table(title=f"baseline {comparison['baseline']} -> target {comparison['target']}")
+    for column in ("clause", "baseline", "target", "classification", "evidence"):
+        table.add_column(column, overflow="fold")
+    for entry in comparison["clauses"]:
+        table.add_row(entry["clause"], entry["baseline_status"], entry["target_status"],
+                      entry["classification"], escape(entry.get("evidence", "")))
+    console.print(table)
+    for change in comparison.get("theorems", []):
+        if change["classification"] != "same verdict":
+            console.print(escape(f"  {change['clause']}/{change['theorem']}: "
+                                 f"{change['classification']} ({change['baseline']} -> "
+                                 f"{change['target']})"), highlight=False)

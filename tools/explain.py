@@ -1,0 +1,690 @@
+"""Pictures of a scenario on the token axis (``kvcontract explain``).
+
+A counterexample says "group 1 must load chunk 0, which is MISS"; a reviewer needs to
+*see* why chunk 0 is in the load set and nowhere in the checked window. This module
+builds a :class:`Scene` (one row per KV-cache group: its blocks and chunks, the store
+alignment segments, the retained token range, the load set, the window the lookup
+checks, the stored chunks, the missing and pending chunks, and the offending chunks of a
+counterexample) and draws it as PNG/SVG (matplotlib, Agg backend) or in the terminal
+(rich).
+
+Every range in a scene comes from the spec's own functions
+(:mod:`kvcontract.spec.retention`, :mod:`kvcontract.spec.multigroup`,
+:mod:`kvcontract.spec.reachability`, :mod:`kvcontract.spec.lookup`); nothing here
+re-derives a formula. The offending chunks of a witness come from re-running the
+implementation on it (the same calls the reproducers of ``gen-tests`` make).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from kvcontract.impl.bundle import Implementation
+from kvcontract.spec import multigroup
+from kvcontract.spec import reachability as spec_reach
+from kvcontract.spec import retention as spec_ret
+from kvcontract.spec.arith import cdiv
+from kvcontract.spec.geometry import Geometry, GroupSpec, fa, swa
+from kvcontract.spec.lookup import HIT, HIT_PENDING, MISS, RETRY, LookupResult
+
+from kvcontract.errors import InputFileError, UsageError
+
+MAX_DRAWN_CHUNKS = 96
+"""Rows longer than this are cropped to the interesting region (pictures stay legible)."""
+
+
+@dataclass
+class Row:
+    """One KV-cache group of a scene, all ranges half-open, in chunks unless named."""
+
+    index: int
+    group: GroupSpec
+    chunk_tokens: int
+    block_tokens: int
+    num_chunks: int
+    retained_tokens: tuple[int, int] | None = None
+    load_chunks: tuple[int, int] | None = None
+    window_chunks: tuple[int, int] | None = None
+    stored: set[int] = field(default_factory=set)
+    states: dict[int, LookupResult] = field(default_factory=dict)
+    offending: set[int] = field(default_factory=set)
+
+    @property
+    def label(self) -> str:
+        return f"g{self.index} {self.group.describe()}"
+
+    def missing(self) -> list[int]:
+        return sorted(k for k, s in self.states.items() if s == MISS)
+
+    def pending(self) -> list[int]:
+        return sorted(k for k, s in self.states.items() if s == HIT_PENDING)
+
+
+@dataclass
+class Scene:
+    """Everything one picture shows."""
+
+    title: str
+    geometry: Geometry
+    num_tokens: int
+    hit: int | None
+    local_hit: int
+    rows: list[Row]
+    notes: list[str] = field(default_factory=list)
+
+    def offending(self) -> list[tuple[int, int]]:
+        return sorted((row.index, k) for row in self.rows for k in row.offending)
+
+    def view(self) -> tuple[int, int]:
+        """The token range drawn: everything, or a crop around what matters."""
+        end = max(
+            [self.num_tokens, self.hit or 0]
+            + [r.num_chunks * r.chunk_tokens for r in self.rows]
+        )
+        widest = min(r.chunk_tokens for r in self.rows)
+        if end // widest <= MAX_DRAWN_CHUNKS:
+            return 0, end
+        # What matters: the boundary, the offending chunks and the sliding-window ranges
+        # (a full-attention prefix spans everything and would defeat the crop).
+        marks = [m for m in (self.hit, self.local_hit) if m]
+        for row in self.rows:
+            if row.group.is_swa:
+                for rng in (row.load_chunks, row.window_chunks):
+                    if rng:
+                        marks += [rng[0] * row.chunk_tokens, rng[1] * row.chunk_tokens]
+            marks += [k * row.chunk_tokens for k in row.offending]
+            marks += [(k + 1) * row.chunk_tokens for k in row.offending]
+        if not marks:
+            return 0, MAX_DRAWN_CHUNKS * widest
+        lo = max(0, min(marks) - 4 * widest)
+        hi = min(end, max(marks) + 4 * widest)
+        if (hi - lo) // widest > MAX_DRAWN_CHUNKS:
+            lo = hi - MAX_DRAWN_CHUNKS * widest  # keep the end near the boundary
+        return (lo // widest) * widest, hi
+
+
+# -- building scenes ------------------------------------------------------------------
+def build_scene(
+    geometry: Geometry,
+    num_tokens: int,
+    hit: int | None,
+    local_hit: int = 0,
+    states: Mapping[int, Sequence[LookupResult]] | None = None,
+    stored: Mapping[int, set[int]] | None = None,
+    offending: Mapping[int, set[int]] | None = None,
+    title: str = "",
+    notes: Sequence[str] = (),
+) -> Scene:
+    """A scene for a geometry and a boundary, with the spec's ranges filled in.
+
+    ``stored`` defaults to the spec's store mask at the request's complete-chunk horizon
+    (what a correct producer stores for a finished request of ``num_tokens`` tokens).
+    """
+    if num_tokens < 0 or (hit is not None and hit < 0) or local_hit < 0:
+        raise UsageError("token counts cannot be negative")
+    if hit is not None and hit < local_hit:
+        raise UsageError(f"the hit {hit} is below the local hit {local_hit}")
+    rows = []
+    for g, group in enumerate(geometry.groups):
+        tpc = geometry.chunk_tokens(group)
+        row = Row(
+            index=g, group=group, chunk_tokens=tpc, block_tokens=geometry.block_tokens(group),
+            num_chunks=multigroup.complete_chunks(geometry, group, num_tokens),
+        )
+        if hit is not None and hit > 0:
+            if group.is_swa:
+                assert group.sliding_window is not None
+                lo, hi = spec_ret.retained_token_range(
+                    hit, group.sliding_window, group.extra_retained_tokens
+                )
+                row.retained_tokens = (int(lo), int(hi))
+                w_lo, w_hi = spec_reach.demanded_chunk_range(
+                    hit, group.sliding_window, group.extra_retained_tokens, tpc, group.eagle
+                )
+                row.window_chunks = (max(int(w_lo), local_hit // tpc), int(w_hi))
+            else:
+                row.retained_tokens = (0, hit)
+                row.window_chunks = (local_hit // tpc, int(cdiv(hit, tpc)))
+            if hit > local_hit:
+                row.load_chunks = multigroup.load_range(geometry, group, hit, local_hit)
+        if states is not None and g in states:
+            row.states = dict(enumerate(states[g]))
+        if stored is not None:
+            row.stored = set(stored.get(g, set()))
+        else:
+            row.stored = _spec_stored(geometry, group, row.num_chunks)
+        if offending is not None:
+            row.offending = set(offending.get(g, set()))
+        row.num_chunks = max(
+            [row.num_chunks, *(k + 1 for k in row.states), *(k + 1 for k in row.offending)]
+            + ([row.load_chunks[1]] if row.load_chunks else [])
+            + ([row.window_chunks[1]] if row.window_chunks else [])
+        )
+        rows.append(row)
+    return Scene(title or geometry.describe(), geometry, num_tokens, hit, local_hit, rows,
+                 list(notes))
+
+
+def _spec_stored(geometry: Geometry, group: GroupSpec, horizon_chunks: int) -> set[int]:
+    """Chunks the spec's store mask keeps at a final horizon of ``horizon_chunks``."""
+    if not group.is_swa:
+        return set(range(horizon_chunks))
+    assert group.sliding_window is not None
+    block_tokens = geometry.block_tokens(group)
+    rule = spec_reach.mask_rule(geometry.alignment_tokens, block_tokens,
+                                geometry.retention_interval)
+    need = spec_reach.store_need_blocks(group.sliding_window, group.extra_retained_tokens,
+                                        block_tokens, group.eagle)
+    bpc = geometry.blocks_per_chunk
+    return {
+        c for c in range(horizon_chunks)
+        if spec_reach.chunk_is_stored(c, bpc, rule, need, group.eagle, horizon_chunks * bpc)
+    }
+
+
+# -- scenes from witnesses ----------------------------------------------------------------
+def scene_from_result(result: Mapping[str, Any], impl: Implementation) -> Scene:
+    """The scene of one report result's witness, offending chunks highlighted.
+
+    Raises :class:`UsageError` when the witness has no picture (no witness, or a fuzz
+    program, which carries a list of operations rather than one scenario).
+    """
+    witness = result.get("witness")
+    theorem_id = f"{result.get('clause')}/{result.get('theorem')}"
+    if not witness:
+        raise UsageError(f"{theorem_id} has no witness to draw (verdict {result.get('verdict')})")
+    kind = witness.get("kind")
+    title = f"{theorem_id} ({impl.name}): {result.get('message', '')}"
+    name = str(result.get("theorem", "")).split("[", 1)[0]
+    if kind == "arith":
+        values = {str(k): int(v) for k, v in witness["values"].items()}
+        return _arith_scene(name, values, impl, title)
+    if kind == "exhaustive":
+        from kvcontract.proofs.exhaustive_theorems import (
+            LookupCase,
+            ScanCase,
+            case_from_json,
+        )
+
+        case = case_from_json(dict(witness))
+        if isinstance(case, ScanCase):
+            return _scan_scene(name, case.states, case.initial_window, case.window, impl, title)
+        if isinstance(case, LookupCase):
+            return _lookup_scene(name, case.geometry, case.num_tokens, case.local_hit,
+                                 case.states, impl, title)
+        return _store_scene(case, impl, title)
+    raise UsageError(
+        f"{theorem_id}: a witness of kind {kind!r} has no token-axis picture "
+        "(fuzz differences carry a program; replay it with `kvcontract fuzz`)"
+    )
+
+
+def _arith_scene(name: str, v: Mapping[str, int], impl: Implementation, title: str) -> Scene:
+    if "A" in v:  # store-mask theorems: FA block A/bpc gives the alignment A
+        retention = None if v["R"] < 0 else v["R"]
+        geometry = Geometry(
+            (fa(v["A"] // v["bpc"]), swa(v["B"], v["sw"], v["e"], eagle=bool(v["eagle"]))),
+            blocks_per_chunk=v["bpc"], retention_interval=retention,
+        )
+        tpc = v["B"] * v["bpc"]
+        horizon = v["Hc"]
+        if "k" in v:
+            boundary = v["k"] * (v["A"] if retention is None else retention)
+        elif "r" in v:
+            boundary = v["r"] * v["A"]
+        else:
+            boundary = horizon * tpc
+        demand = [f"chunk {v['c']} is demanded by boundary {boundary} and never stored"]
+        return build_scene(geometry, horizon * tpc, boundary, 0, offending={1: {v["c"]}},
+                           title=title, notes=demand)
+    bs, bpc, sw, e = v["bs"], v.get("bpc", 1), v["sw"], v["e"]
+    tpc = bs * bpc
+    geometry = Geometry((swa(bs, sw, e),), blocks_per_chunk=bpc)
+    local = v.get("Lb", 0) * bs
+    if "N" in v:
+        hit = v["N"]
+    elif "j" in v:
+        hit = v["j"] * tpc
+    else:
+        hit = v["n"]
+    offending: set[int] = set()
+    notes: list[str] = []
+    if name in ("first-run-covers-load", "later-run-covers-load"):
+        if name == "first-run-covers-load":
+            window = int(impl.load_window_size_in_chunks(hit, sw, e, tpc))
+        else:
+            window = int(impl.get_sliding_window_size_in_chunks(sw, e, tpc))
+        end = int(cdiv(hit, tpc))
+        checked_from = max(local // tpc, end - window)
+        lo, hi = (int(x) for x in impl.load_chunk_range(hit, local, bs, bpc, sw, e))
+        offending = set(range(lo, checked_from)) | set(range(end, hi))
+        notes.append(f"the implementation checks chunks [{checked_from}, {end}) "
+                     f"(window {window}) but loads [{lo}, {hi})")
+    elif name in ("load-window-exact", "window-exact"):
+        if name == "load-window-exact":
+            window = int(impl.load_window_size_in_chunks(hit, sw, e, tpc))
+        else:
+            window = int(impl.get_sliding_window_size_in_chunks(sw, e, tpc))
+        lo, hi = (int(x) for x in spec_ret.load_chunk_range(hit, 0, bs, bpc, sw, e))
+        offending = set(range(hi - window, lo))
+        notes.append(f"the implementation demands {window} chunks ending at chunk {hi}; "
+                     f"the load set is only [{lo}, {hi})")
+    elif name == "load-set-exact":
+        offending = {v["c"]}
+        lo, hi = (int(x) for x in impl.load_chunk_range(hit, local, bs, bpc, sw, e))
+        notes.append(f"the implementation loads chunks [{lo}, {hi})")
+    elif name == "retained-blocks-exact":
+        offending = {v["i"] // bpc}
+        first, end = (int(x) for x in impl.retained_block_range(hit, bs, sw, e))
+        notes.append(f"the implementation keeps blocks [{first}, {end}); block {v['i']}")
+    elif name == "allocation-bound":
+        lo, hi = (int(x) for x in spec_ret.load_chunk_range(hit, local, bs, bpc, sw, e))
+        offending = set(range(lo, hi))
+        notes.append("the fresh blocks of this hit exceed W * bpc + 1")
+    return build_scene(geometry, max(hit, 1), hit, local, offending={0: offending},
+                       title=title, notes=notes)
+
+
+def _scan_scene(
+    name: str, states: Sequence[LookupResult], initial: int, window: int,
+    impl: Implementation, title: str,
+) -> Scene:
+    """A scan witness: one key per chunk of a unit-size window (keys are the axis)."""
+    from kvcontract.spec.lookup import sliding_window_answer
+
+    found = impl.sliding_window_lookup(lambda k: states[k], 0, len(states), initial, window)
+    spec = sliding_window_answer(list(states), initial, window)
+    geometry = Geometry((swa(1, max(2, window + 1)),))
+    scene = build_scene(geometry, len(states), None, 0, states={0: list(states)}, title=title,
+                        stored={0: set()})
+    row = scene.rows[0]
+    row.window_chunks = (int(spec.window_start), int(spec.end))
+    if name == "scan-accepts-only-hit" and found is not None:
+        required = initial if found == len(states) else window
+        row.offending = {k for k in range(max(0, found - required), found) if states[k] != HIT}
+    elif name == "scan-defers-only-in-scope":
+        row.offending = {
+            k for k, s in enumerate(states)
+            if s in (HIT_PENDING, RETRY) and not spec.window_start <= k < spec.end
+        }
+    elif found is not None:
+        lo, hi = sorted((found, int(spec.end)))
+        row.offending = set(range(lo, hi))
+    scene.notes.append(
+        f"implementation answer: {'defer' if found is None else found}; spec answer: "
+        f"{'defer' if spec.deferred else spec.end} (window [{spec.window_start}, {spec.end}))"
+    )
+    return scene
+
+
+def _lookup_scene(
+    name: str, geometry: Geometry, num_tokens: int, local_hit: int,
+    states: Sequence[Sequence[LookupResult]], impl: Implementation, title: str,
+) -> Scene:
+    from kvcontract.impl.scheduler import ConvergenceError, lookup_complete_chunks
+
+    state_map = dict(enumerate(states))
+    answer = multigroup.contract_answer(geometry, num_tokens, local_hit, state_map)
+    try:
+        outcome = lookup_complete_chunks(impl, geometry, num_tokens, local_hit,
+                                         lambda g, k: states[g][k])
+        hit: int | None = outcome.hit_tokens
+    except ConvergenceError as exc:
+        hit = None
+        outcome = None
+        note = f"the implementation did not converge: {exc}"
+    else:
+        note = f"implementation: {'defer' if hit is None else f'hit {hit}'}"
+    shown = hit if hit is not None and hit > local_hit else answer.best_present
+    offending: dict[int, set[int]] = {}
+    for g, group in enumerate(geometry.groups):
+        bad: set[int] = set()
+        if hit is not None and hit > local_hit:
+            lo, hi = multigroup.load_range(geometry, group, hit, local_hit)
+            bad |= {k for k in range(lo, hi) if k >= len(states[g]) or states[g][k] != HIT}
+        if not bad and hit is None and answer.best_present is not None:
+            lo, hi = multigroup.read_range(geometry, group, answer.best_present, local_hit)
+            bad |= {k for k, s in enumerate(states[g])
+                    if s == HIT_PENDING and not lo <= k < hi}
+        best = answer.best_present
+        if not bad and best is not None and (hit is None or hit < best) and group.is_swa:
+            # A lost hit: the chunks the implementation demands for the spec's best
+            # boundary beyond what the spec reads there (and that are not HIT).
+            assert group.sliding_window is not None
+            lo, hi = multigroup.read_range(geometry, group, best, local_hit)
+            tpc = geometry.chunk_tokens(group)
+            end = int(cdiv(best, tpc))
+            demanded = int(impl.load_window_size_in_chunks(
+                best, group.sliding_window, group.extra_retained_tokens, tpc))
+            bad |= {k for k in range(max(0, end - demanded), lo)
+                    if k >= len(states[g]) or states[g][k] != HIT}
+        if bad:
+            offending[g] = bad
+    notes = [
+        note,
+        f"spec: best boundary {answer.best_present}"
+        + (", a chunk it reads is pending" if answer.pending_in_window else ""),
+    ]
+    del outcome
+    return build_scene(geometry, num_tokens, shown, local_hit, states=state_map,
+                       offending=offending, title=title, notes=notes)
+
+
+def _store_scene(case: Any, impl: Implementation, title: str) -> Scene:
+    from kvcontract.impl.scheduler import StoreTracker
+    from kvcontract.proofs.exhaustive_theorems import store_expected_offers
+
+    geometry: Geometry = case.geometry
+    trackers = [StoreTracker(impl, geometry, g, case.prompt_len)
+                for g in range(len(geometry.groups))]
+    computed = 0
+    for scheduled in case.steps:
+        for tracker in trackers:
+            tracker.step("prefilling", computed, scheduled, case.prompt_len)
+        computed += scheduled
+    if case.ending == "finished":
+        for _ in range(case.decode):
+            for tracker in trackers:
+                tracker.step("decoding", computed, 1, computed + 1)
+            computed += 1
+        for tracker in trackers:
+            tracker.step("finished", computed, 0, computed + 1)
+    else:
+        for tracker in trackers:
+            tracker.step("aborted", computed, 0, computed)
+    stored: dict[int, set[int]] = {}
+    offending: dict[int, set[int]] = {}
+    notes = [f"prefill steps {list(case.steps)}, then {case.ending}"]
+    for g, group in enumerate(geometry.groups):
+        if not group.is_swa:
+            stored[g] = set(trackers[g].offered)
+            continue
+        expected = store_expected_offers(case, g) - trackers[g].unstorable
+        stored[g] = expected
+        wrong = trackers[g].offered ^ expected
+        seen: set[int] = set()
+        for offer in trackers[g].offers:
+            wrong |= seen & set(offer)
+            seen |= set(offer)
+        if wrong:
+            offending[g] = wrong
+            notes.append(
+                f"group {g}: the implementation offered {sorted(trackers[g].offered)}, "
+                f"the spec stores {sorted(expected)}"
+            )
+    return build_scene(geometry, case.prompt_len, None, 0, stored=stored, offending=offending,
+                       title=title, notes=notes)
+
+
+# -- terminal -------------------------------------------------------------------------------
+_CELL = {HIT: ("H", "green"), HIT_PENDING: ("P", "yellow"), MISS: ("M", "red"),
+         RETRY: ("R", "magenta")}
+
+
+def render_terminal(scene: Scene) -> Any:
+    """A rich renderable: one line of chunk cells per group, then a legend and findings."""
+    from rich.console import Group
+    from rich.text import Text
+
+    lo, hi = scene.view()
+    parts: list[Any] = [Text(scene.title, style="bold")]
+    facts = [f"tokens {scene.num_tokens}"]
+    if scene.hit is not None:
+        facts.append(f"boundary N={scene.hit}")
+    facts.append(f"local hit L={scene.local_hit}")
+    if scene.geometry.alignment_tokens is not None:
+        facts.append(f"alignment A={scene.geometry.alignment_tokens}")
+    if lo or hi < max(r.num_chunks * r.chunk_tokens for r in scene.rows):
+        facts.append(f"showing tokens [{lo}, {hi})")
+    parts.append(Text(", ".join(facts), style="dim"))
+    width = max(len(r.label) for r in scene.rows)
+    for row in scene.rows:
+        line = Text(f"{row.label:<{width}} ")
+        first, last = lo // row.chunk_tokens, -(-hi // row.chunk_tokens)
+        if first:
+            line.append("… ", style="dim")
+        for k in range(first, min(last, row.num_chunks)):
+            char, colour = _CELL.get(row.states.get(k, HIT if not row.states else MISS),
+                                     ("·", "white"))
+            if not row.states:
+                char, colour = ("s", "cyan") if k in row.stored else ("·", "white")
+            style = colour
+            in_window = row.window_chunks is not None and \
+                row.window_chunks[0] <= k < row.window_chunks[1]
+            in_load = row.load_chunks is not None and row.load_chunks[0] <= k < row.load_chunks[1]
+            if in_load:
+                style += " underline"
+            if in_window:
+                style += " bold"
+            if k in row.offending:
+                style = "bold white on red"
+                char = "!"
+            line.append(_bracket(row.window_chunks, k), style="bold")
+            line.append(char, style=style)
+        drawn_end = min(last, row.num_chunks)
+        if row.window_chunks and row.window_chunks[0] < row.window_chunks[1] == drawn_end:
+            line.append("]", style="bold")
+        parts.append(line)
+        details = []
+        if row.retained_tokens:
+            details.append(f"retained tokens [{row.retained_tokens[0]}, {row.retained_tokens[1]})")
+        if row.load_chunks:
+            details.append(f"load chunks [{row.load_chunks[0]}, {row.load_chunks[1]})")
+        if row.window_chunks:
+            details.append(f"checked [{row.window_chunks[0]}, {row.window_chunks[1]})")
+        if row.missing():
+            details.append(f"missing {_compact(row.missing())}")
+        if row.pending():
+            details.append(f"pending {_compact(row.pending())}")
+        if row.stored and row.group.is_swa:
+            details.append(f"stored {_compact(sorted(row.stored))}")
+        parts.append(Text(" " * (width + 1) + "; ".join(details), style="dim"))
+    parts.append(Text(
+        "legend: H hit  P pending  M missing  R retry  s stored (spec)  [ ] checked window  "
+        "underline load set  ! offending", style="dim"))
+    for g, k in scene.offending():
+        row = scene.rows[g]
+        state = row.states.get(k)
+        shown = f" ({state.name})" if state is not None else ""
+        parts.append(Text(
+            f"offending chunk: group {g} chunk {k}{shown}, tokens "
+            f"[{k * row.chunk_tokens}, {(k + 1) * row.chunk_tokens})", style="bold red"))
+    for note in scene.notes:
+        parts.append(Text(note))
+    return Group(*parts)
+
+
+def _bracket(window: tuple[int, int] | None, k: int) -> str:
+    """The separator before cell ``k``: opens or closes the checked window."""
+    if window is None or window[0] >= window[1]:
+        return " "
+    if k == window[0]:
+        return "["
+    if k == window[1]:
+        return "]"
+    return " "
+
+
+def _compact(values: Sequence[int]) -> str:
+    """``[0, 1, 2, 5]`` -> ``{0-2, 5}``: long sets stay on one line."""
+    if not values:
+        return "{}"
+    runs: list[str] = []
+    start = prev = values[0]
+    for v in [*values[1:], None]:
+        if v is not None and v == prev + 1:
+            prev = v
+            continue
+        runs.append(str(start) if start == prev else f"{start}-{prev}")
+        if v is not None:
+            start = prev = v
+    return "{" + ", ".join(runs) + "}"
+
+
+# -- matplotlib -----------------------------------------------------------------------------
+_FACE = {HIT: "#7fc97f", HIT_PENDING: "#fdc086", MISS: "#f0f0f0", RETRY: "#beaed4"}
+
+
+def draw(scene: Scene, paths: Sequence[str | Path]) -> list[Path]:
+    """Draw the scene into each path (format from the suffix: .png or .svg)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch, Rectangle
+
+    for path in paths:
+        if Path(path).suffix.lower() not in (".png", ".svg"):
+            raise UsageError(f"cannot draw {path}: the picture formats are .png and .svg")
+    lo, hi = scene.view()
+    rows = scene.rows
+    plt.rcParams["svg.hashsalt"] = "kvcontract"  # stable ids: identical SVG on every run
+    fig, ax = plt.subplots(figsize=(12, 1.6 + 1.1 * len(rows)))
+    try:
+        for y, row in enumerate(reversed(rows)):
+            tpc = row.chunk_tokens
+            if row.retained_tokens:
+                a, b = max(lo, row.retained_tokens[0]), min(hi, row.retained_tokens[1])
+                if b > a:
+                    ax.add_patch(Rectangle((a, y - 0.42), b - a, 0.84, color="#cfe2f3", zorder=0))
+            for k in range(lo // tpc, min(row.num_chunks, -(-hi // tpc))):
+                state = row.states.get(k)
+                face = _FACE.get(state, "white") if state is not None else "white"
+                if state is None and row.states:
+                    face = "#f0f0f0"
+                ax.add_patch(Rectangle((k * tpc, y - 0.3), tpc, 0.6, facecolor=face,
+                                       edgecolor="#555555", linewidth=0.6, zorder=2))
+                if state == MISS or (state is None and row.states):
+                    ax.text(k * tpc + tpc / 2, y, "×", ha="center", va="center", fontsize=8,
+                            color="#888888", zorder=3)
+                if state == HIT_PENDING:
+                    ax.text(k * tpc + tpc / 2, y, "P", ha="center", va="center", fontsize=7,
+                            zorder=3)
+                if k in row.stored:
+                    ax.plot(k * tpc + tpc / 2, y + 0.38, marker="s", markersize=3,
+                            color="#3d85c6", zorder=3)
+                if k in row.offending:
+                    ax.add_patch(Rectangle((k * tpc, y - 0.36), tpc, 0.72, fill=False,
+                                           edgecolor="red", linewidth=2.5, zorder=5))
+                    ax.text(k * tpc + tpc / 2, y - 0.52, f"chunk {k}", ha="center",
+                            va="top", fontsize=7, color="red", zorder=5)
+            blocks = (hi - lo) // row.block_tokens
+            if row.block_tokens < tpc and blocks <= 400:
+                first_block = -(-lo // row.block_tokens)
+                for b in range(first_block, hi // row.block_tokens + 1):
+                    x = b * row.block_tokens
+                    if x % tpc:
+                        ax.plot([x, x], [y - 0.3, y - 0.15], color="#999999", linewidth=0.5,
+                                zorder=3)
+            if row.load_chunks and row.load_chunks[1] > row.load_chunks[0]:
+                a, b = row.load_chunks[0] * tpc, row.load_chunks[1] * tpc
+                ax.add_patch(Rectangle((a, y - 0.3), b - a, 0.6, fill=False, edgecolor="#1f4e9c",
+                                       linewidth=2, zorder=4))
+            if row.window_chunks and row.window_chunks[1] > row.window_chunks[0]:
+                a, b = row.window_chunks[0] * tpc, row.window_chunks[1] * tpc
+                ax.add_patch(Rectangle((a, y - 0.4), b - a, 0.8, fill=False, edgecolor="black",
+                                       linestyle="--", linewidth=1.2, zorder=4))
+        align = scene.geometry.alignment_tokens
+        if align and (hi - lo) // align <= 200:
+            for x in range(-(-lo // align) * align, hi + 1, align):
+                ax.axvline(x, color="#aaaaaa", linestyle=":", linewidth=0.8, zorder=1)
+        if scene.hit is not None:
+            ax.axvline(scene.hit, color="red", linewidth=1.2, zorder=6)
+        if scene.local_hit:
+            ax.axvline(scene.local_hit, color="green", linestyle="--", linewidth=1.2, zorder=6)
+        ax.set_yticks(range(len(rows)))
+        ax.set_yticklabels([r.label for r in reversed(rows)], fontsize=8)
+        ax.set_xlim(lo, hi)
+        ax.set_ylim(-0.9, len(rows) - 0.3)
+        ax.set_xlabel("token")
+        title = scene.title if len(scene.title) <= 140 else scene.title[:139] + "…"
+        ax.set_title(title, fontsize=9, loc="left")
+        legend = [
+            Patch(facecolor=_FACE[HIT], edgecolor="#555555", label="HIT"),
+            Patch(facecolor=_FACE[HIT_PENDING], edgecolor="#555555", label="pending"),
+            Patch(facecolor=_FACE[MISS], edgecolor="#555555", label="missing"),
+            Patch(facecolor="#cfe2f3", label="retained tokens"),
+            Patch(fill=False, edgecolor="#1f4e9c", linewidth=2, label="load set"),
+            Patch(fill=False, edgecolor="black", linestyle="--", label="checked window"),
+            Line2D([], [], marker="s", color="#3d85c6", linestyle="", markersize=4,
+                   label="stored (spec)"),
+            Patch(fill=False, edgecolor="red", linewidth=2, label="offending"),
+            Line2D([], [], color="red", label="boundary N"),
+            Line2D([], [], color="#aaaaaa", linestyle=":", label="alignment A"),
+        ]
+        ax.legend(handles=legend, loc="upper center",
+                  bbox_to_anchor=(0.5, -0.25 - 0.05 / len(rows)), ncol=5, fontsize=7,
+                  frameon=False)
+        if scene.notes:
+            fig.text(0.01, 0.005, "\n".join(scene.notes)[:600], fontsize=7, va="bottom")
+        fig.tight_layout()
+        written = []
+        for path in paths:
+            target = Path(path)
+            try:
+                if target.parent != Path(""):
+                    target.parent.mkdir(parents=True, exist_ok=True)
+                if target.suffix.lower() == ".svg":
+                    fig.savefig(target, format="svg", metadata={"Date": None})
+                else:
+                    fig.savefig(target, format="png", dpi=110, metadata={"Software": None})
+            except OSError as exc:
+                raise UsageError(f"cannot write {path}: {exc.strerror or exc}") from None
+            written.append(target)
+        return written
+    finally:
+        plt.close(fig)
+
+
+# -- command-line inputs ----------------------------------------------------------------------
+def parse_geometry(text: str) -> Geometry:
+    """A geometry from inline JSON or a JSON file (``Geometry.to_dict`` shape)."""
+    stripped = text.strip()
+    source = "--geometry"
+    if not stripped.startswith("{"):
+        source = text
+        try:
+            stripped = Path(text).read_text(encoding="utf-8")
+        except OSError as exc:
+            raise InputFileError(text, f"cannot read it ({exc.strerror or exc})") from None
+    try:
+        data = json.loads(stripped)
+    except json.JSONDecodeError as exc:
+        raise InputFileError(source, f"not valid JSON: {exc.msg} (line {exc.lineno})") from None
+    if isinstance(data, dict) and "geometry" in data and "groups" not in data:
+        data = data["geometry"]
+    if not isinstance(data, dict):
+        raise InputFileError(source, "a geometry is a JSON object with a 'groups' list")
+    return Geometry.from_dict(data)
+
+
+_STATE_LETTERS = {"H": HIT, "P": HIT_PENDING, "M": MISS, "R": RETRY}
+
+
+def parse_states(specs: Sequence[str]) -> dict[int, list[LookupResult]]:
+    """``--states G=HHMP`` (one letter per chunk: H hit, P pending, M miss, R retry)."""
+    states: dict[int, list[LookupResult]] = {}
+    for spec in specs:
+        group, sep, letters = spec.partition("=")
+        if not sep or not group.strip().isdigit():
+            raise UsageError(f"--states {spec!r}: expected GROUP=LETTERS, e.g. 1=HHMP")
+        bad = sorted({ch for ch in letters.upper() if ch not in _STATE_LETTERS})
+        if bad:
+            raise UsageError(
+                f"--states {spec!r}: unknown letters {bad}; use H (hit), P (pending), "
+                "M (miss), R (retry)"
+            )
+        states[int(group)] = [_STATE_LETTERS[ch] for ch in letters.upper()]
+    return states
+
+
+def slug(text: str) -> str:
+    """A file-name-safe form of a theorem id."""
+    import re
+
+    return re.sub(r"[^A-Za-z0-9]+", "_", text).strip("_").lower()
