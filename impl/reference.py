@@ -163,8 +163,16 @@ def is_block_reachable(
     retention_interval: int | None,
     final_segment_end_block: Any | None,
     replay_boundary_blocks: tuple[Any, ...] = (),
+    blocks_per_chunk: int = 1,
 ) -> Any:
-    """Whether a consumer can ever demand this SWA block (a per-block mask entry)."""
+    """Whether a consumer can ever demand this SWA block (a per-block mask entry).
+
+    An EAGLE consumer peeks one whole *chunk* past its boundary (the offload lookup
+    works in chunks). When a boundary falls inside a chunk, the block after it is in the
+    boundary's own chunk, so the first block of the next chunk is marked too: it makes
+    the peek chunk stored. (Upstream marks only the block after the boundary; see
+    ARCHITECTURE.md, "Departures from upstream".)
+    """
     if alignment_tokens is None or alignment_tokens % block_tokens != 0:
         return True
     shift = 1 if use_eagle else 0
@@ -181,6 +189,14 @@ def is_block_reachable(
             return True
         if block >= shift and (block - shift) % period >= period - need:
             return True
+        if (
+            use_eagle
+            and blocks_per_chunk > 1
+            and block >= period
+            and block % blocks_per_chunk == 0
+            and block % period < blocks_per_chunk
+        ):
+            return True  # the first block of the chunk after a segment boundary
         if final_segment_end_block is not None and not use_eagle:
             partial = final_segment_end_block % period
             if partial != 0:
@@ -193,6 +209,8 @@ def is_block_reachable(
         # An EAGLE group's window ends one block later: its peek block.
         if boundary + shift - need <= block < boundary + shift:
             return True
+        if use_eagle and block == -(-boundary // blocks_per_chunk) * blocks_per_chunk:
+            return True  # the first block of the peek chunk
     return False
 
 

@@ -337,7 +337,7 @@ class StoreTracker:
             if self.impl.is_block_reachable(
                 block, align, block_tokens, group.sliding_window,
                 group.extra_retained_tokens, group.eagle,
-                self.geometry.retention_interval, final_end_chunk * bpc, replay_blocks,
+                self.geometry.retention_interval, final_end_chunk * bpc, replay_blocks, bpc,
             )
         ]
 

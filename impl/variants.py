@@ -13,8 +13,10 @@ shape the defect had upstream:
 * ``prefill-horizon`` (seed 004): each intermediate prefill frontier is treated as the
   final partial segment, storing tails no load can request (C8, C9).
 * ``upstream-current``: the reference with upstream's current window formula
-  ``W = max(cdiv(sw, tpc), cdiv(sw - 1 + e, tpc))``; the first term demands a chunk no
-  load needs and no store provides when ``sw = 1 (mod tpc)`` and ``e = 0`` (C4, C7).
+  ``W = max(cdiv(sw, tpc), cdiv(sw - 1 + e, tpc))`` (the first term demands a chunk no
+  load needs when ``sw = 1 (mod tpc)`` and ``e = 0``: C3, C4) and upstream's block
+  mask, which does not store the chunk an EAGLE lookup peeks at when an alignment
+  boundary falls inside a chunk (C7).
 """
 
 from __future__ import annotations
@@ -99,6 +101,26 @@ def _upstream_load_window(
     return window
 
 
+def _upstream_block_reachable(
+    block: Any,
+    alignment_tokens: int | None,
+    block_tokens: int,
+    sliding_window: Any,
+    extra_retained: Any,
+    use_eagle: bool,
+    retention_interval: int | None,
+    final_segment_end_block: Any | None,
+    replay_boundary_blocks: tuple[Any, ...] = (),
+    blocks_per_chunk: int = 1,
+) -> Any:
+    # Upstream's block mask knows no chunks: it marks the block after an EAGLE boundary
+    # but not the first block of the chunk the lookup peeks at.
+    return ref.is_block_reachable(
+        block, alignment_tokens, block_tokens, sliding_window, extra_retained, use_eagle,
+        retention_interval, final_segment_end_block, replay_boundary_blocks, 1,
+    )
+
+
 # -- mtp-extra-retained -------------------------------------------------------------
 def _mtp_window(sliding_window: Any, extra_retained: Any, tokens_per_chunk: Any) -> Any:
     return _upstream_window(sliding_window, 0, tokens_per_chunk)  # the defect: e ignored
@@ -120,11 +142,13 @@ def _mtp_block_reachable(
     retention_interval: int | None,
     final_segment_end_block: Any | None,
     replay_boundary_blocks: tuple[Any, ...] = (),
+    blocks_per_chunk: int = 1,
 ) -> Any:
     # The defect: the store mask uses the attention window, not the retained history.
     return ref.is_block_reachable(
         block, alignment_tokens, block_tokens, sliding_window, 0, use_eagle,
         retention_interval, final_segment_end_block, replay_boundary_blocks,
+        blocks_per_chunk,
     )
 
 
@@ -171,12 +195,15 @@ VARIANTS: dict[str, Implementation] = {
     "upstream-current": dataclasses.replace(
         REFERENCE,
         name="upstream-current",
-        description="upstream's current window formula with the cdiv(sw, tpc) lower bound",
+        description="upstream's current window formula (cdiv(sw, tpc) lower bound) and "
+        "block mask (no EAGLE peek chunk)",
         get_sliding_window_size_in_chunks=_upstream_window,
         load_window_size_in_chunks=_upstream_load_window,
+        is_block_reachable=_upstream_block_reachable,
         # The over-demanded chunk defers on a pending key no load reads (C3) and
-        # loses the hit when it is missing (C4).
-        violates=("C3", "C4"),
+        # loses the hit when it is missing (C4); an EAGLE peek chunk after an A boundary
+        # inside a chunk is never stored (C7).
+        violates=("C3", "C4", "C7"),
     ),
 }
 

@@ -154,6 +154,7 @@ def _chunk_stored(
                 retention,
                 final_end_chunk * bpc,
                 replay_blocks,
+                bpc,
                 generalize=(1, 2),
             )
             for k in range(bpc)

@@ -47,10 +47,6 @@ def mask_configs(eagle: bool, retention: str) -> list[Config]:
                 align = bs_fa * bpc
                 if align % bs_swa:
                     continue  # store-all geometry: nothing to reason about
-                if eagle and align % (bs_swa * bpc):
-                    # Narrowed domain (ARCHITECTURE.md): an EAGLE peek at an A boundary
-                    # that is not chunk-aligned lands in a chunk the block mask skips.
-                    continue
                 interval = {"none": -1, "zero": 0, "interval": 2 * align}[retention]
                 configs.append(
                     Config(

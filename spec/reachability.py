@@ -79,8 +79,14 @@ def block_is_reachable(
     eagle: bool,
     final_segment_end_block: Num | None,
     replay_blocks: Sequence[Num] = (),
+    blocks_per_chunk: int = 1,
 ) -> Bool:
-    """Whether block ``block`` must be stored (some reachable boundary demands it)."""
+    """Whether block ``block`` must be stored (some reachable boundary demands it).
+
+    For EAGLE the demand of boundary block ``bb`` ends with the peek chunk
+    ``cdiv(bb, bpc)`` (:func:`demanded_chunk_range`); its first block is marked besides
+    the peek block ``bb`` itself (the same block when ``bb`` is chunk-aligned).
+    """
     if rule.store_all:
         return True
     shift = 1 if eagle else 0
@@ -92,6 +98,15 @@ def block_is_reachable(
             marks.append(or_(need >= period, tail))
         else:
             return True
+        if eagle and blocks_per_chunk > 1:
+            # ``block`` starts a chunk and a segment boundary lies in (block - bpc, block].
+            marks.append(
+                and_(
+                    block >= period,
+                    mod(block, blocks_per_chunk) == 0,
+                    mod(block, period) < blocks_per_chunk,
+                )
+            )
         if final_segment_end_block is not None and not eagle:
             end = final_segment_end_block
             partial = mod(end, period)
@@ -104,7 +119,14 @@ def block_is_reachable(
             )
     for boundary in replay_blocks:
         marks.append(and_(block >= boundary - need, block < boundary))
+        if eagle:
+            marks.append(block == peek_chunk_first_block(boundary, blocks_per_chunk))
     return any_of(marks)
+
+
+def peek_chunk_first_block(boundary_block: Num, blocks_per_chunk: int) -> Num:
+    """The first block of the chunk an EAGLE lookup peeks at for a boundary block."""
+    return cdiv(boundary_block, blocks_per_chunk) * blocks_per_chunk
 
 
 def chunk_is_stored(
@@ -126,6 +148,7 @@ def chunk_is_stored(
                 eagle,
                 final_segment_end_block,
                 replay_blocks,
+                blocks_per_chunk,
             )
             for k in range(blocks_per_chunk)
         ]

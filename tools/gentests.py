@@ -193,7 +193,7 @@ _ARITH: dict[str, tuple[tuple[str, ...], str, str]] = {
         assert segment != 0 and boundary <= Hc * tpc and lo <= c < hi and hi <= Hc
         stored = any(
             impl.is_block_reachable(
-                c * bpc + b, A, B, sw, e, bool(eagle), retention, Hc * bpc, ()
+                c * bpc + b, A, B, sw, e, bool(eagle), retention, Hc * bpc, (), bpc
             )
             for b in range(bpc)
         )
@@ -213,7 +213,7 @@ _ARITH: dict[str, tuple[tuple[str, ...], str, str]] = {
         assert lo <= c < hi
         stored = any(
             impl.is_block_reachable(
-                c * bpc + b, A, B, sw, e, bool(eagle), retention, Hc * bpc, ()
+                c * bpc + b, A, B, sw, e, bool(eagle), retention, Hc * bpc, (), bpc
             )
             for b in range(bpc)
         )
@@ -254,7 +254,8 @@ _ARITH: dict[str, tuple[tuple[str, ...], str, str]] = {
         replay_blocks = (boundary // B,)
         stored = any(
             impl.is_block_reachable(
-                c * bpc + b, A, B, sw, e, bool(eagle), retention, Hc * bpc, replay_blocks
+                c * bpc + b, A, B, sw, e, bool(eagle), retention, Hc * bpc, replay_blocks,
+                bpc,
             )
             for b in range(bpc)
         )

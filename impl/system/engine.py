@@ -914,7 +914,9 @@ class OffloadSystem:
                 continue
             marked = [
                 b for b in range(chunk * bpc, (chunk + 1) * bpc)
-                if spec_reach.block_is_reachable(b, rule, need, spec.eagle, final_block, replay)
+                if spec_reach.block_is_reachable(
+                    b, rule, need, spec.eagle, final_block, replay, bpc
+                )
             ]
             # C10: a chunk whose marked blocks were already freed is never stored.
             if marked and min(marked) >= first_live:

@@ -596,7 +596,7 @@ def _build_adapters(binding: Binding) -> None:
         def reach_store_mask(block: Any, alignment: int | None, block_tokens: int, sw: Any,
                              e: Any, eagle: bool, retention: int | None,
                              final_end_block: Any | None, replay_blocks: tuple[Any, ...] = (),
-                             ) -> Any:
+                             blocks_per_chunk: int = 1) -> Any:
             spec = SlidingWindowSpec(block_size=block_tokens, sliding_window=sw,
                                      extra_retained_tokens=e)
             config = GroupConfig(kv_cache_spec=spec, manager_cls=manager_cls,
@@ -622,7 +622,7 @@ def _build_adapters(binding: Binding) -> None:
         def reach_predicate(block: Any, alignment: int | None, block_tokens: int, sw: Any,
                             e: Any, eagle: bool, retention: int | None,
                             final_end_block: Any | None, replay_blocks: tuple[Any, ...] = (),
-                            ) -> Any:
+                            blocks_per_chunk: int = 1) -> Any:
             window = window_adapter(sw, e, block_tokens)
             per: int | None = None
             if alignment is not None and alignment > block_tokens:
@@ -649,7 +649,7 @@ def _build_adapters(binding: Binding) -> None:
         def reach_block_mask(block: Any, alignment: int | None, block_tokens: int, sw: Any,
                              e: Any, eagle: bool, retention: int | None,
                              final_end_block: Any | None, replay_blocks: tuple[Any, ...] = (),
-                             ) -> Any:
+                             blocks_per_chunk: int = 1) -> Any:
             spec = SlidingWindowSpec(block_size=block_tokens, sliding_window=sw,
                                      extra_retained_tokens=e)
             kwargs: dict[str, Any] = {
