@@ -392,7 +392,9 @@ def store_cases() -> Iterator[StoreCase]:
                         yield StoreCase(name, geometry, prompt, steps[:cut], "aborted")
 
 
-def _simulate(case: StoreCase, impl: Implementation) -> tuple[list[StoreTracker], list[int], int]:
+def simulate_store_case(
+    case: StoreCase, impl: Implementation
+) -> tuple[list[StoreTracker], list[int], int]:
     """Run the producer; return its trackers, the per-step computed counts, the horizon."""
     trackers = [StoreTracker(impl, case.geometry, g, case.prompt_len)
                 for g in range(len(case.geometry.groups))]
@@ -416,7 +418,7 @@ def _simulate(case: StoreCase, impl: Implementation) -> tuple[list[StoreTracker]
     return trackers, frontiers, computed
 
 
-_simulated = _LastCase(_simulate)
+_simulated = _LastCase(simulate_store_case)
 """The producer run of a case, shared by the store family's checks."""
 
 

@@ -375,27 +375,10 @@ def _lookup_scene(
 
 
 def _store_scene(case: Any, impl: Implementation, title: str) -> Scene:
-    from kvcontract.impl.scheduler import StoreTracker
-    from kvcontract.proofs.exhaustive_theorems import store_expected_offers
+    from kvcontract.proofs.exhaustive_theorems import simulate_store_case, store_expected_offers
 
     geometry: Geometry = case.geometry
-    trackers = [StoreTracker(impl, geometry, g, case.prompt_len)
-                for g in range(len(geometry.groups))]
-    computed = 0
-    for scheduled in case.steps:
-        for tracker in trackers:
-            tracker.step("prefilling", computed, scheduled, case.prompt_len)
-        computed += scheduled
-    if case.ending == "finished":
-        for _ in range(case.decode):
-            for tracker in trackers:
-                tracker.step("decoding", computed, 1, computed + 1)
-            computed += 1
-        for tracker in trackers:
-            tracker.step("finished", computed, 0, computed + 1)
-    else:
-        for tracker in trackers:
-            tracker.step("aborted", computed, 0, computed)
+    trackers, _, _ = simulate_store_case(case, impl)  # the producer, as C8-C10 run it
     stored: dict[int, set[int]] = {}
     offending: dict[int, set[int]] = {}
     notes = [f"prefill steps {list(case.steps)}, then {case.ending}"]

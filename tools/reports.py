@@ -37,6 +37,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from kvcontract.proofs.uses import LOOKUP_FUNCTIONS, THEOREM_FUNCTIONS
 from kvcontract.spec.clauses import CLAUSES
 
 from kvcontract.errors import InputFileError, KvContractError, UsageError
@@ -241,33 +242,11 @@ def exit_code(normalized: Mapping[str, Any]) -> int:
 
 
 # -- locations ----------------------------------------------------------------------
-_FUNCTIONS_OF_THEOREM: dict[str, tuple[str, ...]] = {
-    "retained-blocks-exact": ("retained_block_range", "get_num_skipped_tokens"),
-    "load-set-exact": ("load_chunk_range",),
-    "allocation-bound": ("get_sliding_window_size_in_chunks",),
-    "first-run-covers-load": ("load_window_size_in_chunks", "load_chunk_range"),
-    "later-run-covers-load": ("get_sliding_window_size_in_chunks", "load_chunk_range"),
-    "load-window-exact": ("load_window_size_in_chunks",),
-    "window-exact": ("get_sliding_window_size_in_chunks",),
-    "segment-boundaries-supplied": ("is_block_reachable",),
-    "final-boundary-supplied": ("is_block_reachable",),
-    "replay-boundary-supplied": ("is_block_reachable",),
-    "stored-blocks-demanded": ("is_block_reachable",),
-    "scan-accepts-only-hit": ("sliding_window_lookup",),
-    "scan-defers-only-in-scope": ("sliding_window_lookup",),
-    "scan-is-maximal": ("sliding_window_lookup",),
-    "offered-at-most-once": ("store_final_segment_end", "is_block_reachable"),
-    "store-horizon": ("store_final_segment_end", "is_block_reachable"),
-    "stores-only-demanded": ("store_final_segment_end", "is_block_reachable"),
-    "stores-well-formed": ("store_final_segment_end", "is_block_reachable"),
-}
-"""Implementation functions each theorem exercises, most specific first. Lookup
-theorems (and unknown ones) fall back to every function of the bundle."""
+_FUNCTIONS_OF_THEOREM: dict[str, tuple[str, ...]] = THEOREM_FUNCTIONS
+"""Implementation functions each theorem exercises, most specific first
+(:mod:`kvcontract.proofs.uses`); unknown theorems fall back to the lookup's."""
 
-_LOOKUP_FUNCTIONS = (
-    "sliding_window_lookup", "load_window_size_in_chunks",
-    "get_sliding_window_size_in_chunks", "load_chunk_range", "prefix_lookup",
-)
+_LOOKUP_FUNCTIONS: tuple[str, ...] = LOOKUP_FUNCTIONS
 
 
 def _project_root() -> Path:

@@ -108,3 +108,17 @@ def test_budget_used_is_reported() -> None:
     result = theorem.run(get_implementation("reference"))
     assert result.verdict.passed
     assert result.rlimit_used > 0  # Z3's deterministic resource count reaches the report
+
+
+def test_every_theorem_names_the_functions_it_exercises() -> None:
+    from dataclasses import fields
+
+    from kvcontract.impl.bundle import Implementation
+    from kvcontract.proofs.runner import catalog
+    from kvcontract.proofs.uses import THEOREM_FUNCTIONS
+
+    bundle = {f.name for f in fields(Implementation)}
+    names = {t.name.split("[", 1)[0] for t in catalog()}
+    spec_only = {"spec-scan-hit-only", "spec-scan-pending-scope", "spec-scan-rightmost"}
+    assert names - spec_only <= set(THEOREM_FUNCTIONS)
+    assert all(set(used) <= bundle for used in THEOREM_FUNCTIONS.values())

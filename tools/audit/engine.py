@@ -33,6 +33,7 @@ from kvcontract.impl.bundle import Implementation
 from kvcontract.impl.variants import REFERENCE
 from kvcontract.proofs.runner import catalog
 from kvcontract.proofs.theorem import Config, Env, ExhaustiveTheorem, Theorem, Z3Theorem
+from kvcontract.proofs.uses import LOOKUP_FUNCTIONS, STORE_FUNCTIONS, THEOREM_FUNCTIONS
 from kvcontract.proofs.verdicts import TheoremResult, Verdict
 from kvcontract.spec.clauses import CLAUSES, get_clause
 from kvcontract.tools.audit.binding import Binding, UpstreamError
@@ -40,35 +41,11 @@ from kvcontract.tools.audit.sandbox import Outcome, run_jobs
 
 from kvcontract.errors import UsageError
 
-_LOOKUP_FIELDS = ("get_sliding_window_size_in_chunks", "load_window_size_in_chunks",
-                  "sliding_window_lookup", "prefix_lookup", "load_chunk_range")
-_STORE_FIELDS = ("is_block_reachable", "store_final_segment_end", "get_num_skipped_tokens")
-
-THEOREM_FIELDS: dict[str, tuple[str, ...]] = {
-    "retained-blocks-exact": ("retained_block_range",),
-    "load-set-exact": ("load_chunk_range",),
-    "allocation-bound": ("get_sliding_window_size_in_chunks",),
-    "first-run-covers-load": ("load_window_size_in_chunks", "load_chunk_range"),
-    "later-run-covers-load": ("get_sliding_window_size_in_chunks", "load_chunk_range"),
-    "load-window-exact": ("load_window_size_in_chunks",),
-    "window-exact": ("get_sliding_window_size_in_chunks",),
-    "scan-accepts-only-hit": ("sliding_window_lookup",),
-    "scan-defers-only-in-scope": ("sliding_window_lookup",),
-    "scan-is-maximal": ("sliding_window_lookup",),
-    "lookup-loads-only-hit": _LOOKUP_FIELDS,
-    "lookup-defers-only-in-scope": _LOOKUP_FIELDS,
-    "lookup-is-maximal": _LOOKUP_FIELDS,
-    "eagle-peek": _LOOKUP_FIELDS,
-    "lookup-converges": _LOOKUP_FIELDS,
-    "segment-boundaries-supplied": ("is_block_reachable",),
-    "final-boundary-supplied": ("is_block_reachable",),
-    "replay-boundary-supplied": ("is_block_reachable",),
-    "offered-at-most-once": _STORE_FIELDS,
-    "store-horizon": _STORE_FIELDS,
-    "stores-well-formed": _STORE_FIELDS,
-}
-"""Which Implementation fields each catalogue theorem calls (by theorem name, the part
-before any ``[...]``). A theorem not listed here is assumed to need every field."""
+_LOOKUP_FIELDS: tuple[str, ...] = LOOKUP_FUNCTIONS
+_STORE_FIELDS: tuple[str, ...] = STORE_FUNCTIONS
+THEOREM_FIELDS: dict[str, tuple[str, ...]] = THEOREM_FUNCTIONS
+"""Which Implementation fields each catalogue theorem calls (:mod:`kvcontract.proofs.uses`).
+A theorem not listed there is assumed to need every field."""
 
 ALL_FIELDS = tuple(f.name for f in dataclasses.fields(Implementation)
                    if f.name not in ("name", "description", "violates", "notes"))
