@@ -16,6 +16,10 @@ class Verdict(str, enum.Enum):
     """Holds on the stated domain (case split over sizes, bounded lengths, exhaustion)."""
     COUNTEREXAMPLE = "COUNTEREXAMPLE"
     """A concrete witness that violates the clause, re-executed on plain Python."""
+    TESTED = "TESTED"
+    """No counterexample in a bounded search that is not exhaustive (sampled cases, one
+    scenario): evidence, not a proof. It passes, and says so. Only the audit, which
+    cannot lift every upstream function, reports it."""
     UNKNOWN = "UNKNOWN"
     """The solver gave up within its budget. Never a pass."""
     VACUOUS = "VACUOUS"
@@ -23,7 +27,7 @@ class Verdict(str, enum.Enum):
 
     @property
     def passed(self) -> bool:
-        return self in (Verdict.PROVED, Verdict.PROVED_FOR_DOMAIN)
+        return self in (Verdict.PROVED, Verdict.PROVED_FOR_DOMAIN, Verdict.TESTED)
 
 
 @dataclass

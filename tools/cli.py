@@ -27,6 +27,7 @@ from kvcontract.errors import KvContractError, UsageError
 _STYLE = {
     Verdict.PROVED: "green",
     Verdict.PROVED_FOR_DOMAIN: "green",
+    Verdict.TESTED: "cyan",
     Verdict.COUNTEREXAMPLE: "bold red",
     Verdict.UNKNOWN: "yellow",
     Verdict.VACUOUS: "yellow",

@@ -60,6 +60,7 @@ PASS, FAIL, ERROR = "pass", "fail", "error"
 _STATUS_OF_VERDICT: dict[str, str] = {
     "PROVED": PASS,
     "PROVED-FOR-DOMAIN": PASS,
+    "TESTED": PASS,
     "PASSED": PASS,
     "COUNTEREXAMPLE": FAIL,
     "UNKNOWN": ERROR,

@@ -45,6 +45,9 @@ _ARITH: dict[str, tuple[tuple[str, ...], Callable[[dict[str, Any]], tuple[Any, .
 _SIZES = {"bs", "bpc", "tpc"}
 
 
+_HOLDS = ("PROVED", "PROVED-FOR-DOMAIN", "TESTED")
+"""Verdicts under which a theorem holds (with some evidence)."""
+
 def _hyps(values: dict[str, Any]) -> list[Any]:
     hyps = []
     for name, value in values.items():
@@ -223,9 +226,9 @@ def _theorem_changes(base_rows: list[dict[str, Any]],
     for key in sorted(set(before) | set(after), key=lambda k: (int(k[0][1:]), k[1])):
         old, new = before.get(key, "NOT-CHECKED"), after.get(key, "NOT-CHECKED")
         if old == "COUNTEREXAMPLE" and new != "COUNTEREXAMPLE":
-            kind = "fixed" if new in ("PROVED", "PROVED-FOR-DOMAIN") else "changed"
+            kind = "fixed" if new in _HOLDS else "changed"
         elif new == "COUNTEREXAMPLE" and old != "COUNTEREXAMPLE":
-            kind = "regressed" if old in ("PROVED", "PROVED-FOR-DOMAIN") else "changed"
+            kind = "regressed" if old in _HOLDS else "changed"
         else:
             kind = "same verdict"
         changes.append({"clause": key[0], "theorem": key[1], "baseline": old, "target": new,

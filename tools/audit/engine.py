@@ -500,6 +500,9 @@ def _row(theorem: Theorem, result: TheoremResult, evidence: str, witness_case: A
     assert impl is not None
     row: dict[str, Any] = result.to_json()
     row["evidence"] = evidence if result.verdict.passed else None
+    if row["evidence"] == "examples":
+        # A search that is neither a proof nor exhaustive is not PROVED-FOR-DOMAIN.
+        row["verdict"] = Verdict.TESTED.value
     row["examples"] = result.queries
     via = ""
     fields = theorem_fields(theorem)
@@ -641,7 +644,8 @@ def clause_summary(rows: Iterable[dict[str, Any]],
                    unchecked: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
     """Per clause: the worst verdict of its theorems and the weakest evidence."""
     rank = {Verdict.COUNTEREXAMPLE.value: 0, Verdict.UNKNOWN.value: 1, Verdict.VACUOUS.value: 1,
-            Verdict.PROVED_FOR_DOMAIN.value: 2, Verdict.PROVED.value: 3}
+            Verdict.TESTED.value: 2, Verdict.PROVED_FOR_DOMAIN.value: 2,
+            Verdict.PROVED.value: 3}
     strength = {"examples": 0, "exhausted": 1, "proved for domain": 2, "proved": 3}
     by_clause: dict[str, list[dict[str, Any]]] = {}
     for row in rows:

@@ -63,7 +63,8 @@ def build_report(binding: Binding, run: AuditRun,
 
 
 _STYLE = {"COUNTEREXAMPLE": "bold red", "UNKNOWN": "yellow", "VACUOUS": "yellow",
-          "PROVED": "green", "PROVED-FOR-DOMAIN": "green"}
+          "PROVED": "green", "PROVED-FOR-DOMAIN": "green",
+          "TESTED": "cyan"}
 _STATUS_STYLE = {"found": "green", "derived": "cyan", "inferred": "cyan", "missing": "yellow",
                  "error": "bold red"}
 _CLAUSE_STYLE = {"holds": "green", "violated": "bold red", "unknown": "yellow",

@@ -69,7 +69,8 @@ def test_stubborn_hang_is_killed(write_module: Callable[..., Path]) -> None:
 
 def test_missing_functions_are_listed(write_module: Callable[..., Path]) -> None:
     run = _audit(write_module("scan_only.py", FIXED_SCAN), ["C3", "C11"])
-    assert _only(run, "scan-defers-only-in-scope")["verdict"] == "PROVED-FOR-DOMAIN"
+    # The 1 s budget covers only a prefix of the scan domain: evidence, not a proof.
+    assert _only(run, "scan-defers-only-in-scope")["verdict"] == "TESTED"
     unchecked = {u["theorem"]: u["reason"] for u in run.unchecked}
     assert "lookup-defers-only-in-scope" in unchecked
     assert "get_sliding_window_size_in_chunks" in unchecked["lookup-defers-only-in-scope"]
