@@ -28,6 +28,8 @@ from dataclasses import dataclass
 import torch
 from kvcontract.impl.system.offload import TransferJob, TransferWorker
 
+from kvcontract.vocabulary import EXIT_FINDING, EXIT_OK
+
 LAYOUTS: dict[str, tuple[int, int, int]] = {
     "llama-8b": (32, 8, 128),
     "gpt-oss": (24, 8, 64),
@@ -139,7 +141,7 @@ def main(argv: list[str] | None = None) -> int:
     else:
         if not torch.cuda.is_available():
             print("gpu_check: no CUDA device available; nothing to check (exit 0).")
-            return 0
+            return EXIT_OK  # not EXIT_UNKNOWN: CI machines without a GPU must pass
         device = torch.device("cuda")
         layouts, chunks, repeat = LAYOUTS, args.chunks, args.repeat
         ok = run_cuda_tests()
@@ -160,7 +162,7 @@ def main(argv: list[str] | None = None) -> int:
                 f"load {r.load:.2f} GB/s ({r.load_ratio:.0%} of {r.plain_h2d:.2f})  {verdict}"
             )
     print("gpu_check:", ("DRY RUN " if args.dry_run else "") + ("PASS" if ok else "FAIL"))
-    return 0 if ok else 1
+    return EXIT_OK if ok else EXIT_FINDING
 
 
 if __name__ == "__main__":

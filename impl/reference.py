@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from kvcontract.spec.lookup import LookupResult
+from kvcontract.vocabulary import ENDED_STATUSES, LookupResult, RequestStatus
 
 HIT = LookupResult.HIT
 MISS = LookupResult.MISS
@@ -225,33 +225,38 @@ def reachable_block_mask(
     retention_interval: int | None,
     final_segment_end_block: int | None,
     replay_boundary_blocks: tuple[int, ...] = (),
+    blocks_per_chunk: int = 1,
 ) -> list[bool]:
-    """The mask over blocks ``[start_block, end_block)``."""
+    """The mask over blocks ``[start_block, end_block)`` (:func:`is_block_reachable` per
+    block, the EAGLE peek chunk included when ``blocks_per_chunk`` is given)."""
     return [
         bool(
             is_block_reachable(
                 block, alignment_tokens, block_tokens, sliding_window, extra_retained,
                 use_eagle, retention_interval, final_segment_end_block, replay_boundary_blocks,
+                blocks_per_chunk,
             )
         )
         for block in range(start_block, end_block)
     ]
 
 
-def store_final_segment_end(status: str, prompt_horizon_chunks: int, current_chunks: int) -> int:
+def store_final_segment_end(
+    status: RequestStatus | str, prompt_horizon_chunks: int, current_chunks: int
+) -> int:
     """Which chunk count closes the final partial segment for this step's store job.
 
     While the prompt is being prefilled (and while decoding) the prompt horizon does:
     an intermediate frontier is not the end of anything. On finish or abort the
     request's actual horizon does.
     """
-    if status in ("finished", "aborted"):
+    if status in ENDED_STATUSES:
         return current_chunks
     return prompt_horizon_chunks
 
 
 def get_num_offloadable_tokens(
-    status: str,
+    status: RequestStatus | str,
     num_computed_tokens: int,
     num_scheduled_tokens: int,
     num_tokens: int,
@@ -264,9 +269,9 @@ def get_num_offloadable_tokens(
     An aborted request stores what it computed; a finished one everything but the final
     sampled slot (its KV was never written); a running one what this step computes.
     """
-    if status == "aborted":
+    if status == RequestStatus.ABORTED:
         tokens = num_computed_tokens
-    elif status == "finished":
+    elif status == RequestStatus.FINISHED:
         tokens = num_tokens - 1
         if tokens < prompt_len:
             tokens = prompt_len

@@ -15,8 +15,9 @@ from dataclasses import dataclass, field
 
 from kvcontract.impl.bundle import Implementation
 from kvcontract.impl.reference import get_num_offloadable_tokens
-from kvcontract.spec.geometry import Geometry, GroupKind, GroupSpec
-from kvcontract.spec.lookup import LookupResult
+from kvcontract.spec.geometry import Geometry, GroupSpec
+
+from kvcontract.vocabulary import GroupKind, LookupResult, RequestStatus
 
 GroupLookup = Callable[[int, int], LookupResult]
 """``lookup(group_index, chunk_index)`` as the offload manager answers it."""
@@ -92,7 +93,9 @@ def group_first_live_block(
     """First block a group's GPU manager keeps after ``num_computed`` tokens.
 
     SWA: allocation retention (blocks below it are freed or null); Mamba: the first block
-    of the chunk holding the state at the last chunk end; FA keeps everything.
+    of the chunk holding the state at the last chunk end; FA keeps everything. The one
+    operational definition: the system's allocation, local hits and restore checks and
+    the store path's C10 filter (:class:`StoreTracker`) all call it.
     """
     if group.kind is GroupKind.SLIDING_WINDOW:
         assert group.sliding_window is not None
@@ -342,15 +345,7 @@ class StoreTracker:
         ]
 
     def _first_live_block(self, num_computed: int) -> int:
-        group = self.group
-        if group.kind is not GroupKind.SLIDING_WINDOW:
-            return 0
-        assert group.sliding_window is not None
-        skipped = self.impl.get_num_skipped_tokens(
-            num_computed, group.sliding_window, group.extra_retained_tokens
-        )
-        first: int = int(skipped) // self.geometry.block_tokens(group)
-        return first
+        return group_first_live_block(self.impl, self.geometry, self.group, num_computed)
 
     def mark_computed(self, num_chunks: int) -> None:
         """Chunks ``[0, num_chunks)`` came from a hit (CPU or GPU cache): never offer them."""
@@ -359,22 +354,28 @@ class StoreTracker:
             self.next_stored_chunk_idx = num_chunks
 
     def step(
-        self, status: str, num_computed: int, num_scheduled: int, num_tokens: int
+        self, status: RequestStatus | str, num_computed: int, num_scheduled: int,
+        num_tokens: int,
     ) -> list[int]:
-        """The chunks offered to ``prepare_store`` for this step (ascending)."""
+        """The chunks offered to ``prepare_store`` for this step (ascending).
+
+        ``status`` is a :class:`~kvcontract.vocabulary.RequestStatus` (its plain string,
+        e.g. ``"decoding"``, is accepted too).
+        """
+        status = RequestStatus(status)
         tpc = self.geometry.chunk_tokens(self.group)
         tokens = get_num_offloadable_tokens(
             status, num_computed, num_scheduled, num_tokens, self.prompt_len,
             self.max_offload_tokens, self.offload_prompt_only,
         )
         end_chunk = tokens // tpc
-        if self.group.eagle and status == "decoding" and end_chunk > 0:
+        if self.group.eagle and status is RequestStatus.DECODING and end_chunk > 0:
             end_chunk -= 1  # the last chunk of an EAGLE group is volatile while decoding
         prompt_tokens = self.prompt_len
         if self.max_offload_tokens is not None:
             prompt_tokens = min(prompt_tokens, self.max_offload_tokens)
         final_end = self.impl.store_final_segment_end(status, prompt_tokens // tpc, end_chunk)
-        if status in ("finished", "aborted"):
+        if status.ended:
             candidates = [c for c in range(end_chunk) if c not in self.offered]
         else:
             candidates = list(range(self.next_stored_chunk_idx, end_chunk))

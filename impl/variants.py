@@ -26,9 +26,9 @@ from typing import Any
 
 from kvcontract.impl import reference as ref
 from kvcontract.impl.bundle import Implementation
-from kvcontract.spec.lookup import LookupResult
 
 from kvcontract.errors import UnknownTargetError
+from kvcontract.vocabulary import LookupResult, RequestStatus
 
 
 def _cdiv(a: Any, b: Any) -> Any:
@@ -153,7 +153,9 @@ def _mtp_block_reachable(
 
 
 # -- prefill-horizon ----------------------------------------------------------------
-def _prefill_horizon_final_end(status: str, prompt_horizon_chunks: int, current_chunks: int) -> int:
+def _prefill_horizon_final_end(
+    status: RequestStatus | str, prompt_horizon_chunks: int, current_chunks: int
+) -> int:
     # The defect: the current frontier closes the "final" segment even mid-prefill.
     return current_chunks
 

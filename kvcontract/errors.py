@@ -8,8 +8,11 @@ code 2 (usage or input error); see ``tools/cli.py``.
     +-- UsageError            bad command-line arguments or API arguments
     |   +-- UnknownClauseError    a clause id that the catalogue does not define
     |   +-- UnknownTargetError    an implementation/variant name that is not registered
+    |   +-- UnknownPropertyError  a theorem id that names no property
     +-- GeometryError         an impossible configuration (names the field and the rule)
     +-- InputFileError        a file that cannot be read or parsed
+    +-- WitnessError          a witness a property cannot replay (malformed, or outside
+    |                         its domain)
     +-- ProofError            the prover itself failed (not a verdict: a bug or a limit)
 """
 
@@ -46,6 +49,10 @@ class UnknownTargetError(UsageError):
         )
 
 
+class UnknownPropertyError(UsageError):
+    """A theorem id that names no property of the catalogue."""
+
+
 class GeometryError(KvContractError):
     """An impossible geometry: names the offending field and the rule it breaks."""
 
@@ -63,6 +70,11 @@ class InputFileError(KvContractError):
         self.path = path
         self.problem = problem
         super().__init__(f"cannot use {path}: {problem}")
+
+
+class WitnessError(KvContractError):
+    """A witness (a report's counterexample) that a property cannot replay: malformed,
+    of the wrong kind, or outside the property's domain (then it proves nothing)."""
 
 
 class ProofError(KvContractError):

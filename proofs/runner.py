@@ -16,28 +16,22 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kvcontract.impl.variants import get_implementation
-from kvcontract.proofs.arith_theorems import arith_theorems
-from kvcontract.proofs.exhaustive_theorems import exhaustive_theorems
-from kvcontract.proofs.sequence_theorems import sequence_theorems
 from kvcontract.proofs.theorem import (
-    ExhaustiveTheorem,
     ShardOutcome,
-    Theorem,
-    Z3Theorem,
     finish_family,
     run_family,
+    run_property,
 )
 from kvcontract.proofs.verdicts import TheoremResult, exit_code_for
-from kvcontract.spec.clauses import CLAUSES, get_clause
+from kvcontract.spec.clauses import get_clause
+from kvcontract.spec.properties import CaseProperty, FormulaProperty, Property, properties
 
 from kvcontract.errors import UsageError
 
 
-def catalog() -> list[Theorem]:
-    """Every theorem, in clause order."""
-    theorems: list[Theorem] = [*arith_theorems(), *sequence_theorems(), *exhaustive_theorems()]
-    order = {c.id: i for i, c in enumerate(CLAUSES)}
-    return sorted(theorems, key=lambda t: order[t.clause])
+def catalog() -> list[Property]:
+    """Every property, in clause order (:func:`kvcontract.spec.properties.properties`)."""
+    return list(properties())
 
 
 def select(clauses: Sequence[str] | None) -> list[int]:
@@ -67,9 +61,9 @@ def _run_task(task: Task) -> tuple[Task, list[TheoremResult] | ShardOutcome]:
     theorems = catalog()
     impl = get_implementation(impl_name)
     if shards == 1 and len(indices) == 1:
-        return task, [theorems[indices[0]].run(impl)]
-    family = [theorems[i] for i in indices]
-    assert all(isinstance(t, ExhaustiveTheorem) for t in family)
+        return task, [run_property(theorems[indices[0]], impl)]
+    family = [t for t in (theorems[i] for i in indices) if isinstance(t, CaseProperty)]
+    assert len(family) == len(indices), "only case properties form families"
     return task, run_family(family, impl, shard, shards)
 
 
@@ -80,7 +74,7 @@ def _tasks(impl_name: str, indices: Sequence[int], shards: int) -> list[Task]:
     tasks: list[Task] = []
     for index in indices:
         theorem = theorems[index]
-        if isinstance(theorem, ExhaustiveTheorem) and theorem.family:
+        if isinstance(theorem, CaseProperty):
             families.setdefault(theorem.family, []).append(index)
         else:
             tasks.append((impl_name, (index,), 0, 1))
@@ -94,7 +88,7 @@ def _tasks(impl_name: str, indices: Sequence[int], shards: int) -> list[Task]:
     # report is put back into catalogue order, so the order here only affects speed.
     def cost(task: Task) -> int:
         theorem = theorems[task[1][0]]
-        return len(theorem.configs()) if isinstance(theorem, Z3Theorem) else 0
+        return len(theorem.configs()) if isinstance(theorem, FormulaProperty) else 0
 
     return family_tasks + sorted(tasks, key=cost, reverse=True)
 
@@ -150,7 +144,7 @@ def prove(
             if len(done) < shards:
                 return
             theorems = catalog()
-            family = [theorems[i] for i in members]
+            family = [t for t in (theorems[i] for i in members) if isinstance(t, CaseProperty)]
             merged = finish_family(family, done)
             finished = list(zip(members, merged, strict=True))
         for index, result in finished:

@@ -1,14 +1,15 @@
-"""Theorem kinds and how each is decided.
+"""How each kind of property (:mod:`kvcontract.spec.properties`) is decided.
 
-* :class:`Z3Theorem` - an arithmetic statement over unbounded integers. It is first
-  tried with every size symbolic (verdict PROVED); if the solver cannot decide it within
-  its budget, it is case-split over the theorem's configurations (verdict
-  PROVED-FOR-DOMAIN, the configurations printed). Operational implementation functions
-  enter the statement through :meth:`Env.call`, which lifts them to terms
-  (:mod:`kvcontract.proofs.symbolic`).
-* :class:`ExhaustiveTheorem` - a property checked on every case of a finite domain
-  (lookup-state sequences, multi-group chunk states, store schedules), enumerated in
-  increasing size so the first failure is a minimal counterexample.
+* a :class:`~kvcontract.spec.properties.base.FormulaProperty`
+  (:func:`prove_formula`) is first tried with every size symbolic (verdict PROVED); if
+  the solver cannot decide it within its budget, it is case-split over the property's
+  configurations (verdict PROVED-FOR-DOMAIN, the configurations printed). Operational
+  implementation functions enter the statement through :meth:`SymbolicEnv.call`, which
+  lifts them to terms (:mod:`kvcontract.proofs.symbolic`).
+* a :class:`~kvcontract.spec.properties.base.CaseProperty` (:func:`run_family`) is
+  judged on every case of its finite space (lookup-state sequences, multi-group chunk
+  states, store schedules), enumerated in increasing size so the first failure is a
+  minimal counterexample; the properties of one space are judged in one pass.
 
 A counterexample is always re-executed on plain Python ints (the same statement, the
 implementation called directly) before it is reported; one that does not reproduce is
@@ -18,8 +19,8 @@ reported as UNKNOWN, never as a pass.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import z3
@@ -28,17 +29,20 @@ from kvcontract.proofs import solver as z3driver
 from kvcontract.proofs.symbolic import LiftError, PathExplorer, has_symbolic
 from kvcontract.proofs.verdicts import TheoremResult, Verdict
 from kvcontract.spec.arith import Bool, Num
+from kvcontract.spec.properties.base import (
+    CaseProperty,
+    Env,
+    FormulaProperty,
+    Property,
+)
 
 
-class Env:
-    """The variables of one query: Z3 terms (symbolic) or ints (concrete)."""
+class SymbolicEnv(Env):  # type: ignore[misc]  # mypy sees the package as Any (ARCHITECTURE.md)
+    """The variables of one query as Z3 terms (some may be concrete ints)."""
 
     def __init__(self, values: Mapping[str, Num]) -> None:
-        self.values = dict(values)
+        super().__init__(values)
         self.assumptions: list[z3.BoolRef] = []
-
-    def __getitem__(self, name: str) -> Any:
-        return self.values[name]
 
     @property
     def symbolic(self) -> bool:
@@ -123,209 +127,149 @@ def _substitute(value: Any, pairs: list[tuple[z3.ExprRef, z3.ExprRef]]) -> Any:
     return value
 
 
-Statement = Callable[[Env, Implementation], tuple[list[Bool], Bool]]
+def prove_formula(prop: FormulaProperty, impl: Implementation) -> TheoremResult:
+    """Decide a formula property: symbolic sizes first (PROVED), else its case split
+    (PROVED-FOR-DOMAIN); a counterexample is minimized and re-executed on ints."""
+    started = time.perf_counter()
+    result = TheoremResult(
+        clause=prop.clause,
+        theorem=prop.name,
+        verdict=Verdict.UNKNOWN,
+        domain="",
+        seconds=0.0,
+        description=prop.description,
+    )
+    try:
+        _decide(prop, impl, result)
+    except LiftError as exc:
+        result.verdict = Verdict.UNKNOWN
+        result.message = f"the implementation could not be lifted: {exc}"
+    result.seconds = time.perf_counter() - started
+    return result
 
 
-@dataclass(frozen=True)
-class Config:
-    """Concrete parameters of one case of a case split."""
-
-    label: str
-    values: Mapping[str, int]
+def _rlimit(prop: FormulaProperty) -> int:
+    return int(z3driver.DEFAULT_RLIMIT) if prop.rlimit is None else prop.rlimit
 
 
-@dataclass
-class Z3Theorem:
-    clause: str
-    name: str
-    description: str
-    variables: tuple[str, ...]
-    """Unbounded integer variables (always symbolic)."""
-    statement: Statement
-    configs: Callable[[], list[Config]]
-    domain: str
-    """The case split in words, e.g. ``bs in {4..1648}, bpc in {1,2,4,8,16}``."""
-    symbolic_sizes: tuple[str, ...] = ()
-    """Size parameters to try symbolically first (PROVED for all values if it works)."""
-    symbolic_rlimit: int = 3_000_000
-    rlimit: int = z3driver.DEFAULT_RLIMIT
-    kind: str = "z3"
-
-    @property
-    def theorem_id(self) -> str:
-        return f"{self.clause}/{self.name}"
-
-    def run(self, impl: Implementation) -> TheoremResult:
-        started = time.perf_counter()
-        result = TheoremResult(
-            clause=self.clause,
-            theorem=self.name,
-            verdict=Verdict.UNKNOWN,
-            domain="",
-            seconds=0.0,
-            description=self.description,
+def _query(
+    prop: FormulaProperty,
+    impl: Implementation,
+    fixed: Mapping[str, int],
+    free: Sequence[str],
+    rlimit: int,
+) -> tuple[z3driver.QueryOutcome, list[Bool], Bool, list[z3.ArithRef]]:
+    variables = [z3.Int(name) for name in free]
+    env = SymbolicEnv({**fixed, **{str(v): v for v in variables}})
+    hypotheses, goal = prop.statement(env, impl)
+    hyps = [h for h in hypotheses if not isinstance(h, bool)]
+    if any(h is False for h in hypotheses):
+        return (
+            z3driver.QueryOutcome(z3driver.QueryStatus.VACUOUS, None, 0, "false hypothesis"),
+            hypotheses,
+            goal,
+            variables,
         )
-        try:
-            self._decide(impl, result)
-        except LiftError as exc:
-            result.verdict = Verdict.UNKNOWN
-            result.message = f"the implementation could not be lifted: {exc}"
-        result.seconds = time.perf_counter() - started
-        return result
+    goal_term = z3.BoolVal(goal) if isinstance(goal, bool) else goal
+    outcome = z3driver.prove(hyps, goal_term, variables, rlimit=rlimit)
+    return outcome, hyps, goal_term, variables
 
-    def _query(
-        self, impl: Implementation, fixed: Mapping[str, int], free: Sequence[str], rlimit: int
-    ) -> tuple[z3driver.QueryOutcome, list[Bool], Bool, list[z3.ArithRef]]:
-        variables = [z3.Int(name) for name in free]
-        env = Env({**fixed, **{str(v): v for v in variables}})
-        hypotheses, goal = self.statement(env, impl)
-        hyps = [h for h in hypotheses if not isinstance(h, bool)]
-        if any(h is False for h in hypotheses):
-            return (
-                z3driver.QueryOutcome(z3driver.QueryStatus.VACUOUS, None, 0, "false hypothesis"),
-                hypotheses,
-                goal,
-                variables,
-            )
-        goal_term = z3.BoolVal(goal) if isinstance(goal, bool) else goal
-        outcome = z3driver.prove(hyps, goal_term, variables, rlimit=rlimit)
-        return outcome, hyps, goal_term, variables
 
-    def _decide(self, impl: Implementation, result: TheoremResult) -> None:
-        if self.symbolic_sizes:
-            free = list(self.symbolic_sizes) + list(self.variables)
-            outcome, hyps, goal, variables = self._query(impl, {}, free, self.symbolic_rlimit)
-            result.queries += 1
-            result.rlimit_used += outcome.rlimit_used
-            if outcome.status is z3driver.QueryStatus.PROVED:
-                result.verdict = Verdict.PROVED
-                result.domain = "all values (" + ", ".join(free) + " unbounded)"
-                return
-            if outcome.status is z3driver.QueryStatus.VACUOUS:
-                result.verdict = Verdict.VACUOUS
-                result.domain = "all values"
-                result.message = outcome.reason
-                return
-            if (
-                outcome.status is z3driver.QueryStatus.REFUTED
-                and outcome.model is not None
-                and self._report_counterexample(
-                    impl, result, {}, hyps, goal, variables, outcome.model
-                )
-            ):
-                return
-            result.details.append(
-                f"symbolic sizes: {outcome.status.value} within rlimit {self.symbolic_rlimit}"
-                + (f" ({outcome.reason})" if outcome.reason else "")
-                + "; case split instead"
-            )
-        configs = self.configs()
-        vacuous = 0
-        for config in configs:
-            outcome, hyps, goal, variables = self._query(
-                impl, config.values, self.variables, self.rlimit
-            )
-            result.queries += 1
-            result.rlimit_used += outcome.rlimit_used
-            if outcome.status is z3driver.QueryStatus.VACUOUS:
-                vacuous += 1
-                continue
-            if outcome.status is z3driver.QueryStatus.UNKNOWN:
-                result.verdict = Verdict.UNKNOWN
-                result.domain = self.domain
-                result.message = f"Z3 said unknown for {config.label}: {outcome.reason}"
-                return
-            if outcome.status is z3driver.QueryStatus.REFUTED and outcome.model is not None:
-                self._report_counterexample(
-                    impl,
-                    result,
-                    config.values,
-                    hyps,
-                    goal,
-                    variables,
-                    outcome.model,
-                    label=config.label,
-                )
-                return
-        if vacuous == len(configs):
-            result.verdict = Verdict.VACUOUS
-            result.domain = self.domain
-            result.message = "the hypotheses are unsatisfiable for every configuration"
+def _decide(prop: FormulaProperty, impl: Implementation, result: TheoremResult) -> None:
+    if prop.symbolic_sizes:
+        free = list(prop.symbolic_sizes) + list(prop.variables)
+        outcome, hyps, goal, variables = _query(prop, impl, {}, free, prop.symbolic_rlimit)
+        result.queries += 1
+        result.rlimit_used += outcome.rlimit_used
+        if outcome.status is z3driver.QueryStatus.PROVED:
+            result.verdict = Verdict.PROVED
+            result.domain = "all values (" + ", ".join(free) + " unbounded)"
             return
-        result.verdict = Verdict.PROVED_FOR_DOMAIN
-        result.domain = f"{self.domain}; {', '.join(self.variables)} unbounded"
-        if vacuous:
-            result.details.append(f"{vacuous} configurations have no admissible values")
-
-    def _report_counterexample(
-        self,
-        impl: Implementation,
-        result: TheoremResult,
-        fixed: Mapping[str, int],
-        hyps: Sequence[Bool],
-        goal: Bool,
-        variables: list[z3.ArithRef],
-        model: dict[str, int],
-        label: str = "",
-    ) -> bool:
-        """Minimize, re-execute on ints, and fill ``result``. False if it did not replay."""
-        goal_term = z3.BoolVal(goal) if isinstance(goal, bool) else goal
-        hyp_terms = [h for h in hyps if isinstance(h, z3.BoolRef)]
-        small, used = z3driver.minimize(hyp_terms, goal_term, variables, model, self.rlimit)
-        result.rlimit_used += used
-        values = {**fixed, **small}
-        replay = self.replay(impl, values)
-        if replay is None:
+        if outcome.status is z3driver.QueryStatus.VACUOUS:
+            result.verdict = Verdict.VACUOUS
+            result.domain = "all values"
+            result.message = outcome.reason
+            return
+        if (
+            outcome.status is z3driver.QueryStatus.REFUTED
+            and outcome.model is not None
+            and _report_counterexample(prop, impl, result, {}, hyps, goal, variables,
+                                       outcome.model)
+        ):
+            return
+        result.details.append(
+            f"symbolic sizes: {outcome.status.value} within rlimit {prop.symbolic_rlimit}"
+            + (f" ({outcome.reason})" if outcome.reason else "")
+            + "; case split instead"
+        )
+    configs = prop.configs()
+    vacuous = 0
+    for config in configs:
+        outcome, hyps, goal, variables = _query(
+            prop, impl, config.values, prop.variables, _rlimit(prop)
+        )
+        result.queries += 1
+        result.rlimit_used += outcome.rlimit_used
+        if outcome.status is z3driver.QueryStatus.VACUOUS:
+            vacuous += 1
+            continue
+        if outcome.status is z3driver.QueryStatus.UNKNOWN:
             result.verdict = Verdict.UNKNOWN
-            result.message = (
-                f"solver model {values} did not reproduce on plain Python ints "
-                "(an encoding gap, not a verdict)"
-            )
-            return False
-        result.verdict = Verdict.COUNTEREXAMPLE
-        result.domain = label or "all values"
-        result.witness = {"kind": "arith", "theorem": self.theorem_id, "values": values}
-        result.message = replay
-        return True
-
-    def replay(self, impl: Implementation, values: Mapping[str, int]) -> str | None:
-        """Re-execute on ints: a message if the hypotheses hold and the goal fails."""
-        env = Env(values)
-        hypotheses, goal = self.statement(env, impl)
-        if not all(bool(h) for h in hypotheses):
-            return None
-        if bool(goal):
-            return None
-        shown = ", ".join(f"{k}={v}" for k, v in values.items())
-        return f"{self.description} fails for {shown}"
+            result.domain = prop.domain
+            result.message = f"Z3 said unknown for {config.label}: {outcome.reason}"
+            return
+        if outcome.status is z3driver.QueryStatus.REFUTED and outcome.model is not None:
+            _report_counterexample(prop, impl, result, config.values, hyps, goal, variables,
+                                   outcome.model, label=config.label)
+            return
+    if vacuous == len(configs):
+        result.verdict = Verdict.VACUOUS
+        result.domain = prop.domain
+        result.message = "the hypotheses are unsatisfiable for every configuration"
+        return
+    result.verdict = Verdict.PROVED_FOR_DOMAIN
+    result.domain = f"{prop.domain}; {', '.join(prop.variables)} unbounded"
+    if vacuous:
+        result.details.append(f"{vacuous} configurations have no admissible values")
 
 
-@dataclass
-class ExhaustiveTheorem:
-    clause: str
-    name: str
-    description: str
-    cases: Callable[[], Iterable[Any]]
-    """Cases in increasing size, each JSON-serializable via ``case_to_json``."""
-    check: Callable[[Any, Implementation], str | None]
-    """A violation message, or None when the case satisfies the property."""
-    domain: str
-    case_to_json: Callable[[Any], dict[str, Any]] = field(default=lambda case: {"case": case})
-    kind: str = "exhaustive"
-    family: str = ""
-    """Theorems of one family enumerate the same cases; the runner checks them in one
-    pass (and in shards), so evaluations their checks memoize per case (the
-    implementation's lookup, the spec's answer) are computed once, not once per clause."""
+def _report_counterexample(
+    prop: FormulaProperty,
+    impl: Implementation,
+    result: TheoremResult,
+    fixed: Mapping[str, int],
+    hyps: Sequence[Bool],
+    goal: Bool,
+    variables: list[z3.ArithRef],
+    model: dict[str, int],
+    label: str = "",
+) -> bool:
+    """Minimize, re-execute on ints, and fill ``result``. False if it did not replay."""
+    goal_term = z3.BoolVal(goal) if isinstance(goal, bool) else goal
+    hyp_terms = [h for h in hyps if isinstance(h, z3.BoolRef)]
+    small, used = z3driver.minimize(hyp_terms, goal_term, variables, model, _rlimit(prop))
+    result.rlimit_used += used
+    values = {**fixed, **small}
+    replay = prop.violation(values, impl)
+    if replay is None:
+        result.verdict = Verdict.UNKNOWN
+        result.message = (
+            f"solver model {values} did not reproduce on plain Python ints "
+            "(an encoding gap, not a verdict)"
+        )
+        return False
+    result.verdict = Verdict.COUNTEREXAMPLE
+    result.domain = label or "all values"
+    result.witness = prop.witness(values)
+    result.message = replay
+    return True
 
-    @property
-    def theorem_id(self) -> str:
-        return f"{self.clause}/{self.name}"
 
-    def run(self, impl: Implementation) -> TheoremResult:
-        return finish_family([self], [run_family([self], impl)])[0]
-
-    def replay(self, impl: Implementation, case: Any) -> str | None:
-        return self.check(case, impl)
+def run_property(prop: Property, impl: Implementation) -> TheoremResult:
+    """Decide one property for ``impl`` (a case property alone, in one pass)."""
+    if isinstance(prop, FormulaProperty):
+        return prove_formula(prop, impl)
+    return finish_family([prop], [run_family([prop], impl)])[0]
 
 
 @dataclass
@@ -339,15 +283,15 @@ class ShardOutcome:
 
 
 def run_family(
-    theorems: Sequence[ExhaustiveTheorem], impl: Implementation, shard: int = 0, shards: int = 1
+    theorems: Sequence[CaseProperty], impl: Implementation, shard: int = 0, shards: int = 1
 ) -> ShardOutcome:
     """Check every case with ``index % shards == shard`` against each theorem.
 
     A theorem stops at its first violation; since cases come in increasing size, the
     smallest failing index over all shards is the minimal counterexample.
     """
-    if len({id(t.cases) for t in theorems}) != 1:
-        raise ValueError("a family's theorems must share one case enumeration")
+    if len({id(t.space) for t in theorems}) != 1:
+        raise ValueError("a family's properties must share one case space")
     outcome = ShardOutcome(
         checked=[0] * len(theorems),
         seconds=[0.0] * len(theorems),
@@ -355,7 +299,7 @@ def run_family(
     )
     open_theorems = list(range(len(theorems)))
     clock = time.perf_counter
-    for index, case in enumerate(theorems[0].cases()):
+    for index, case in enumerate(theorems[0].space.cases()):
         if index % shards != shard:
             continue
         for j in tuple(open_theorems):
@@ -368,12 +312,7 @@ def run_family(
             outcome.seconds[j] += clock() - started
             outcome.checked[j] += 1
             if violation is not None:
-                witness = {
-                    "kind": "exhaustive",
-                    "theorem": theorem.theorem_id,
-                    **theorem.case_to_json(case),
-                }
-                outcome.failures[j] = (index, witness, violation)
+                outcome.failures[j] = (index, theorem.witness(case), violation)
                 open_theorems.remove(j)
         if not open_theorems:
             break
@@ -381,7 +320,7 @@ def run_family(
 
 
 def finish_family(
-    theorems: Sequence[ExhaustiveTheorem], shards: Sequence[ShardOutcome]
+    theorems: Sequence[CaseProperty], shards: Sequence[ShardOutcome]
 ) -> list[TheoremResult]:
     """Merge the shards of a family pass into one result per theorem."""
     results = []
@@ -414,5 +353,3 @@ def finish_family(
         results.append(result)
     return results
 
-
-Theorem = Z3Theorem | ExhaustiveTheorem

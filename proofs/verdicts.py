@@ -1,33 +1,24 @@
-"""Verdicts and result types of the prover (small, serializable dataclasses)."""
+"""Result types of the prover (small, serializable dataclasses).
+
+:class:`Verdict`, the exit codes and the exit-code policy are defined in
+:mod:`kvcontract.vocabulary` and re-exported here (their historic location).
+"""
 
 from __future__ import annotations
 
-import enum
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-
-class Verdict(str, enum.Enum):
-    """The honest outcome of one theorem."""
-
-    PROVED = "PROVED"
-    """Holds for all values of the theorem's variables (sizes symbolic too)."""
-    PROVED_FOR_DOMAIN = "PROVED-FOR-DOMAIN"
-    """Holds on the stated domain (case split over sizes, bounded lengths, exhaustion)."""
-    COUNTEREXAMPLE = "COUNTEREXAMPLE"
-    """A concrete witness that violates the clause, re-executed on plain Python."""
-    TESTED = "TESTED"
-    """No counterexample in a bounded search that is not exhaustive (sampled cases, one
-    scenario): evidence, not a proof. It passes, and says so. Only the audit, which
-    cannot lift every upstream function, reports it."""
-    UNKNOWN = "UNKNOWN"
-    """The solver gave up within its budget. Never a pass."""
-    VACUOUS = "VACUOUS"
-    """The hypotheses are unsatisfiable, so the theorem says nothing. A failure."""
-
-    @property
-    def passed(self) -> bool:
-        return self in (Verdict.PROVED, Verdict.PROVED_FOR_DOMAIN, Verdict.TESTED)
+from kvcontract.vocabulary import EXIT_COUNTEREXAMPLE as EXIT_COUNTEREXAMPLE
+from kvcontract.vocabulary import EXIT_FINDING as EXIT_FINDING
+from kvcontract.vocabulary import EXIT_INTERNAL as EXIT_INTERNAL
+from kvcontract.vocabulary import EXIT_INTERRUPTED as EXIT_INTERRUPTED
+from kvcontract.vocabulary import EXIT_OK as EXIT_OK
+from kvcontract.vocabulary import EXIT_UNKNOWN as EXIT_UNKNOWN
+from kvcontract.vocabulary import EXIT_USAGE as EXIT_USAGE
+from kvcontract.vocabulary import Verdict as Verdict
+from kvcontract.vocabulary import exit_code_for as verdicts_exit_code
 
 
 @dataclass
@@ -62,17 +53,8 @@ class TheoremResult:
         return cls(**known)
 
 
-def exit_code_for(results: list[TheoremResult]) -> int:
-    """0 all proved; 1 a counterexample; 3 unknown or vacuous (and no counterexample)."""
-    verdicts = {r.verdict for r in results}
-    if Verdict.COUNTEREXAMPLE in verdicts:
-        return 1
-    if verdicts & {Verdict.UNKNOWN, Verdict.VACUOUS}:
-        return 3
-    return 0
-
-
-EXIT_OK = 0
-EXIT_COUNTEREXAMPLE = 1
-EXIT_USAGE = 2
-EXIT_UNKNOWN = 3
+def exit_code_for(results: Iterable[TheoremResult]) -> int:
+    """The exit code of a list of results (:func:`kvcontract.vocabulary.exit_code_for`):
+    0 all hold (or no result); 1 a counterexample; 3 unknown or vacuous (and no
+    counterexample)."""
+    return verdicts_exit_code(r.verdict for r in results)

@@ -7,20 +7,12 @@ rule, so no theorem or simulation ever runs on nonsense.
 
 from __future__ import annotations
 
-import enum
 import math
 from dataclasses import dataclass, field
 from typing import Any
 
 from kvcontract.errors import GeometryError
-
-
-class GroupKind(str, enum.Enum):
-    """The attention type of a KV-cache group."""
-
-    FULL = "full"
-    SLIDING_WINDOW = "sliding_window"
-    MAMBA = "mamba"
+from kvcontract.vocabulary import GroupKind as GroupKind  # defined in vocabulary
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,6 @@ integer variables (see :class:`LookupResult`).
 
 from __future__ import annotations
 
-import enum
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -28,15 +27,7 @@ from kvcontract.spec.arith import (
     or_,
 )
 
-
-class LookupResult(enum.IntEnum):
-    """What the offload manager answers for one chunk key (DOMAIN.md 4.1)."""
-
-    MISS = 0
-    HIT = 1
-    HIT_PENDING = 2
-    RETRY = 3
-
+from kvcontract.vocabulary import LookupResult as LookupResult  # defined in vocabulary
 
 HIT = LookupResult.HIT
 MISS = LookupResult.MISS

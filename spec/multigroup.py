@@ -18,7 +18,11 @@ from dataclasses import dataclass
 
 from kvcontract.spec.geometry import Geometry, GroupKind, GroupSpec
 from kvcontract.spec.lookup import HIT, HIT_PENDING, LookupResult
-from kvcontract.spec.retention import full_attention_load_chunk_range, load_chunk_range
+from kvcontract.spec.retention import (
+    full_attention_load_chunk_range,
+    load_chunk_range,
+    retained_block_range,
+)
 
 
 def initial_max_hit(geometry: Geometry, num_tokens: int) -> int:
@@ -47,6 +51,27 @@ def load_range(geometry: Geometry, group: GroupSpec, hit: int, local_hit: int) -
         return max(local_hit // tpc, hit // tpc - 1), hit // tpc
     start, end = full_attention_load_chunk_range(hit, local_hit, bs, bpc)
     return int(start), int(end)
+
+
+def first_live_block(geometry: Geometry, group: GroupSpec, num_computed: int) -> int:
+    """First block a group still holds after ``num_computed`` tokens (blocks below it are
+    freed or null).
+
+    SWA: the start of ``Ret(n)``; Mamba: the first block of the chunk holding the state
+    at the last chunk end (the start of its load range for a hit of ``n``); FA: 0. The
+    spec side of ``impl/scheduler.group_first_live_block``.
+    """
+    if group.kind is GroupKind.SLIDING_WINDOW:
+        assert group.sliding_window is not None
+        first, _ = retained_block_range(
+            num_computed, geometry.block_tokens(group), group.sliding_window,
+            group.extra_retained_tokens,
+        )
+        return int(first)
+    if group.kind is GroupKind.MAMBA:
+        start, _ = load_range(geometry, group, num_computed, 0)
+        return int(start * geometry.blocks_per_chunk)
+    return 0
 
 
 def read_range(geometry: Geometry, group: GroupSpec, hit: int, local_hit: int) -> tuple[int, int]:

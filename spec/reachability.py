@@ -7,21 +7,15 @@ interval) are plain ints; token counts, windows and indices may be Z3 terms.
 
 from __future__ import annotations
 
-import enum
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from kvcontract.spec.arith import Bool, Num, and_, any_of, cdiv, floordiv, max_, min_, mod, or_
+from kvcontract.spec.geometry import Geometry, GroupSpec
 from kvcontract.spec.lookup import load_window_chunks
 
-
-class RequestStatus(str, enum.Enum):
-    """Where a request is when its store job is built."""
-
-    PREFILLING = "prefilling"
-    DECODING = "decoding"
-    FINISHED = "finished"
-    ABORTED = "aborted"
+from kvcontract.vocabulary import ENDED_STATUSES
+from kvcontract.vocabulary import RequestStatus as RequestStatus  # defined in vocabulary
 
 
 def store_need_blocks(
@@ -155,6 +149,94 @@ def chunk_is_stored(
     )
 
 
+
+# -- the store rule of one group of a geometry (concrete ints) ---------------------------
+def group_mask(geometry: Geometry, group: GroupSpec) -> tuple[MaskRule, int]:
+    """The mask rule and the needed history (blocks) of an SWA group of ``geometry``."""
+    assert group.sliding_window is not None, "only sliding-window groups have a mask"
+    block_tokens = geometry.block_tokens(group)
+    rule = mask_rule(geometry.alignment_tokens, block_tokens, geometry.retention_interval)
+    need = store_need_blocks(
+        group.sliding_window, group.extra_retained_tokens, block_tokens, group.eagle
+    )
+    return rule, int(need)
+
+
+def group_replay_blocks(
+    geometry: Geometry, group: GroupSpec, replay_boundaries: Sequence[int]
+) -> tuple[int, ...]:
+    """Replay boundaries (tokens) as the mask's boundary blocks (none without a mask)."""
+    align = geometry.alignment_tokens
+    rule = mask_rule(align, geometry.block_tokens(group), geometry.retention_interval)
+    if rule.store_all or align is None:
+        return ()
+    block_tokens = geometry.block_tokens(group)
+    return tuple(
+        int(replay_boundary_block(b, align, block_tokens)) for b in replay_boundaries
+    )
+
+
+def group_marked_blocks(
+    geometry: Geometry,
+    group: GroupSpec,
+    chunk: int,
+    final_segment_end_chunk: int | None,
+    replay_boundaries: Sequence[int] = (),
+) -> list[int]:
+    """The blocks of ``chunk`` that the store mask marks, ascending.
+
+    Every block for a full-attention or Mamba group (they store every chunk); for an SWA
+    group the blocks :func:`block_is_reachable` marks, with the geometry's rule and need,
+    the final segment closed at ``final_segment_end_chunk`` and the replay boundaries
+    given in tokens. A chunk is stored iff this is not empty (:func:`chunk_is_stored`);
+    it is *storable* (C10) iff, besides, its first marked block is still live.
+    """
+    bpc = geometry.blocks_per_chunk
+    blocks = range(chunk * bpc, (chunk + 1) * bpc)
+    if not group.is_swa:
+        return list(blocks)
+    rule, need = group_mask(geometry, group)
+    final_block = None if final_segment_end_chunk is None else final_segment_end_chunk * bpc
+    replay = group_replay_blocks(geometry, group, replay_boundaries)
+    return [
+        b for b in blocks
+        if block_is_reachable(b, rule, need, group.eagle, final_block, replay, bpc)
+    ]
+
+
+def group_chunk_is_stored(
+    geometry: Geometry,
+    group: GroupSpec,
+    chunk: int,
+    final_segment_end_chunk: int | None,
+    replay_boundaries: Sequence[int] = (),
+) -> bool:
+    """Whether the producer stores ``chunk`` of ``group``: the one geometry-level form of
+    the rule (:func:`chunk_is_stored` for SWA groups, every chunk for the others)."""
+    if not group.is_swa:
+        return True
+    rule, need = group_mask(geometry, group)
+    bpc = geometry.blocks_per_chunk
+    final_block = None if final_segment_end_chunk is None else final_segment_end_chunk * bpc
+    replay = group_replay_blocks(geometry, group, replay_boundaries)
+    return bool(chunk_is_stored(chunk, bpc, rule, need, group.eagle, final_block, replay))
+
+
+def group_stored_chunks(
+    geometry: Geometry,
+    group: GroupSpec,
+    horizon_chunks: int,
+    final_segment_end_chunk: int | None = None,
+    replay_boundaries: Sequence[int] = (),
+) -> set[int]:
+    """The chunks below ``horizon_chunks`` the producer stores, the final segment closed
+    at ``final_segment_end_chunk`` (by default the horizon itself)."""
+    end = horizon_chunks if final_segment_end_chunk is None else final_segment_end_chunk
+    return {
+        c for c in range(horizon_chunks)
+        if group_chunk_is_stored(geometry, group, c, end, replay_boundaries)
+    }
+
 # -- horizons -----------------------------------------------------------------------
 def stored_token_count(
     status: RequestStatus,
@@ -166,9 +248,9 @@ def stored_token_count(
     prompt_only: bool = True,
 ) -> Num:
     """Tokens whose KV may be stored this step (the final sampled slot never is)."""
-    if status is RequestStatus.ABORTED:
+    if status == RequestStatus.ABORTED:
         tokens = num_computed
-    elif status is RequestStatus.FINISHED:
+    elif status == RequestStatus.FINISHED:
         tokens = max_(prompt_len, num_tokens - 1)
     else:
         tokens = num_computed + num_scheduled
@@ -183,7 +265,7 @@ def storable_chunks(tokens: Num, chunk_tokens: Num, eagle: bool, status: Request
     """Complete chunks that may be stored; an EAGLE group's last chunk is volatile
     while decoding."""
     full = floordiv(tokens, chunk_tokens)
-    if eagle and status is RequestStatus.DECODING:
+    if eagle and status == RequestStatus.DECODING:
         return max_(0, full - 1)
     return full
 
@@ -197,7 +279,7 @@ def final_segment_end_chunk(
     create a final tail, and an active decode frontier past the prompt creates none.
     On finish or abort, the actual horizon.
     """
-    if status in (RequestStatus.FINISHED, RequestStatus.ABORTED):
+    if status in ENDED_STATUSES:
         return current_chunks
     return prompt_horizon_chunks
 

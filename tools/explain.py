@@ -11,8 +11,9 @@ counterexample) and draws it as PNG/SVG (matplotlib, Agg backend) or in the term
 Every range in a scene comes from the spec's own functions
 (:mod:`kvcontract.spec.retention`, :mod:`kvcontract.spec.multigroup`,
 :mod:`kvcontract.spec.reachability`, :mod:`kvcontract.spec.lookup`); nothing here
-re-derives a formula. The offending chunks of a witness come from re-running the
-implementation on it (the same calls the reproducers of ``gen-tests`` make).
+re-derives a formula. What a witness highlights (its offending chunks, notes, the
+checked window of a scan) is the property's own :class:`Picture`
+(:mod:`kvcontract.spec.properties`): no branch per theorem lives here.
 """
 
 from __future__ import annotations
@@ -28,8 +29,9 @@ from kvcontract.spec import multigroup
 from kvcontract.spec import reachability as spec_reach
 from kvcontract.spec import retention as spec_ret
 from kvcontract.spec.arith import cdiv
-from kvcontract.spec.geometry import Geometry, GroupSpec, fa, swa
+from kvcontract.spec.geometry import Geometry, GroupSpec
 from kvcontract.spec.lookup import HIT, HIT_PENDING, MISS, RETRY, LookupResult
+from kvcontract.spec.properties import Picture, UnknownPropertyError, WitnessError, get_property
 
 from kvcontract.errors import InputFileError, UsageError
 
@@ -187,8 +189,23 @@ def _spec_stored(geometry: Geometry, group: GroupSpec, horizon_chunks: int) -> s
 
 
 # -- scenes from witnesses ----------------------------------------------------------------
+def scene_of_picture(picture: Picture, title: str) -> Scene:
+    """The scene of a property's :class:`~kvcontract.spec.properties.Picture`."""
+    scene = build_scene(
+        picture.geometry, picture.num_tokens, picture.hit, picture.local_hit,
+        states=picture.states, stored=picture.stored, offending=picture.offending,
+        title=title, notes=picture.notes,
+    )
+    for row in scene.rows:
+        if row.index in picture.windows:
+            row.window_chunks = picture.windows[row.index]
+    return scene
+
+
 def scene_from_result(result: Mapping[str, Any], impl: Implementation) -> Scene:
-    """The scene of one report result's witness, offending chunks highlighted.
+    """The scene of one report result's witness, offending chunks highlighted: the
+    property named by the result draws its own witness
+    (:meth:`~kvcontract.spec.properties.base.FormulaProperty.draw`).
 
     Raises :class:`UsageError` when the witness has no picture (no witness, or a fuzz
     program, which carries a list of operations rather than one scenario).
@@ -198,209 +215,18 @@ def scene_from_result(result: Mapping[str, Any], impl: Implementation) -> Scene:
     if not witness:
         raise UsageError(f"{theorem_id} has no witness to draw (verdict {result.get('verdict')})")
     kind = witness.get("kind")
-    title = f"{theorem_id} ({impl.name}): {result.get('message', '')}"
-    name = str(result.get("theorem", "")).split("[", 1)[0]
-    if kind == "arith":
-        values = {str(k): int(v) for k, v in witness["values"].items()}
-        return _arith_scene(name, values, impl, title)
-    if kind == "exhaustive":
-        from kvcontract.proofs.exhaustive_theorems import (
-            LookupCase,
-            ScanCase,
-            case_from_json,
+    if kind not in ("arith", "exhaustive"):
+        raise UsageError(
+            f"{theorem_id}: a witness of kind {kind!r} has no token-axis picture "
+            "(fuzz differences carry a program; replay it with `kvcontract fuzz`)"
         )
-
-        case = case_from_json(dict(witness))
-        if isinstance(case, ScanCase):
-            return _scan_scene(name, case.states, case.initial_window, case.window, impl, title)
-        if isinstance(case, LookupCase):
-            return _lookup_scene(name, case.geometry, case.num_tokens, case.local_hit,
-                                 case.states, impl, title)
-        return _store_scene(case, impl, title)
-    raise UsageError(
-        f"{theorem_id}: a witness of kind {kind!r} has no token-axis picture "
-        "(fuzz differences carry a program; replay it with `kvcontract fuzz`)"
-    )
-
-
-def _arith_scene(name: str, v: Mapping[str, int], impl: Implementation, title: str) -> Scene:
-    if "A" in v:  # store-mask theorems: FA block A/bpc gives the alignment A
-        retention = None if v["R"] < 0 else v["R"]
-        geometry = Geometry(
-            (fa(v["A"] // v["bpc"]), swa(v["B"], v["sw"], v["e"], eagle=bool(v["eagle"]))),
-            blocks_per_chunk=v["bpc"], retention_interval=retention,
-        )
-        tpc = v["B"] * v["bpc"]
-        horizon = v["Hc"]
-        if "k" in v:
-            boundary = v["k"] * (v["A"] if retention is None else retention)
-        elif "r" in v:
-            boundary = v["r"] * v["A"]
-        else:
-            boundary = horizon * tpc
-        demand = [f"chunk {v['c']} is demanded by boundary {boundary} and never stored"]
-        return build_scene(geometry, horizon * tpc, boundary, 0, offending={1: {v["c"]}},
-                           title=title, notes=demand)
-    bs, bpc, sw, e = v["bs"], v.get("bpc", 1), v["sw"], v["e"]
-    tpc = bs * bpc
-    geometry = Geometry((swa(bs, sw, e),), blocks_per_chunk=bpc)
-    local = v.get("Lb", 0) * bs
-    if "N" in v:
-        hit = v["N"]
-    elif "j" in v:
-        hit = v["j"] * tpc
-    else:
-        hit = v["n"]
-    offending: set[int] = set()
-    notes: list[str] = []
-    if name in ("first-run-covers-load", "later-run-covers-load"):
-        if name == "first-run-covers-load":
-            window = int(impl.load_window_size_in_chunks(hit, sw, e, tpc))
-        else:
-            window = int(impl.get_sliding_window_size_in_chunks(sw, e, tpc))
-        end = int(cdiv(hit, tpc))
-        checked_from = max(local // tpc, end - window)
-        lo, hi = (int(x) for x in impl.load_chunk_range(hit, local, bs, bpc, sw, e))
-        offending = set(range(lo, checked_from)) | set(range(end, hi))
-        notes.append(f"the implementation checks chunks [{checked_from}, {end}) "
-                     f"(window {window}) but loads [{lo}, {hi})")
-    elif name in ("load-window-exact", "window-exact"):
-        if name == "load-window-exact":
-            window = int(impl.load_window_size_in_chunks(hit, sw, e, tpc))
-        else:
-            window = int(impl.get_sliding_window_size_in_chunks(sw, e, tpc))
-        lo, hi = (int(x) for x in spec_ret.load_chunk_range(hit, 0, bs, bpc, sw, e))
-        offending = set(range(hi - window, lo))
-        notes.append(f"the implementation demands {window} chunks ending at chunk {hi}; "
-                     f"the load set is only [{lo}, {hi})")
-    elif name == "load-set-exact":
-        offending = {v["c"]}
-        lo, hi = (int(x) for x in impl.load_chunk_range(hit, local, bs, bpc, sw, e))
-        notes.append(f"the implementation loads chunks [{lo}, {hi})")
-    elif name == "retained-blocks-exact":
-        offending = {v["i"] // bpc}
-        first, end = (int(x) for x in impl.retained_block_range(hit, bs, sw, e))
-        notes.append(f"the implementation keeps blocks [{first}, {end}); block {v['i']}")
-    elif name == "allocation-bound":
-        lo, hi = (int(x) for x in spec_ret.load_chunk_range(hit, local, bs, bpc, sw, e))
-        offending = set(range(lo, hi))
-        notes.append("the fresh blocks of this hit exceed W * bpc + 1")
-    return build_scene(geometry, max(hit, 1), hit, local, offending={0: offending},
-                       title=title, notes=notes)
-
-
-def _scan_scene(
-    name: str, states: Sequence[LookupResult], initial: int, window: int,
-    impl: Implementation, title: str,
-) -> Scene:
-    """A scan witness: one key per chunk of a unit-size window (keys are the axis)."""
-    from kvcontract.spec.lookup import sliding_window_answer
-
-    found = impl.sliding_window_lookup(lambda k: states[k], 0, len(states), initial, window)
-    spec = sliding_window_answer(list(states), initial, window)
-    geometry = Geometry((swa(1, max(2, window + 1)),))
-    scene = build_scene(geometry, len(states), None, 0, states={0: list(states)}, title=title,
-                        stored={0: set()})
-    row = scene.rows[0]
-    row.window_chunks = (int(spec.window_start), int(spec.end))
-    if name == "scan-accepts-only-hit" and found is not None:
-        required = initial if found == len(states) else window
-        row.offending = {k for k in range(max(0, found - required), found) if states[k] != HIT}
-    elif name == "scan-defers-only-in-scope":
-        row.offending = {
-            k for k, s in enumerate(states)
-            if s in (HIT_PENDING, RETRY) and not spec.window_start <= k < spec.end
-        }
-    elif found is not None:
-        lo, hi = sorted((found, int(spec.end)))
-        row.offending = set(range(lo, hi))
-    scene.notes.append(
-        f"implementation answer: {'defer' if found is None else found}; spec answer: "
-        f"{'defer' if spec.deferred else spec.end} (window [{spec.window_start}, {spec.end}))"
-    )
-    return scene
-
-
-def _lookup_scene(
-    name: str, geometry: Geometry, num_tokens: int, local_hit: int,
-    states: Sequence[Sequence[LookupResult]], impl: Implementation, title: str,
-) -> Scene:
-    from kvcontract.impl.scheduler import ConvergenceError, lookup_complete_chunks
-
-    state_map = dict(enumerate(states))
-    answer = multigroup.contract_answer(geometry, num_tokens, local_hit, state_map)
     try:
-        outcome = lookup_complete_chunks(impl, geometry, num_tokens, local_hit,
-                                         lambda g, k: states[g][k])
-        hit: int | None = outcome.hit_tokens
-    except ConvergenceError as exc:
-        hit = None
-        outcome = None
-        note = f"the implementation did not converge: {exc}"
-    else:
-        note = f"implementation: {'defer' if hit is None else f'hit {hit}'}"
-    shown = hit if hit is not None and hit > local_hit else answer.best_present
-    offending: dict[int, set[int]] = {}
-    for g, group in enumerate(geometry.groups):
-        bad: set[int] = set()
-        if hit is not None and hit > local_hit:
-            lo, hi = multigroup.load_range(geometry, group, hit, local_hit)
-            bad |= {k for k in range(lo, hi) if k >= len(states[g]) or states[g][k] != HIT}
-        if not bad and hit is None and answer.best_present is not None:
-            lo, hi = multigroup.read_range(geometry, group, answer.best_present, local_hit)
-            bad |= {k for k, s in enumerate(states[g])
-                    if s == HIT_PENDING and not lo <= k < hi}
-        best = answer.best_present
-        if not bad and best is not None and (hit is None or hit < best) and group.is_swa:
-            # A lost hit: the chunks the implementation demands for the spec's best
-            # boundary beyond what the spec reads there (and that are not HIT).
-            assert group.sliding_window is not None
-            lo, hi = multigroup.read_range(geometry, group, best, local_hit)
-            tpc = geometry.chunk_tokens(group)
-            end = int(cdiv(best, tpc))
-            demanded = int(impl.load_window_size_in_chunks(
-                best, group.sliding_window, group.extra_retained_tokens, tpc))
-            bad |= {k for k in range(max(0, end - demanded), lo)
-                    if k >= len(states[g]) or states[g][k] != HIT}
-        if bad:
-            offending[g] = bad
-    notes = [
-        note,
-        f"spec: best boundary {answer.best_present}"
-        + (", a chunk it reads is pending" if answer.pending_in_window else ""),
-    ]
-    del outcome
-    return build_scene(geometry, num_tokens, shown, local_hit, states=state_map,
-                       offending=offending, title=title, notes=notes)
-
-
-def _store_scene(case: Any, impl: Implementation, title: str) -> Scene:
-    from kvcontract.proofs.exhaustive_theorems import simulate_store_case, store_expected_offers
-
-    geometry: Geometry = case.geometry
-    trackers, _, _ = simulate_store_case(case, impl)  # the producer, as C8-C10 run it
-    stored: dict[int, set[int]] = {}
-    offending: dict[int, set[int]] = {}
-    notes = [f"prefill steps {list(case.steps)}, then {case.ending}"]
-    for g, group in enumerate(geometry.groups):
-        if not group.is_swa:
-            stored[g] = set(trackers[g].offered)
-            continue
-        expected = store_expected_offers(case, g) - trackers[g].unstorable
-        stored[g] = expected
-        wrong = trackers[g].offered ^ expected
-        seen: set[int] = set()
-        for offer in trackers[g].offers:
-            wrong |= seen & set(offer)
-            seen |= set(offer)
-        if wrong:
-            offending[g] = wrong
-            notes.append(
-                f"group {g}: the implementation offered {sorted(trackers[g].offered)}, "
-                f"the spec stores {sorted(expected)}"
-            )
-    return build_scene(geometry, case.prompt_len, None, 0, stored=stored, offending=offending,
-                       title=title, notes=notes)
+        prop = get_property(theorem_id)
+        picture = prop.draw(witness, impl)
+    except (UnknownPropertyError, WitnessError) as exc:
+        raise UsageError(f"{theorem_id}: {exc}") from None
+    title = f"{theorem_id} ({impl.name}): {result.get('message', '')}"
+    return scene_of_picture(picture, title)
 
 
 # -- terminal -------------------------------------------------------------------------------

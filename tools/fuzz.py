@@ -3,12 +3,15 @@
 Contract of :func:`run_fuzz`: every program (a list of operations) runs through two
 :class:`~kvcontract.impl.system.engine.OffloadSystem` instances built from the same
 Implementation, one with the bookkeeping-only manager and one with the tensor-backed
-manager and worker, in lockstep. A finding (a :class:`Difference`) is any difference in
-their decision logs (lookup answers, accepted hits, load sets, store offers, evictions,
-completions) or any violation either system records against the formal model and the
-data oracles (a "not found"/"not ready" crash, a lookup or load set that differs from
-``spec.multigroup``, stores that differ from ``spec.reachability``, a C11 byte or
-attention mismatch). Programs come from fixed seed scenarios (DOMAIN.md section 8, plus
+manager and worker, in lockstep; each system has a
+:class:`~kvcontract.tools.monitor.Monitor` subscribed to its events, and the program's
+fixtures (installed chunk states, eviction pressure, store failures) go through a
+:class:`~kvcontract.tools.harness.SystemHarness`. A finding (a :class:`Difference`) is
+any difference in their decision logs (lookup answers, accepted hits, load sets, store
+offers, evictions, completions) or any violation either monitor records against the
+formal model and the data oracles (a "not found"/"not ready" crash, a lookup or load set
+that differs from ``spec.multigroup``, stores that differ from ``spec.reachability``, a
+C11 byte or attention mismatch). Programs come from fixed seed scenarios (DOMAIN.md section 8, plus
 the window bound of ``upstream-current``), from the matrix (``matrix=True``: DOMAIN.md
 section 10 and boundary / e / EAGLE / bpc / geometry / left-chunk state / GPU prefix hit
 combinations; ``matrix_scenarios(quick=True)`` is a fixed sample of it for the test
@@ -41,6 +44,8 @@ from kvcontract.impl.system.engine import OffloadSystem, SystemConfig
 from kvcontract.impl.system.offload import ChunkState
 from kvcontract.impl.variants import get_implementation
 from kvcontract.spec.geometry import Geometry, fa, mamba, swa
+from kvcontract.tools.harness import FIXTURE_OPERATIONS, SystemHarness
+from kvcontract.tools.monitor import Monitor
 
 from kvcontract.errors import GeometryError, UsageError
 
@@ -117,15 +122,18 @@ def format_op(op: Op) -> str:
     return f"{name}({', '.join(shown)})"
 
 
-OPERATIONS = frozenset({
-    "add_request", "step", "finish", "abort", "preempt", "drain", "install_chunk",
-    "mark_loading", "fail_next_store", "evict_gpu_cache", "perturb_left_chunk",
-})
-"""The system operations a program may use (methods of ``OffloadSystem``)."""
+SYSTEM_OPERATIONS = frozenset({"add_request", "step", "finish", "abort", "preempt", "drain"})
+"""The program operations that are methods of ``OffloadSystem``."""
+
+OPERATIONS = SYSTEM_OPERATIONS | FIXTURE_OPERATIONS
+"""The operations a program may use: the system's own and the fixtures of
+:class:`~kvcontract.tools.harness.SystemHarness`."""
 
 
 class Lockstep:
-    """Two systems (mocked, tensor-backed) driven by the same operations."""
+    """Two systems (mocked, tensor-backed) driven by the same operations, each judged by
+    its own :class:`~kvcontract.tools.monitor.Monitor` (``monitors[i]`` judges
+    ``systems[i]``) and manipulated by its own harness (``harnesses[i]``)."""
 
     def __init__(self, impl: Implementation, scenario: Scenario, device: str) -> None:
         self.scenario = scenario
@@ -140,6 +148,8 @@ class Lockstep:
             )
             for backed in (False, True)
         ]
+        self.monitors = [Monitor.attach(system) for system in self.systems]
+        self.harnesses = [SystemHarness(system) for system in self.systems]
         self.program: list[str] = []
         self.findings: list[Difference] = []
         self._seen = [0, 0]
@@ -152,9 +162,12 @@ class Lockstep:
             )
         self.program.append(format_op(op))
         name, *args = op
-        for system in self.systems:
+        for system, harness in zip(self.systems, self.harnesses, strict=True):
+            target: OffloadSystem | SystemHarness = (
+                harness if name in FIXTURE_OPERATIONS else system
+            )
             try:
-                getattr(system, name)(*args)
+                getattr(target, name)(*args)
             except TypeError as exc:  # wrong number of arguments in a hand-written program
                 raise UsageError(f"bad operation {format_op(op)}: {exc}") from None
         self._compare()
@@ -175,8 +188,8 @@ class Lockstep:
                 )
             )
             real.log[:] = mocked.log  # report once
-        for which, system in enumerate(self.systems):
-            for violation in system.violations[self._seen[which] :]:
+        for which, (system, monitor) in enumerate(zip(self.systems, self.monitors, strict=True)):
+            for violation in monitor.violations[self._seen[which] :]:
                 backend = "real" if system.tensor_backed else "mocked"
                 if which == 0 and violation.kind == "crash":
                     continue  # the real manager reports the same crash with its bytes
@@ -187,7 +200,7 @@ class Lockstep:
                         dict(violation.witness),
                     )
                 )
-            self._seen[which] = len(system.violations)
+            self._seen[which] = len(monitor.violations)
 
     @property
     def steps(self) -> int:
@@ -195,8 +208,8 @@ class Lockstep:
 
     def checks(self) -> Counter[str]:
         total: Counter[str] = Counter()
-        for system in self.systems:
-            total.update(system.checks)
+        for monitor in self.monitors:
+            total.update(monitor.checks)
         return total
 
 

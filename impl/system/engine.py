@@ -5,18 +5,29 @@ Contract: every decision is made by the functions of the given
 scanners through :func:`kvcontract.impl.scheduler.lookup_complete_chunks`, store jobs
 through :class:`kvcontract.impl.scheduler.StoreTracker`, which uses the variant's store
 mask and final-segment horizon); this module holds only bookkeeping and bytes, so a
-variant's defect shows up here exactly as it would in the serving code. Alongside, the
-system checks itself against the formal model (:mod:`kvcontract.spec`) and the data
-oracles, recording violations instead of raising:
+variant's defect shows up here exactly as it would in the serving code. The system does
+not judge itself: it imports no formula of :mod:`kvcontract.spec` (only the geometry
+and the vocabulary) and reports each decision as an event of :mod:`.events` to the
+observers given to :meth:`OffloadSystem.subscribe`, in decision order:
 
-* lookups: the accepted hit equals :func:`kvcontract.spec.multigroup.contract_answer`
-  (C2, C3, C4) at the local GPU hit ``L`` and every group's load range equals the spec's
-  ``Load(N, L)`` (C2);
-* stores: the chunks offered equal the spec's reachability mask at the spec's horizon
-  (C8, C9), are offered at most once and never contain null or uncommitted slots (C10);
-* allocation: the live SWA blocks after a hit are ``Ret(N)`` (C1);
-* loads: a "not found"/"not ready" crash is a C2 violation; loaded bytes and a decode
-  step of window attention over the restored cache match the oracles (C11).
+* :class:`~.events.LookupEvent`: the chunk states and loading chunks the lookup saw, the
+  local GPU hit ``L``, the accepted hit and the load ranges;
+* :class:`~.events.LoadEvent` / :class:`~.events.LoadCrashEvent`: the manager accepted
+  the load of an external hit, or refused it ("not found"/"not ready");
+* :class:`~.events.AllocationEvent`: which blocks of a group's table are live after a hit;
+* :class:`~.events.StoreEvent`: one group's store step (the tracker before and after,
+  the chunks offered, the manager's answer);
+* :class:`~.events.RestoreEvent` / :class:`~.events.AttentionEvent` (tensor-backed
+  only): the restored bytes and a decode step of window attention over them, compared
+  with the data oracles of :mod:`.oracle` (the comparison is data movement; the event
+  carries its outcome).
+
+The judge is :class:`kvcontract.tools.monitor.Monitor`; the test fixtures (installing
+chunk states, eviction pressure, store failures) are
+:class:`kvcontract.tools.harness.SystemHarness`, which uses the small public hooks
+here (:meth:`OffloadSystem.chunk_key`, :meth:`OffloadSystem.chunk_keys_for`,
+:meth:`OffloadSystem.local_hit_for`, :meth:`OffloadSystem.hold_loading`,
+:meth:`OffloadSystem.inject_store_failure`, :meth:`BlockPool.evict_free`).
 
 GPU prefix cache (per group, :class:`BlockPool`): a full block computed by any request
 stays cached under its chained prefix hash until its slot is reallocated (LRU among
@@ -51,37 +62,37 @@ from kvcontract.impl.system.offload import (
     ChunkKey,
     ChunkNotFoundError,
     ChunkNotReadyError,
-    ChunkState,
     MockedOffloadManager,
     TensorOffloadManager,
     TransferJob,
     TransferWorker,
 )
+from kvcontract.impl.system.events import (
+    AllocationEvent,
+    AttentionEvent,
+    Event,
+    LoadCrashEvent,
+    LoadError,
+    LoadEvent,
+    LookupEvent,
+    Observer,
+    RestoreEvent,
+    StoreEvent,
+)
 from kvcontract.impl.system.oracle import (
     KVLayout,
+    attention_window_start,
     expected_kv,
     expected_query,
     window_decode_attention,
 )
-from kvcontract.spec import multigroup as spec_mg
-from kvcontract.spec import reachability as spec_reach
-from kvcontract.spec import retention as spec_ret
-from kvcontract.spec.geometry import Geometry, GroupKind, GroupSpec
-from kvcontract.spec.lookup import LookupResult
-from kvcontract.spec.reachability import RequestStatus
+from kvcontract.spec.geometry import Geometry, GroupSpec
 
 from kvcontract.errors import GeometryError, UsageError
+from kvcontract.vocabulary import GroupKind, LookupResult, RequestStatus
 
 NULL_BLOCK = 0
 """Block id 0 of every pool is the null block: freed (out-of-window) table entries."""
-
-
-@dataclass(frozen=True)
-class Violation:
-    clause: str
-    kind: str
-    message: str
-    witness: dict[str, object] = field(default_factory=dict)
 
 
 @dataclass
@@ -202,6 +213,14 @@ class BlockPool:
             self.cached[prefix_hash] = block_id
             self.hash_of[block_id] = prefix_hash
 
+    def evict_free(self) -> None:
+        """Drop every free block from the prefix cache (memory pressure): a later
+        request finds nothing of them; blocks in use keep their cache entries."""
+        for block_id in list(self.free):
+            prefix = self.hash_of.pop(block_id, None)
+            if prefix is not None:
+                del self.cached[prefix]
+
 
 class OffloadSystem:
     """Producers and consumers sharing one offload manager, stepped by a scheduler."""
@@ -241,15 +260,29 @@ class OffloadSystem:
         self.in_flight: dict[int, tuple[str, list[ChunkKey], bool, str]] = {}
         self.loading_keys: Counter[ChunkKey] = Counter()
         self.fail_stores = 0
+        """Store jobs still to fail (:meth:`inject_store_failure`)."""
         self.next_job = 0
         self.log: list[str] = []
-        self.violations: list[Violation] = []
-        self.checks: Counter[str] = Counter()
+        """The decision log: lookups, loads, offers, completions (lockstep comparison)."""
         self.steps = 0
+        self._observers: list[Observer] = []
         # Expected KV per (group, request): the oracle is a pure function of position
         # and token id, so it is computed once per token, not once per check.
         self._kv: dict[tuple[int, str], torch.Tensor] = {}
         self._q: dict[tuple[int, str], torch.Tensor] = {}
+
+    # -- observers --------------------------------------------------------------------
+    def subscribe(self, observer: Observer) -> None:
+        """Call ``observer(event)`` for every event of :mod:`.events`, in decision order."""
+        self._observers.append(observer)
+
+    @property
+    def observed(self) -> bool:
+        return bool(self._observers)
+
+    def _emit(self, event: Event) -> None:
+        for observer in self._observers:
+            observer(event)
 
     # -- helpers ----------------------------------------------------------------------
     @property
@@ -288,9 +321,6 @@ class OffloadSystem:
             for k in range(len(req.tokens) // tpc):
                 keys[(g, k)] = (g, hashes[(k + 1) * per - 1])
         return keys
-
-    def _violate(self, clause: str, kind: str, message: str, **witness: object) -> None:
-        self.violations.append(Violation(clause, kind, message, dict(witness)))
 
     def _queries(self, req: Request, g: int) -> torch.Tensor:
         """Decode queries of every position of ``req`` in group ``g`` (layer 0)."""
@@ -351,76 +381,22 @@ class OffloadSystem:
                 offload_prompt_only=self.config.prompt_only, replay_boundaries=replay,
             )
 
-    def install_chunk(self, tokens: list[int], group: int, chunk: int, state: ChunkState) -> None:
-        """Fixture: put a chunk into ``state``; a ready chunk gets the producer's bytes."""
-        key = self.chunk_key(tokens, group, chunk)
-        slot = self.manager.force_state(key, state)
-        if slot is not None and isinstance(self.manager, TensorOffloadManager):
-            spec = self.geometry.groups[group]
-            tpc = self.geometry.chunk_tokens(spec)
-            positions = torch.arange(chunk * tpc, (chunk + 1) * tpc)
-            ids = torch.tensor(tokens[chunk * tpc : (chunk + 1) * tpc])
-            kv = expected_kv(self.config.layout, group, positions, ids)
-            target = self.manager.chunks[group][slot]
-            target.copy_(kv.view(target.shape))
+    # -- hooks for harnesses (fixtures live in kvcontract.tools.harness) -----------------
+    def chunk_keys_for(self, tokens: list[int]) -> dict[tuple[int, int], ChunkKey]:
+        """The key of every complete chunk ``(group, chunk)`` of a request with ``tokens``."""
+        return self._chunk_keys(Request("probe", list(tokens), len(tokens), 1))
 
-    def mark_loading(self, tokens: list[int], group: int, chunk: int) -> None:
-        """Fixture: another request is loading this chunk."""
-        self.loading_keys[self.chunk_key(tokens, group, chunk)] += 1
+    def local_hit_for(self, tokens: list[int]) -> int:
+        """The GPU prefix hit a request with ``tokens`` would get now."""
+        return self._local_hit(Request("probe", list(tokens), len(tokens), 1))
 
-    def perturb_left_chunk(self, tokens: list[int], state: str) -> None:
-        """Fixture: change the leftmost chunk the contract would read for ``tokens``.
+    def hold_loading(self, key: ChunkKey) -> None:
+        """Count ``key`` as being loaded by another request (until its load completes)."""
+        self.loading_keys[key] += 1
 
-        The chunk is the first of the read range (DOMAIN.md 10, "left chunk") of the
-        SWA group with the largest window at the boundary the contract accepts now, given
-        the local hit ``tokens`` would get. ``state``: ``absent`` (evicted), ``pending``
-        (a stalled write), ``loading`` (another request is loading it) or ``stale``
-        (absent, and the group's last chunk pending: DOMAIN.md 8, seed 000).
-        """
-        if state not in ("absent", "pending", "loading", "stale"):
-            raise UsageError(f"perturb_left_chunk: unknown state {state!r}")
-        geo = self.geometry
-        probe = Request("probe", list(tokens), len(tokens), 1)
-        keys = self._chunk_keys(probe)
-        local = self._local_hit(probe)
-        states = {
-            g: [self.manager.lookup(keys[(g, k)])
-                for k in range(len(tokens) // geo.chunk_tokens(s))]
-            for g, s in enumerate(geo.groups)
-        }
-        best = spec_mg.contract_answer(geo, len(tokens), local, states).best_present
-        if best is None:
-            self.log.append("perturb: no boundary to perturb")
-            return
-        windows = {
-            g: spec_mg.load_range(geo, s, best, local)
-            for g, s in enumerate(geo.groups) if s.kind is GroupKind.SLIDING_WINDOW
-        } or {0: spec_mg.load_range(geo, geo.groups[0], best, local)}
-        g = max(windows, key=lambda i: (windows[i][1] - windows[i][0], -i))
-        chunk = windows[g][0]
-        key = keys[(g, chunk)]
-        if state == "loading":
-            self.loading_keys[key] += 1
-        elif state == "stale":
-            self.manager.force_state(key, ChunkState.ABSENT)
-            last = len(tokens) // geo.chunk_tokens(geo.groups[g]) - 1
-            if last > chunk:
-                self.manager.force_state(keys[(g, last)], ChunkState.PENDING)
-        else:
-            self.manager.force_state(key, ChunkState(state))
-        self.log.append(f"perturb g{g} chunk {chunk} of boundary {best} -> {state}")
-
-    def fail_next_store(self) -> None:
+    def inject_store_failure(self) -> None:
+        """The next store job built fails: its chunks end absent, never readable."""
         self.fail_stores += 1
-
-    def evict_gpu_cache(self) -> None:
-        """Drop every free block from the GPU prefix caches (memory pressure)."""
-        for pool in self.pools:
-            for block_id in list(pool.free):
-                prefix = pool.hash_of.pop(block_id, None)
-                if prefix is not None:
-                    del pool.cached[prefix]
-        self.log.append("evict-gpu-cache")
 
     def finish(self, rid: str) -> None:
         req = self.requests.get(rid)
@@ -521,8 +497,8 @@ class OffloadSystem:
             req.num_computed = req.load_hit
             req.phase = Phase.RUNNING
             self.log.append(f"load-complete {rid} at {req.load_hit}")
-            if self.tensor_backed:
-                self._check_restored(req)
+            if self.tensor_backed and self._observers:
+                self._compare_restored(req)
 
     # -- local (GPU prefix-cache) hits ----------------------------------------------------
     def _local_hit(self, req: Request) -> int:
@@ -564,14 +540,29 @@ class OffloadSystem:
         local = self._local_hit(req)
 
         def lookup(g: int, k: int) -> LookupResult:
-            return self.manager.lookup(keys[(g, k)])
+            result: LookupResult = self.manager.lookup(keys[(g, k)])
+            return result
 
         def is_loading(g: int, k: int) -> bool:
             key = keys.get((g, k))
             return key is not None and self.loading_keys[key] > 0
 
+        observed = bool(self._observers)
+        states: tuple[tuple[LookupResult, ...], ...] = ()
+        loading: frozenset[tuple[int, int]] = frozenset()
+        if observed:
+            # What the lookup is about to see, for every complete chunk (it runs on the
+            # same answers: lookups have no side effects).
+            states = tuple(
+                tuple(lookup(g, k) for k in range(num_tokens // geo.chunk_tokens(spec)))
+                for g, spec in enumerate(geo.groups)
+            )
+            loading = frozenset(gk for gk, key in keys.items() if self.loading_keys[key] > 0)
         outcome = lookup_complete_chunks(self.impl, geo, num_tokens, local, lookup, is_loading)
-        self._check_lookup(req, keys, local, outcome.hit_tokens, outcome.load_ranges)
+        reported = tuple(outcome.load_ranges.items())
+        if observed:
+            self._emit(LookupEvent(req.rid, num_tokens, local, states, loading,
+                                   outcome.hit_tokens, reported))
         if outcome.hit_tokens is None:
             self.log.append(f"lookup {req.rid} local={local} defer")
             return
@@ -585,23 +576,27 @@ class OffloadSystem:
             try:
                 slots = self.manager.prepare_load(load_keys)
             except (ChunkNotFoundError, ChunkNotReadyError) as exc:
-                self._violate("C2", "crash", str(exc), request=req.rid, hit=hit,
-                              local=local, loads=str(ranges))
+                error = (LoadError.NOT_FOUND if isinstance(exc, ChunkNotFoundError)
+                         else LoadError.NOT_READY)
+                self._emit(LoadCrashEvent(req.rid, hit, local, error, str(exc), reported))
                 self.log.append(f"crash {req.rid}: {exc}")
                 req.phase = Phase.DONE
                 return
-            self.checks["C2"] += 1
+            self._emit(LoadEvent(req.rid, hit, local, reported))
         for g, spec in enumerate(geo.groups):
             # Chunks covered by the hit (loaded or cached on the GPU) are never re-offered.
             req.trackers[g].mark_computed(hit // geo.chunk_tokens(spec))
         self._allocate_hit(req, local, hit)
-        self._check_retention(req, hit)
+        if observed:
+            for g in range(len(geo.groups)):
+                live = tuple(block_id != NULL_BLOCK for block_id in req.tables[g])
+                self._emit(AllocationEvent(req.rid, g, hit, live))
         req.load_hit = hit
         if not external:
             req.num_computed = hit
             req.phase = Phase.RUNNING
-            if self.tensor_backed and hit > 0:
-                self._check_restored(req)
+            if self.tensor_backed and hit > 0 and observed:
+                self._compare_restored(req)
             return
         req.load_keys = load_keys
         req.phase = Phase.LOADING
@@ -631,67 +626,6 @@ class OffloadSystem:
         if req.pending_load_jobs == 0:
             req.num_computed = hit
             req.phase = Phase.RUNNING
-
-    def _check_lookup(
-        self,
-        req: Request,
-        keys: dict[tuple[int, int], ChunkKey],
-        local: int,
-        hit: int | None,
-        load_ranges: dict[int, tuple[int, int]],
-    ) -> None:
-        geo = self.geometry
-        num_tokens = len(req.tokens)
-        states = {
-            g: [self.manager.lookup(keys[(g, k)]) for k in range(num_tokens // geo.chunk_tokens(s))]
-            for g, s in enumerate(geo.groups)
-        }
-        if any(LookupResult.RETRY in row for row in states.values()):
-            return  # an asynchronous lookup in flight may defer anything: nothing to compare
-        answer = spec_mg.contract_answer(geo, num_tokens, local, states)
-        expected: int | None
-        expected_ranges: dict[int, tuple[int, int]] = {}
-        if answer.best_present is None:
-            expected = local
-        elif answer.pending_in_window:
-            expected = None
-        else:
-            expected = answer.best_present
-            expected_ranges = {
-                g: spec_mg.load_range(geo, s, expected, local) for g, s in enumerate(geo.groups)
-            }
-            if any(
-                self.loading_keys[keys[(g, k)]] > 0
-                for g, (lo, hi) in expected_ranges.items()
-                for k in range(lo, hi)
-            ):
-                expected = None
-        for clause in ("C3", "C4"):
-            self.checks[clause] += 1
-        if any(s.eagle for s in geo.groups):
-            self.checks["C5"] += 1
-        if hit != expected:
-            if hit is None:
-                clause = "C3"
-            elif expected is None or hit > expected:
-                clause = "C2"
-            else:
-                clause = "C4"
-            self._violate(
-                clause,
-                "lookup",
-                f"request {req.rid}: system accepted {hit} (local {local}), "
-                f"the contract answers {expected}",
-                request=req.rid, system=hit, spec=expected, local=local,
-                states={g: [int(r) for r in row] for g, row in states.items()},
-            )
-            return
-        if hit is not None and hit > local and load_ranges != expected_ranges:
-            self._violate(
-                "C2", "load-set",
-                f"request {req.rid}: load ranges {load_ranges}, the spec says {expected_ranges}",
-                request=req.rid,
-            )
 
     def _allocate_hit(self, req: Request, local: int, hit: int) -> None:
         """Tables for a hit: null below the window, cached blocks up to ``L``, fresh after."""
@@ -743,29 +677,6 @@ class OffloadSystem:
                     self.pools[g].register(hashes[(b + 1) * per - 1], table[b])
             req.registered[g] = max(req.registered[g], full)
 
-    def _check_retention(self, req: Request, hit: int) -> None:
-        for g, spec in enumerate(self.geometry.groups):
-            if spec.kind is not GroupKind.SLIDING_WINDOW:
-                continue
-            assert spec.sliding_window is not None
-            bs = self.geometry.block_tokens(spec)
-            first, end = spec_ret.retained_block_range(
-                hit, bs, spec.sliding_window, spec.extra_retained_tokens
-            )
-            table = req.tables[g]
-            self.checks["C1"] += 1
-            ok = len(table) == int(end) and all(
-                (block_id != NULL_BLOCK) == (b >= int(first)) for b, block_id in enumerate(table)
-            )
-            if not ok:
-                live = [b for b, block_id in enumerate(table) if block_id != NULL_BLOCK]
-                self._violate(
-                    "C1", "retention",
-                    f"request {req.rid} group {g}: live blocks {live[:3]}..{live[-3:]} "
-                    f"!= Ret({hit}) = [{first}, {end})",
-                    request=req.rid, group=g,
-                )
-
     # -- oracles ----------------------------------------------------------------------------
     def _positions_kv(self, g: int, req: Request, lo: int, hi: int) -> torch.Tensor:
         pool = self.pools[g]
@@ -778,12 +689,13 @@ class OffloadSystem:
         flat = pool.blocks.index_select(0, ids).flatten(0, 1)
         return flat[lo - first * bs : hi - first * bs]
 
-    def _check_restored(self, req: Request) -> None:
+    def _compare_restored(self, req: Request) -> None:
+        """Compare the KV a hit left in every group with the producer's; report it."""
         hit = req.load_hit
         for g, spec in enumerate(self.geometry.groups):
             bs = self.geometry.block_tokens(spec)
             # Tables are null below the retained range (C1); a null entry inside it
-            # would read the null block and fail the byte check below.
+            # would read the null block and fail the byte comparison below.
             first_block = group_first_live_block(self.impl, self.geometry, spec, hit)
             lo = first_block * bs
             if spec.kind is GroupKind.MAMBA:
@@ -792,22 +704,17 @@ class OffloadSystem:
                 continue
             got = self._positions_kv(g, req, lo, hit)
             want = self._expected(req, g, lo, hit)
-            self.checks["C11"] += 1
-            if not torch.equal(got, want):
+            match = bool(torch.equal(got, want))
+            first_bad: int | None = None
+            if not match:
                 bad = (got != want).reshape(hit - lo, -1).any(dim=1).nonzero()
                 first_bad = lo + int(bad[0, 0]) if bad.numel() else lo
-                self._violate(
-                    "C11", "bytes",
-                    f"request {req.rid} group {g}: restored KV differs from the producer's "
-                    f"at position {first_bad} (hit {hit})",
-                    request=req.rid, group=g, position=first_bad,
-                )
+            self._emit(RestoreEvent(req.rid, g, hit, lo, match, first_bad))
+            if not match or spec.kind is GroupKind.MAMBA or hit >= len(req.tokens):
                 continue
-            if spec.kind is GroupKind.MAMBA or hit >= len(req.tokens):
-                continue
-            self._check_attention(req, g, spec, lo, got)
+            self._compare_attention(req, g, spec, lo, got)
 
-    def _check_attention(
+    def _compare_attention(
         self, req: Request, g: int, spec: GroupSpec, lo: int, got: torch.Tensor
     ) -> None:
         """Decode the token at ``hit`` over the restored cache and over a fresh one.
@@ -818,8 +725,8 @@ class OffloadSystem:
         """
         hit = req.load_hit
         window = spec.sliding_window
-        # The decoded token at `hit` attends [skipped(hit), hit] (no MTP widening).
-        attend_lo = 0 if window is None else int(spec_ret.skipped_tokens(hit, window, 0))
+        # The decoded token at `hit` attends [hit - sw + 1, hit] (no MTP widening).
+        attend_lo = attention_window_start(hit, window)
         fresh = self._expected(req, g, attend_lo, hit + 1)
         history = got[attend_lo - lo :] if attend_lo >= lo else \
             self._positions_kv(g, req, attend_lo, hit)
@@ -834,14 +741,8 @@ class OffloadSystem:
         out_fresh = window_decode_attention(
             query, fresh[:, 0, 0], fresh[:, 0, 1], positions, hit, window
         )
-        self.checks["C11"] += 1
-        if not torch.equal(out_restored, out_fresh):
-            self._violate(
-                "C11", "attention",
-                f"request {req.rid} group {g}: decode attention over the restored cache "
-                f"differs from a recomputed cache (hit {hit})",
-                request=req.rid, group=g,
-            )
+        match = bool(torch.equal(out_restored, out_fresh))
+        self._emit(AttentionEvent(req.rid, g, hit, match))
 
     # -- forward and stores ---------------------------------------------------------------
     def _forward(self, req: Request, scheduled: int) -> None:
@@ -873,56 +774,6 @@ class OffloadSystem:
                 return
             req.tokens.append(req.future[generated])
 
-    def _spec_offers(
-        self, req: Request, g: int, status: RequestStatus, before: int, scheduled: int,
-        offered_before: set[int], next_before: int,
-    ) -> list[int]:
-        """What the spec says this step offers, given the tracker's state before it."""
-        geo = self.geometry
-        spec = geo.groups[g]
-        tpc = geo.chunk_tokens(spec)
-        bs = geo.block_tokens(spec)
-        bpc = geo.blocks_per_chunk
-        tokens = int(
-            spec_reach.stored_token_count(
-                status, before, scheduled, len(req.tokens), req.prompt_len,
-                None, self.config.prompt_only,
-            )
-        )
-        storable = int(spec_reach.storable_chunks(tokens, tpc, spec.eagle, status))
-        if status in (RequestStatus.FINISHED, RequestStatus.ABORTED):
-            candidates = range(storable)
-        else:
-            candidates = range(next_before, storable)
-        if spec.kind is not GroupKind.SLIDING_WINDOW:
-            return [c for c in candidates if c not in offered_before]
-        assert spec.sliding_window is not None
-        align = geo.alignment_tokens
-        rule = spec_reach.mask_rule(align, bs, geo.retention_interval)
-        need = spec_reach.store_need_blocks(spec.sliding_window, spec.extra_retained_tokens,
-                                            bs, spec.eagle)
-        replay: tuple[int, ...] = ()
-        if geo.retention_interval is not None and align is not None and not rule.store_all:
-            replay = (int(spec_reach.replay_boundary_block(req.prompt_len - 1, align, bs)),)
-        final = spec_reach.final_segment_end_chunk(status, req.prompt_len // tpc, storable)
-        final_block = None if final is None else int(final) * bpc
-        first_live = int(spec_ret.skipped_tokens(before, spec.sliding_window,
-                                                  spec.extra_retained_tokens)) // bs
-        chosen: list[int] = []
-        for chunk in candidates:
-            if chunk in offered_before:
-                continue
-            marked = [
-                b for b in range(chunk * bpc, (chunk + 1) * bpc)
-                if spec_reach.block_is_reachable(
-                    b, rule, need, spec.eagle, final_block, replay, bpc
-                )
-            ]
-            # C10: a chunk whose marked blocks were already freed is never stored.
-            if marked and min(marked) >= first_live:
-                chosen.append(chunk)
-        return chosen
-
     def _build_store_jobs(
         self, req: Request, status: RequestStatus, before: int, scheduled: int
     ) -> None:
@@ -933,53 +784,33 @@ class OffloadSystem:
         self, req: Request, g: int, status: RequestStatus, before: int, scheduled: int
     ) -> None:
         geo = self.geometry
-        tpc = geo.chunk_tokens(geo.groups[g])
         bpc = geo.blocks_per_chunk
         tracker = req.trackers[g]
-        offered_before = set(tracker.offered)
+        offered_before = frozenset(tracker.offered)
         next_before = tracker.next_stored_chunk_idx
         offered = tracker.step(status.value, before, scheduled, len(req.tokens))
-        expected = self._spec_offers(req, g, status, before, scheduled, offered_before,
-                                     next_before)
-        self.checks["C8"] += 1
-        self.checks["C9"] += 1
-        if offered != expected:
-            extra_chunks = sorted(set(offered) - set(expected))
-            missing_chunks = sorted(set(expected) - set(offered))
-            self._violate(
-                "C9" if extra_chunks and status is RequestStatus.PREFILLING else
-                ("C8" if extra_chunks else "C7"),
-                "store",
-                f"request {req.rid} group {g} ({status.value}, {before}+{scheduled} tokens): "
-                f"offered {offered}, the spec's mask says {expected} "
-                f"(extra {extra_chunks}, missing {missing_chunks})",
-                request=req.rid, group=g, offered=offered, spec=expected,
-            )
-        if set(offered) & offered_before or tracker.next_stored_chunk_idx < next_before:
-            self._violate("C8", "store", f"request {req.rid} group {g}: chunk offered twice "
-                          "or next_stored_chunk_idx moved back", request=req.rid, group=g)
-        table = req.tables[g]
-        for chunk in offered:
-            self.checks["C10"] += 1
-            if (chunk + 1) * tpc > req.num_computed:
-                self._violate(
-                    "C10", "store",
-                    f"request {req.rid} group {g}: chunk {chunk} holds uncommitted slots",
-                    request=req.rid, group=g,
-                )
-        if not offered:
-            return
         keys = [self.chunk_key_of(req, g, c) for c in offered]
-        plan = self.manager.prepare_store(keys)
-        self.log.append(
-            f"offer {req.rid} g{g} {offered} -> "
-            + (
-                "refused" if plan is None
-                else f"new={len(plan.keys)} evicted={len(plan.evicted)}"
+        plan = self.manager.prepare_store(keys) if offered else None
+        if offered:
+            self.log.append(
+                f"offer {req.rid} g{g} {offered} -> "
+                + (
+                    "refused" if plan is None
+                    else f"new={len(plan.keys)} evicted={len(plan.evicted)}"
+                )
             )
-        )
+        if self._observers:
+            self._emit(StoreEvent(
+                req.rid, g, status, before, scheduled, len(req.tokens), req.prompt_len,
+                self.config.prompt_only, tuple(offered), offered_before, next_before,
+                tracker.next_stored_chunk_idx, req.num_computed,
+                refused=bool(offered) and plan is None,
+                new=0 if plan is None else len(plan.keys),
+                evicted=0 if plan is None else len(plan.evicted),
+            ))
         if plan is None or not plan.keys:
             return
+        table = req.tables[g]
         slot_of = dict(zip(plan.keys, plan.slots, strict=True))
         pages: list[tuple[int, int, int]] = []
         for chunk, key in zip(offered, keys, strict=True):

@@ -30,7 +30,8 @@ from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import torch
-from kvcontract.spec.lookup import LookupResult
+
+from kvcontract.vocabulary import LookupResult
 
 ChunkKey = Hashable
 

@@ -5,7 +5,9 @@ token id)`` (:func:`expected_kv`), so any block on the GPU or any chunk on the C
 checked byte for byte against what the producer must have computed, without keeping a
 second copy. :func:`window_decode_attention` is the attention oracle: one decode step of
 sliding-window attention (``scaled_dot_product_attention`` with the window mask); a
-restored cache passes when it yields exactly the output of a freshly computed cache.
+restored cache passes when it yields exactly the output of a freshly computed cache;
+:func:`attention_window_start` is the first position that step attends. The oracles
+compute; they do not judge (the system reports the outcomes as events, a monitor judges).
 """
 
 from __future__ import annotations
@@ -83,6 +85,15 @@ def expected_query(
     Derived like the KV but from a disjoint group id, so a query never equals a key.
     """
     return expected_kv(layout, group + 101, positions, token_ids, device)[:, 0, 0]
+
+
+def attention_window_start(query_position: int, sliding_window: int | None) -> int:
+    """The first key position a decode step at ``query_position`` attends: the window
+    ``[query_position - sw + 1, query_position]`` clipped at 0 (0 for full attention).
+    :func:`window_decode_attention` masks with the same bound."""
+    if sliding_window is None:
+        return 0
+    return max(0, query_position - sliding_window + 1)
 
 
 def window_decode_attention(

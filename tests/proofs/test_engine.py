@@ -14,11 +14,11 @@ import pytest
 import z3
 from kvcontract.impl import get_implementation
 from kvcontract.impl.reference import is_block_reachable, load_chunk_range
-from kvcontract.proofs.arith_theorems import _boundary_residues, _segment_tokens
-from kvcontract.proofs.domains import mask_configs
-from kvcontract.proofs.exhaustive_theorems import exhaustive_theorems
 from kvcontract.proofs.symbolic import PathExplorer
-from kvcontract.proofs.theorem import Env, finish_family, run_family
+from kvcontract.proofs.theorem import SymbolicEnv, finish_family, run_family, run_property
+from kvcontract.spec.properties import CaseProperty, get_property, properties
+from kvcontract.spec.properties.domains import mask_configs
+from kvcontract.spec.properties.formulas import _boundary_residues, _segment_tokens
 from kvcontract.proofs.verdicts import Verdict
 
 
@@ -53,7 +53,7 @@ def test_generalized_lift_equals_concrete_lift(
     align: int, block: int, retention: int | None
 ) -> None:
     block_index, sw, e, final = z3.Ints("i sw e F")
-    env = Env({"i": block_index})
+    env = SymbolicEnv({"i": block_index})
     args = (block_index, align, block, sw, e, False, retention, final, (final - 3,))
     general = env.call(is_block_reachable, *args, generalize=(1, 2))
     concrete = env.call(is_block_reachable, *args)
@@ -64,7 +64,7 @@ def test_generalized_lift_equals_concrete_lift(
 
 
 def test_sharded_family_finds_the_same_first_counterexample() -> None:
-    scan_family = [t for t in exhaustive_theorems() if t.family == "scan"]
+    scan_family = [t for t in properties() if isinstance(t, CaseProperty) and t.family == "scan"]
     impl = get_implementation("stale-pending")
     whole = finish_family(scan_family, [run_family(scan_family, impl)])
     sharded = finish_family(scan_family, [run_family(scan_family, impl, s, 3) for s in range(3)])
@@ -96,16 +96,15 @@ def test_boundary_residues_cover_every_index() -> None:
 
 
 def test_store_economy_catches_prefill_horizon() -> None:
-    theorem = next(t for t in exhaustive_theorems() if t.theorem_id == "C8/stores-only-demanded")
-    assert theorem.run(get_implementation("prefill-horizon")).verdict is Verdict.COUNTEREXAMPLE
-    assert theorem.run(get_implementation("reference")).verdict is Verdict.PROVED_FOR_DOMAIN
+    theorem = get_property("C8/stores-only-demanded")
+    assert run_property(theorem, get_implementation("prefill-horizon")).verdict is \
+        Verdict.COUNTEREXAMPLE
+    assert run_property(theorem, get_implementation("reference")).verdict is \
+        Verdict.PROVED_FOR_DOMAIN
 
 
 def test_budget_used_is_reported() -> None:
-    from kvcontract.proofs.runner import catalog
-
-    theorem = next(t for t in catalog() if t.theorem_id == "C4/window-exact")
-    result = theorem.run(get_implementation("reference"))
+    result = run_property(get_property("C4/window-exact"), get_implementation("reference"))
     assert result.verdict.passed
     assert result.rlimit_used > 0  # Z3's deterministic resource count reaches the report
 

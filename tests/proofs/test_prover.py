@@ -8,6 +8,8 @@ import sys
 
 import pytest
 from kvcontract.impl import get_implementation
+from kvcontract.proofs.theorem import run_property
+from kvcontract.spec.properties import get_property
 from kvcontract.proofs.runner import prove, select
 from kvcontract.proofs.symbolic import LiftError, PathExplorer
 from kvcontract.proofs.verdicts import Verdict
@@ -35,24 +37,21 @@ def test_arith_variants_yield_replayed_counterexamples(
 
 
 def test_stale_pending_caught_on_c3() -> None:
-    from kvcontract.proofs.exhaustive_theorems import exhaustive_theorems
-
-    theorem = next(
-        t for t in exhaustive_theorems() if t.theorem_id == "C3/scan-defers-only-in-scope"
-    )
-    result = theorem.run(get_implementation("stale-pending"))
+    theorem = get_property("C3/scan-defers-only-in-scope")
+    result = run_property(theorem, get_implementation("stale-pending"))
     assert result.verdict is Verdict.COUNTEREXAMPLE
     assert result.witness is not None
     assert result.witness["states"] == ["MISS", "HIT_PENDING"]
-    assert theorem.run(get_implementation("reference")).verdict is Verdict.PROVED_FOR_DOMAIN
+    assert run_property(theorem, get_implementation("reference")).verdict is \
+        Verdict.PROVED_FOR_DOMAIN
 
 
 def test_prefill_horizon_caught_on_c9() -> None:
-    from kvcontract.proofs.exhaustive_theorems import exhaustive_theorems
-
-    theorem = next(t for t in exhaustive_theorems() if t.theorem_id == "C9/store-horizon")
-    assert theorem.run(get_implementation("prefill-horizon")).verdict is Verdict.COUNTEREXAMPLE
-    assert theorem.run(get_implementation("reference")).verdict is Verdict.PROVED_FOR_DOMAIN
+    theorem = get_property("C9/store-horizon")
+    assert run_property(theorem, get_implementation("prefill-horizon")).verdict is \
+        Verdict.COUNTEREXAMPLE
+    assert run_property(theorem, get_implementation("reference")).verdict is \
+        Verdict.PROVED_FOR_DOMAIN
 
 
 def test_reference_c1_c2_prove() -> None:

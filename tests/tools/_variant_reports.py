@@ -2,7 +2,7 @@
 
 Proving a whole clause for a variant takes up to a minute on two cores, so the reports
 are built once per session from the few theorems each historic variant violates (plus
-one that it passes), through the same ``Theorem.run`` the prover uses.
+one that it passes), through the same :func:`~kvcontract.proofs.theorem.run_property` the prover uses.
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from typing import Any
 
 from kvcontract.impl.variants import get_implementation
 from kvcontract.proofs.runner import ProveReport, catalog
+from kvcontract.proofs.theorem import run_property
 
 VARIANT_THEOREMS: dict[str, tuple[str, ...]] = {
     "stale-pending": ("C3/scan-defers-only-in-scope", "C3/lookup-defers-only-in-scope"),
@@ -35,7 +36,7 @@ def build_report(target: str, theorem_ids: tuple[str, ...]) -> dict[str, Any]:
     """A versioned prove report for a few theorems (what `prove --json` writes)."""
     impl = get_implementation(target)
     by_id = {t.theorem_id: t for t in catalog()}
-    results = [by_id[tid].run(impl) for tid in theorem_ids]
+    results = [run_property(by_id[tid], impl) for tid in theorem_ids]
     clauses = sorted({r.clause for r in results}, key=lambda c: int(c[1:]))
     report = ProveReport(target=target, results=results, seconds=0.0, clauses=clauses)
     return dict(report.to_json())

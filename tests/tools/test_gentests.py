@@ -14,15 +14,13 @@ from typing import Any
 import pytest
 from _variant_reports import SLOW_THEOREMS, build_report
 from kvcontract.impl.variants import get_implementation
-from kvcontract.proofs.exhaustive_theorems import case_from_json
 from kvcontract.proofs.runner import catalog
-from kvcontract.proofs.theorem import ExhaustiveTheorem, Z3Theorem
+from kvcontract.spec.properties import CaseProperty, FormulaProperty
 from kvcontract.tools.gentests import (
     MARKER,
     GeneratedTest,
     boundary_class_tests,
     reproducers,
-    template_names,
     write_tests,
 )
 
@@ -129,25 +127,27 @@ def test_reproducer_shows_the_witness(
 ) -> None:
     _, tests = generated
     lookup = next(t for t in tests["stale-pending"] if "lookup" in t.theorem).source
-    assert "GEOMETRY = Geometry((fa(4), swa(4, 8)), blocks_per_chunk=1" in lookup
-    assert "1: [HIT, MISS, HIT_PENDING, MISS]," in lookup
+    witness = _witness(lookup)
+    assert witness["geometry_name"] == "FA4+SWA4(sw8)"
+    assert witness["states"]["1"] == ["HIT", "MISS", "HIT_PENDING", "MISS"]
+    assert "THEOREM = 'C3/lookup-defers-only-in-scope'" in lookup
     arith = tests["unaligned-hit"][0].source
-    assert "bs, bpc, N, Lb, sw, e = 4, 1, 5, 0, 2, 1" in arith
-    assert "impl.load_window_size_in_chunks(N, sw, e, tpc)" in arith
+    assert _witness(arith)["values"] == {"bs": 4, "bpc": 1, "N": 5, "Lb": 0, "sw": 2, "e": 1}
+    assert "replay(THEOREM, WITNESS, get_implementation(IMPL))" in arith
 
 
-def _witness_values(source: str) -> dict[str, int]:
-    """The witness a generated arithmetic test replays (its first assignment line).
+def _witness(source: str) -> dict[str, Any]:
+    """The witness a generated test replays, read back from its ``WITNESS`` literal.
 
     Read back from the file rather than enumerated again: a Z3 model depends on the
     solver's history within one process, so a second enumeration may pick other values
     (files are identical across runs, each run being a fresh process)."""
-    for line in source.splitlines():
-        names, sep, literals = line.strip().partition(" = ")
-        if sep and names.replace(",", "").replace(" ", "").isidentifier() and "," in names:
-            return dict(zip([n.strip() for n in names.split(",")],
-                            [int(x) for x in literals.split(",")], strict=True))
-    raise AssertionError("no witness assignment in the generated test")
+    namespace: dict[str, Any] = {}
+    start = source.index("WITNESS = ")
+    end = source.index("\n\n\ndef ", start)
+    exec(source[start:end], namespace)
+    witness: dict[str, Any] = namespace["WITNESS"]
+    return witness
 
 
 def _exec_test(source: str, impl: str, monkeypatch: pytest.MonkeyPatch) -> str | None:
@@ -167,15 +167,15 @@ def _exec_test(source: str, impl: str, monkeypatch: pytest.MonkeyPatch) -> str |
 def test_templates_agree_with_the_prover(clause: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """On every boundary-class witness, a generated test fails exactly when the theorem's
     own replay finds a violation, for the reference and for the variants."""
-    theorems = {t.theorem_id: t for t in catalog() if isinstance(t, Z3Theorem)}
+    theorems = {t.theorem_id: t for t in catalog() if isinstance(t, FormulaProperty)}
     tests, _ = boundary_class_tests("reference", [clause], max_classes=6)
     assert tests
     names = ["reference", "mtp-extra-retained", "upstream-current", "unaligned-hit"]
     for test in tests:
         theorem = theorems[test.theorem]
-        values = _witness_values(test.source)
+        values = _witness(test.source)["values"]
         for name in names:
-            expected = theorem.replay(get_implementation(name), values)
+            expected = theorem.violation(values, get_implementation(name))
             got = _exec_test(test.source, name, monkeypatch)
             assert (got is None) == (expected is None), (test.filename, name, got, expected)
             if got is not None:
@@ -188,25 +188,24 @@ def test_exhaustive_templates_agree_with_the_checks(
 ) -> None:
     """A reproducer written for any case (not only a counterexample) fails exactly when the
     theorem's own check reports a violation, for the reference and for the variants."""
-    theorems = [t for t in catalog() if isinstance(t, ExhaustiveTheorem)]
+    theorems = [t for t in catalog() if isinstance(t, CaseProperty)]
     prefixes = {"scan": ("scan-",), "lookup": ("lookup-", "eagle-"),
                 "store": ("offered-", "store-", "stores-")}[kind]
     names = ["reference", "stale-pending", "prefill-horizon", "upstream-current",
              "mtp-extra-retained"]
     checked = failed = 0
     for theorem in (t for t in theorems if t.name.startswith(prefixes)):
-        every = list(theorem.cases())
+        every = list(theorem.space.cases())
         known = [  # the variants' own counterexamples of this kind, checked by every theorem
-            case_from_json(r["witness"]) for report in variant_reports.values()
+            theorem.space.decode(r["witness"]) for report in variant_reports.values()
             for r in report["results"]
             if r["witness"] and r["witness"]["kind"] == "exhaustive"
-            and type(case_from_json(r["witness"])) is type(every[0])
+            and r["witness"]["theorem"].split("/")[1].startswith(prefixes)
         ]
         for case in [*every[:: max(1, len(every) // 8)], *known]:
             result = {"clause": theorem.clause, "theorem": theorem.name,
                       "verdict": "COUNTEREXAMPLE", "domain": "", "message": "",
-                      "witness": {"kind": "exhaustive", "theorem": theorem.theorem_id,
-                                  **theorem.case_to_json(case)}}
+                      "witness": theorem.witness(case)}
             report = {"version": 1, "command": "prove", "target": "reference",
                       "results": [result]}
             (test,), skipped = reproducers(report)
@@ -230,10 +229,21 @@ def test_boundary_classes_pin_the_upstream_window(monkeypatch: pytest.MonkeyPatc
     assert all(_exec_test(t.source, "reference", monkeypatch) is None for t in tests)
 
 
-def test_templates_cover_the_catalogue() -> None:
-    names = {t.name.split("[", 1)[0] for t in catalog()}
-    spec_only = {"spec-scan-hit-only", "spec-scan-pending-scope", "spec-scan-rightmost"}
-    assert names - spec_only <= set(template_names())
+def test_every_property_round_trips_its_witness() -> None:
+    """Any property's witness becomes a reproducer: no per-theorem template exists, so a
+    new property is covered the day it enters the catalogue."""
+    from kvcontract.impl.variants import REFERENCE
+
+    for prop in catalog():
+        if isinstance(prop, FormulaProperty):
+            config = prop.configs()[0].values
+            witness = prop.witness({**config, **{v: 0 for v in prop.variables}})
+            assert prop.decode(witness)
+        else:
+            case = next(iter(prop.space.cases()))
+            witness = prop.witness(case)
+            assert prop.space.decode(witness) == case
+            assert prop.replay(witness, REFERENCE) is None
 
 
 def test_cli_output_is_deterministic(

@@ -24,12 +24,13 @@ from typing import Any
 
 import z3
 from kvcontract.impl.bundle import Implementation
-from kvcontract.proofs.domains import BLOCK_SIZES, BLOCKS_PER_CHUNK
+from kvcontract.spec.properties.domains import BLOCK_SIZES, BLOCKS_PER_CHUNK
 from kvcontract.proofs.symbolic import LiftError, PathExplorer
-from kvcontract.spec.lookup import LookupResult
 from kvcontract.tools.audit.binding import Binding, UpstreamError
 from kvcontract.tools.audit.engine import THEOREM_FIELDS, AuditOptions, AuditRun, clause_summary
 from kvcontract.tools.audit.sandbox import run_jobs
+
+from kvcontract.vocabulary import EXIT_FINDING, EXIT_OK, LookupResult, RequestStatus, Verdict
 
 _ARITH: dict[str, tuple[tuple[str, ...], Callable[[dict[str, Any]], tuple[Any, ...]]]] = {
     "get_num_skipped_tokens": (("n", "sw", "e"), lambda v: (v["n"], v["sw"], v["e"])),
@@ -45,8 +46,10 @@ _ARITH: dict[str, tuple[tuple[str, ...], Callable[[dict[str, Any]], tuple[Any, .
 _SIZES = {"bs", "bpc", "tpc"}
 
 
-_HOLDS = ("PROVED", "PROVED-FOR-DOMAIN", "TESTED")
+_HOLDS = frozenset(v for v in Verdict if v.passed)
 """Verdicts under which a theorem holds (with some evidence)."""
+_NOT_CHECKED = "NOT-CHECKED"
+"""The verdict column of a theorem one side of the comparison did not check."""
 
 def _hyps(values: dict[str, Any]) -> list[Any]:
     hyps = []
@@ -171,7 +174,7 @@ def _compare_scanner(name: str, old: Implementation, new: Implementation) -> dic
 def _compare_grid(name: str, old: Implementation, new: Implementation) -> dict[str, Any]:
     count = 0
     if name == "store_final_segment_end":
-        cases: Any = ((s, p, c) for s in ("prefilling", "decoding", "finished", "aborted")
+        cases: Any = ((s.value, p, c) for s in RequestStatus
                       for p in range(0, 12) for c in range(0, 12))
     else:
         cases = ((b, a, bt, sw, e, eagle, r, f, ())
@@ -214,7 +217,7 @@ def _clause_fields(clause: str, rows: list[dict[str, Any]]) -> set[str]:
 
 def _failing(rows: list[dict[str, Any]], clause: str) -> set[str]:
     return {r["theorem"] for r in rows
-            if r["clause"] == clause and r["verdict"] == "COUNTEREXAMPLE"}
+            if r["clause"] == clause and r["verdict"] == Verdict.COUNTEREXAMPLE}
 
 
 def _theorem_changes(base_rows: list[dict[str, Any]],
@@ -224,10 +227,10 @@ def _theorem_changes(base_rows: list[dict[str, Any]],
     after = {(r["clause"], r["theorem"]): r["verdict"] for r in rows}
     changes = []
     for key in sorted(set(before) | set(after), key=lambda k: (int(k[0][1:]), k[1])):
-        old, new = before.get(key, "NOT-CHECKED"), after.get(key, "NOT-CHECKED")
-        if old == "COUNTEREXAMPLE" and new != "COUNTEREXAMPLE":
+        old, new = before.get(key, _NOT_CHECKED), after.get(key, _NOT_CHECKED)
+        if old == Verdict.COUNTEREXAMPLE and new != Verdict.COUNTEREXAMPLE:
             kind = "fixed" if new in _HOLDS else "changed"
-        elif new == "COUNTEREXAMPLE" and old != "COUNTEREXAMPLE":
+        elif new == Verdict.COUNTEREXAMPLE and old != Verdict.COUNTEREXAMPLE:
             kind = "regressed" if old in _HOLDS else "changed"
         else:
             kind = "same verdict"
@@ -240,7 +243,7 @@ def _violations(rows: list[dict[str, Any]], clause: str) -> str:
     """The clause's failing theorems and the functions blamed, e.g. ``store-horizon
     (store_final_segment_end)``."""
     found = [f"{r['theorem']} ({', '.join(r.get('blame') or []) or '?'})" for r in rows
-             if r["clause"] == clause and r["verdict"] == "COUNTEREXAMPLE"]
+             if r["clause"] == clause and r["verdict"] == Verdict.COUNTEREXAMPLE]
     return "; ".join(found) or "none"
 
 
@@ -316,5 +319,5 @@ def compare(base: Binding, base_run: AuditRun, target: Binding, run: AuditRun,
         "fields": [fields[f] for f in wanted],
         "theorems": _theorem_changes(base_run.rows, run.rows),
         "baseline_results": base_run.rows,
-        "exit_code": 1 if regressed else 0,
+        "exit_code": EXIT_FINDING if regressed else EXIT_OK,
     }

@@ -39,10 +39,10 @@ from typing import Any
 from kvcontract.impl.bundle import Implementation
 from kvcontract.impl.variants import REFERENCE, VARIANTS
 from kvcontract.proofs import symbolic
-from kvcontract.spec.lookup import LookupResult
 from kvcontract.tools.audit.targets import MANAGER, OFFLOAD_CONFIG, SCHEDULER, Target
 
 from kvcontract.errors import InputFileError
+from kvcontract.vocabulary import ENDED_STATUSES, LookupResult
 
 SCHED_CLS = "OffloadingConnectorScheduler"
 SWM_CLS = "SlidingWindowManager"
@@ -264,17 +264,39 @@ def _index(path: Path) -> dict[str, Located]:
     except (OSError, SyntaxError, ValueError) as exc:
         raise InputFileError(str(path), f"cannot parse: {exc}") from None
     found: dict[str, Located] = {}
-
-    def walk(body: list[ast.stmt], prefix: str) -> None:
-        for node in body:
-            if isinstance(node, ast.FunctionDef):
-                qual = prefix + node.name
-                found.setdefault(qual, Located(qual, path, node.lineno, node))
-            elif isinstance(node, ast.ClassDef):
-                walk(node.body, prefix + node.name + ".")
-
-    walk(tree.body, "")
+    _collect_functions(tree.body, "", path, found)
     return found
+
+
+def _collect_functions(body: list[ast.stmt], prefix: str, path: Path,
+                       found: dict[str, Located]) -> None:
+    """Add the functions of ``body``, and of its classes (nested), to ``found`` under
+    their qualified names; the first definition of a name wins."""
+    for node in body:
+        if isinstance(node, ast.FunctionDef):
+            qual = prefix + node.name
+            found.setdefault(qual, Located(qual, path, node.lineno, node))
+        elif isinstance(node, ast.ClassDef):
+            _collect_functions(node.body, prefix + node.name + ".", path, found)
+
+
+class _FunctionIndex:
+    """The functions of every file searched so far (each file is parsed once)."""
+
+    def __init__(self) -> None:
+        self._files: dict[Path, dict[str, Located]] = {}
+
+    def find(self, path: Path, qualname: str, *, any_class: bool) -> Located | None:
+        """``qualname`` in ``path``; with ``any_class`` also a function of that name in
+        any class (a patched file may nest the function in any class)."""
+        if path not in self._files:
+            self._files[path] = _index(path)
+        functions = self._files[path]
+        hit = functions.get(qualname)
+        if hit is None and any_class:
+            hit = next((loc for q, loc in functions.items()
+                        if q.rsplit(".", 1)[-1] == qualname), None)
+        return hit
 
 
 def _compile(located: Located) -> Callable[..., Any]:
@@ -422,66 +444,97 @@ def _param_names(fn: Callable[..., Any]) -> list[str]:
     return list(inspect.signature(fn).parameters)
 
 
+Fields = dict[str, Callable[..., Any]]
+"""Implementation field -> its adapter, filled role by role by :func:`_build_adapters`."""
+
+
 def _build_adapters(binding: Binding) -> None:
     """Give every bound role an adapter with the matching Implementation signature; a
     field whose roles are missing raises :class:`MissingRole` (the engine skips it)."""
+    fields: Fields = {}
+    _adapt_skipped(binding, fields)
+    _adapt_window(binding, fields)
+    _adapt_load_window(binding, fields)
+    _adapt_sw_scan(binding, fields)
+    _adapt_prefix_scan(binding, fields)
+    _adapt_reachability(binding, fields)
+    # store horizon (inferred from the shape of the store-job builder)
+    horizon = _infer_store_horizon(binding)
+    if horizon is not None:
+        fields["store_final_segment_end"] = horizon
+    binding.implementation = _assemble_implementation(binding, fields)
+
+
+def _where(binding: Binding, role: str) -> str:
+    """A bound role as error messages name it: ``qualname (path:line)``."""
+    rb = binding.roles[role]
+    return f"{rb.qualname} ({rb.path}:{rb.line})"
+
+
+def _scan_has_initial(binding: Binding) -> bool:
+    """Whether the bound sliding-window scanner takes ``initial_window_size`` (0.30+)."""
+    f = binding.functions
+    scan_params = _param_names(f["sw_scan"]) if "sw_scan" in f else []
+    return "initial_window_size" in scan_params
+
+
+def _adapt_skipped(binding: Binding, fields: Fields) -> None:
+    """``get_num_skipped_tokens``, and ``Ret(n)`` / ``Load(N, L)`` derived from it."""
+    if "skipped" not in binding.functions:
+        return
+    skipped_fn = _guarded(_where(binding, "skipped"), binding.functions["skipped"])
+
+    def get_num_skipped_tokens(n: Any, sliding_window: Any, extra_retained: Any) -> Any:
+        manager = types.SimpleNamespace(sliding_window=sliding_window,
+                                        extra_retained_tokens=extra_retained)
+        value = skipped_fn(manager, n)
+        if not _is_number(value):
+            raise _garbage(_where(binding, "skipped"), value, "an int")
+        return value
+
+    def retained_block_range(n: Any, bs: Any, sw: Any, e: Any) -> tuple[Any, Any]:
+        return get_num_skipped_tokens(n, sw, e) // bs, cdiv(n, bs)
+
+    def load_chunk_range(hit: Any, local: Any, bs: Any, bpc: Any, sw: Any,
+                         e: Any) -> tuple[Any, Any]:
+        first = get_num_skipped_tokens(hit, sw, e) // bs
+        local_blocks = cdiv(local, bs)
+        if local_blocks > first:
+            first = local_blocks
+        return first // bpc, cdiv(hit, bs * bpc)
+
+    fields["get_num_skipped_tokens"] = get_num_skipped_tokens
+    fields["retained_block_range"] = retained_block_range
+    fields["load_chunk_range"] = load_chunk_range
+    binding.roles["retained_range"] = RoleBinding(
+        "retained_range", "derived", "retained blocks Ret(n) and load set Load(N, L)",
+        note="[skipped(n) // bs, cdiv(n, bs)) from the bound get_num_skipped_tokens "
+             "(the allocation path itself is not executed)")
+
+
+def _adapt_window(binding: Binding, fields: Fields) -> None:
+    """The window ``W`` in chunks, for a sliding-window spec stand-in."""
+    if "window" not in binding.functions:
+        return
+    window_fn = _guarded(_where(binding, "window"), binding.functions["window"])
+
+    def get_sliding_window_size_in_chunks(sw: Any, e: Any, tpc: Any) -> Any:
+        spec = SlidingWindowSpec(block_size=tpc, sliding_window=sw, extra_retained_tokens=e)
+        value = window_fn(spec, tpc)
+        if not _is_number(value):
+            raise _garbage(_where(binding, "window"), value, "an int for a sliding-window spec")
+        return value
+
+    fields["get_sliding_window_size_in_chunks"] = get_sliding_window_size_in_chunks
+
+
+def _adapt_load_window(binding: Binding, fields: Fields) -> None:
+    """The load window ``lw(N)``: the bound function (it needs the window adapter), or
+    ``W`` itself where the scanner has no initial window (0.28/0.29)."""
     f = binding.functions
     roles = binding.roles
-    fields: dict[str, Callable[..., Any]] = {}
-
-    def where(role: str) -> str:
-        rb = roles[role]
-        return f"{rb.qualname} ({rb.path}:{rb.line})"
-
-    # skipped tokens ------------------------------------------------------------------
-    if "skipped" in f:
-        skipped_fn = _guarded(where("skipped"), f["skipped"])
-
-        def get_num_skipped_tokens(n: Any, sliding_window: Any, extra_retained: Any) -> Any:
-            manager = types.SimpleNamespace(sliding_window=sliding_window,
-                                            extra_retained_tokens=extra_retained)
-            value = skipped_fn(manager, n)
-            if not _is_number(value):
-                raise _garbage(where("skipped"), value, "an int")
-            return value
-
-        def retained_block_range(n: Any, bs: Any, sw: Any, e: Any) -> tuple[Any, Any]:
-            return get_num_skipped_tokens(n, sw, e) // bs, cdiv(n, bs)
-
-        def load_chunk_range(hit: Any, local: Any, bs: Any, bpc: Any, sw: Any,
-                             e: Any) -> tuple[Any, Any]:
-            first = get_num_skipped_tokens(hit, sw, e) // bs
-            local_blocks = cdiv(local, bs)
-            if local_blocks > first:
-                first = local_blocks
-            return first // bpc, cdiv(hit, bs * bpc)
-
-        fields["get_num_skipped_tokens"] = get_num_skipped_tokens
-        fields["retained_block_range"] = retained_block_range
-        fields["load_chunk_range"] = load_chunk_range
-        roles["retained_range"] = RoleBinding(
-            "retained_range", "derived", "retained blocks Ret(n) and load set Load(N, L)",
-            note="[skipped(n) // bs, cdiv(n, bs)) from the bound get_num_skipped_tokens "
-                 "(the allocation path itself is not executed)")
-
-    # window W ------------------------------------------------------------------------
-    if "window" in f:
-        window_fn = _guarded(where("window"), f["window"])
-
-        def get_sliding_window_size_in_chunks(sw: Any, e: Any, tpc: Any) -> Any:
-            spec = SlidingWindowSpec(block_size=tpc, sliding_window=sw, extra_retained_tokens=e)
-            value = window_fn(spec, tpc)
-            if not _is_number(value):
-                raise _garbage(where("window"), value, "an int for a sliding-window spec")
-            return value
-
-        fields["get_sliding_window_size_in_chunks"] = get_sliding_window_size_in_chunks
-
-    # load window lw(N) ---------------------------------------------------------------
-    scan_params = _param_names(f["sw_scan"]) if "sw_scan" in f else []
-    scan_has_initial = "initial_window_size" in scan_params
     if "load_window" in f and "get_sliding_window_size_in_chunks" in fields:
-        lw_fn = _guarded(where("load_window"), f["load_window"])
+        lw_fn = _guarded(_where(binding, "load_window"), f["load_window"])
         window_adapter = fields["get_sliding_window_size_in_chunks"]
 
         def load_window_size_in_chunks(boundary: Any, sw: Any, e: Any, tpc: Any) -> Any:
@@ -490,11 +543,12 @@ def _build_adapters(binding: Binding) -> None:
                                  kv_cache_spec=spec, tokens_per_chunk=tpc, tokens_per_block=tpc)
             value = lw_fn(config, boundary)
             if not _is_number(value):
-                raise _garbage(where("load_window"), value, "an int for a sliding-window spec")
+                raise _garbage(_where(binding, "load_window"), value,
+                               "an int for a sliding-window spec")
             return value
 
         fields["load_window_size_in_chunks"] = load_window_size_in_chunks
-    elif "load_window" not in f and "sw_scan" in f and not scan_has_initial and \
+    elif "load_window" not in f and "sw_scan" in f and not _scan_has_initial(binding) and \
             "get_sliding_window_size_in_chunks" in fields:
         window_only = fields["get_sliding_window_size_in_chunks"]
 
@@ -511,184 +565,225 @@ def _build_adapters(binding: Binding) -> None:
     elif "load_window" in f:
         binding.missing_fields["load_window_size_in_chunks"] = "needs the window function"
 
-    # sliding-window scanner -----------------------------------------------------------
-    if "sw_scan" in f:
-        scan_fn = _guarded(where("sw_scan"), f["sw_scan"])
 
-        def sliding_window_lookup(lookup: Callable[[int], LookupResult], start: int, end: int,
-                                  initial_window: int, window: int) -> int | None:
-            keys = list(range(start, end))
-            sched = types.SimpleNamespace(manager=_Manager(lookup),
-                                          _events_tracker=_EventsTracker())
-            if scan_has_initial:
-                value = scan_fn(sched, keys, window, None, initial_window_size=initial_window)
-            else:
-                value = scan_fn(sched, keys, window, None)
-            if value is None:
-                return None
-            if not isinstance(value, int) or isinstance(value, bool) or \
-                    not 0 <= value <= len(keys):
-                raise _garbage(where("sw_scan"), value, f"None or an index in [0, {len(keys)}]")
-            return start + value
+def _adapt_sw_scan(binding: Binding, fields: Fields) -> None:
+    """The sliding-window scanner over a lookup callback (a manager stand-in)."""
+    if "sw_scan" not in binding.functions:
+        return
+    scan_fn = _guarded(_where(binding, "sw_scan"), binding.functions["sw_scan"])
+    scan_has_initial = _scan_has_initial(binding)
 
-        fields["sliding_window_lookup"] = sliding_window_lookup
+    def sliding_window_lookup(lookup: Callable[[int], LookupResult], start: int, end: int,
+                              initial_window: int, window: int) -> int | None:
+        keys = list(range(start, end))
+        sched = types.SimpleNamespace(manager=_Manager(lookup),
+                                      _events_tracker=_EventsTracker())
+        if scan_has_initial:
+            value = scan_fn(sched, keys, window, None, initial_window_size=initial_window)
+        else:
+            value = scan_fn(sched, keys, window, None)
+        if value is None:
+            return None
+        if not isinstance(value, int) or isinstance(value, bool) or \
+                not 0 <= value <= len(keys):
+            raise _garbage(_where(binding, "sw_scan"), value,
+                           f"None or an index in [0, {len(keys)}]")
+        return start + value
 
-    # prefix scanner ------------------------------------------------------------------------
-    if "prefix_scan" in f:
-        prefix_raw = f["prefix_scan"]
-        prefix_fn = _guarded(where("prefix_scan"), prefix_raw)
-        params = _param_names(prefix_raw)
-        known = {"self", "keys", "req_context", "req", "group_config", "start_chunk_idx"}
-        extra = [p for p in params if p not in known
-                 and inspect.signature(prefix_raw).parameters[p].default is inspect.Parameter.empty]
+    fields["sliding_window_lookup"] = sliding_window_lookup
 
-        def prefix_lookup(lookup: Callable[[int], LookupResult], start: int,
-                          end: int) -> int | None:
-            keys = list(range(start, end))
-            sched = types.SimpleNamespace(manager=_Manager(lookup),
-                                          _events_tracker=_EventsTracker())
-            request = types.SimpleNamespace(request_id="audit", num_tokens=end)
-            kwargs: dict[str, Any] = {"keys": keys, "req_context": None, "req": request,
-                                      "group_config": GroupConfig(),
-                                      "start_chunk_idx": start}
-            for name in extra:
-                kwargs[name] = 0  # e.g. a later recompute budget: none
-            value = prefix_fn(sched, **{k: v for k, v in kwargs.items() if k in params})
-            if value is None:
-                return None
-            if not isinstance(value, int) or isinstance(value, bool) or \
-                    not 0 <= value <= len(keys):
-                raise _garbage(where("prefix_scan"), value, f"None or a count in [0, {len(keys)}]")
-            return start + value
 
-        if extra:
-            roles["prefix_scan"].note = f"extra parameters {extra} passed as 0"
-        fields["prefix_lookup"] = prefix_lookup
+def _adapt_prefix_scan(binding: Binding, fields: Fields) -> None:
+    """The full-attention prefix scanner; required parameters it does not know (a later
+    release's recompute budget) are passed as 0."""
+    if "prefix_scan" not in binding.functions:
+        return
+    prefix_raw = binding.functions["prefix_scan"]
+    prefix_fn = _guarded(_where(binding, "prefix_scan"), prefix_raw)
+    params = _param_names(prefix_raw)
+    known = {"self", "keys", "req_context", "req", "group_config", "start_chunk_idx"}
+    extra = [p for p in params if p not in known
+             and inspect.signature(prefix_raw).parameters[p].default is inspect.Parameter.empty]
 
-    # store reachability -------------------------------------------------------------
-    manager_cls: Any = None
-    if "block_mask" in f:
-        contiguous = f.get("contiguous_blocks")
-        if contiguous is None:
-            def contiguous(cls: Any, window_size: Any, block_size: Any, use_eagle: bool) -> Any:
-                return cdiv(window_size - 1, block_size) + (1 if use_eagle else 0)
+    def prefix_lookup(lookup: Callable[[int], LookupResult], start: int,
+                      end: int) -> int | None:
+        keys = list(range(start, end))
+        sched = types.SimpleNamespace(manager=_Manager(lookup),
+                                      _events_tracker=_EventsTracker())
+        request = types.SimpleNamespace(request_id="audit", num_tokens=end)
+        kwargs: dict[str, Any] = {"keys": keys, "req_context": None, "req": request,
+                                  "group_config": GroupConfig(),
+                                  "start_chunk_idx": start}
+        for name in extra:
+            kwargs[name] = 0  # e.g. a later recompute budget: none
+        value = prefix_fn(sched, **{k: v for k, v in kwargs.items() if k in params})
+        if value is None:
+            return None
+        if not isinstance(value, int) or isinstance(value, bool) or \
+                not 0 <= value <= len(keys):
+            raise _garbage(_where(binding, "prefix_scan"), value,
+                           f"None or a count in [0, {len(keys)}]")
+        return start + value
 
-            roles["contiguous_blocks"].status = "derived"
-            roles["contiguous_blocks"].note = "absent; cdiv(window - 1, block) + eagle assumed"
-        manager_cls = type(SWM_CLS, (), {
-            "reachable_block_mask": classmethod(f["block_mask"]),
-            "_contiguous_blocks_for_hit": classmethod(contiguous),
-        })
-    mask_where = ""
+    if extra:
+        binding.roles["prefix_scan"].note = f"extra parameters {extra} passed as 0"
+    fields["prefix_lookup"] = prefix_lookup
 
-    def mask_value(mask: Any, what: str) -> bool:
-        if mask is None:
-            return True
-        if not isinstance(mask, list) or len(mask) != 1 or not isinstance(mask[0], bool):
-            raise _garbage(what, mask, "None or a list of one bool per block")
-        return mask[0]
 
+# -- store reachability ----------------------------------------------------------------
+def _adapt_reachability(binding: Binding, fields: Fields) -> None:
+    """``is_block_reachable`` from the first store-reachability shape the target has:
+    the scheduler's store mask over the manager's block mask (0.30+), the chunk-level
+    predicate (0.28/0.29), or the manager's block mask alone."""
+    f = binding.functions
+    manager_cls = _manager_class(binding)
     reach: Callable[..., Any] | None = None
+    note = ""
     if "store_mask" in f and manager_cls is not None:
-        store_fn = _guarded(where("store_mask"), f["store_mask"])
-        mask_where = where("store_mask")
-
-        def reach_store_mask(block: Any, alignment: int | None, block_tokens: int, sw: Any,
-                             e: Any, eagle: bool, retention: int | None,
-                             final_end_block: Any | None, replay_blocks: tuple[Any, ...] = (),
-                             blocks_per_chunk: int = 1) -> Any:
-            spec = SlidingWindowSpec(block_size=block_tokens, sliding_window=sw,
-                                     extra_retained_tokens=e)
-            config = GroupConfig(kv_cache_spec=spec, manager_cls=manager_cls,
-                                 is_eagle_group=bool(eagle), tokens_per_block=block_tokens,
-                                 tokens_per_chunk=block_tokens)
-            sched = types.SimpleNamespace(config=types.SimpleNamespace(
-                blocks_per_chunk=1, alignment_tokens=alignment, retention_interval=retention,
-                dcp_world_size=1))
-            mask = store_fn(sched, config, block, block + 1, final_end_block,
-                            tuple(b * block_tokens for b in replay_blocks))
-            return mask_value(mask, mask_where)
-
-        reach = reach_store_mask
-        roles["reachability"] = RoleBinding(
-            "reachability", "derived", "per-block store reachability",
-            note="_reachable_store_block_mask over one block (bpc = 1 view), driving "
-                 "reachable_block_mask through a SlidingWindowManager stand-in")
+        reach = _reach_via_store_mask(binding, manager_cls)
+        note = ("_reachable_store_block_mask over one block (bpc = 1 view), driving "
+                "reachable_block_mask through a SlidingWindowManager stand-in")
     elif "store_predicate" in f and "get_sliding_window_size_in_chunks" in fields:
-        predicate = _guarded(where("store_predicate"), f["store_predicate"])
-        window_adapter = fields["get_sliding_window_size_in_chunks"]
-        mask_where = where("store_predicate")
-
-        def reach_predicate(block: Any, alignment: int | None, block_tokens: int, sw: Any,
-                            e: Any, eagle: bool, retention: int | None,
-                            final_end_block: Any | None, replay_blocks: tuple[Any, ...] = (),
-                            blocks_per_chunk: int = 1) -> Any:
-            window = window_adapter(sw, e, block_tokens)
-            per: int | None = None
-            if alignment is not None and alignment > block_tokens:
-                per = alignment // block_tokens
-                if window >= per:
-                    per = None
-            storable = final_end_block if final_end_block is not None else block + (per or 1)
-            value = predicate(block, storable, per, window, bool(eagle))
-            if not isinstance(value, bool):
-                raise _garbage(mask_where, value, "a bool")
-            return value
-
-        reach = reach_predicate
-        roles["reachability"] = RoleBinding(
-            "reachability", "derived", "per-block store reachability",
-            note="is_store_reachable_swa_chunk at block granularity (bpc = 1 view); "
-                 "alignment_chunk_count = A // B when A > B and W < A // B (upstream's rule), "
-                 "storable count = the horizon passed to the mask; no retention interval")
+        reach = _reach_via_predicate(binding, fields["get_sliding_window_size_in_chunks"])
+        note = ("is_store_reachable_swa_chunk at block granularity (bpc = 1 view); "
+                "alignment_chunk_count = A // B when A > B and W < A // B (upstream's rule), "
+                "storable count = the horizon passed to the mask; no retention interval")
     elif manager_cls is not None:
-        block_mask_raw = f["block_mask"]
-        mask_params = _param_names(block_mask_raw)
-        mask_where = where("block_mask")
-
-        def reach_block_mask(block: Any, alignment: int | None, block_tokens: int, sw: Any,
-                             e: Any, eagle: bool, retention: int | None,
-                             final_end_block: Any | None, replay_blocks: tuple[Any, ...] = (),
-                             blocks_per_chunk: int = 1) -> Any:
-            spec = SlidingWindowSpec(block_size=block_tokens, sliding_window=sw,
-                                     extra_retained_tokens=e)
-            kwargs: dict[str, Any] = {
-                "start_block": block, "end_block": block + 1, "alignment_tokens": alignment,
-                "kv_cache_spec": spec, "use_eagle": bool(eagle),
-                "retention_interval": retention,
-                "reachable_boundaries": tuple(b * block_tokens for b in replay_blocks),
-            }
-            if "final_segment_end_block" in mask_params:
-                kwargs["final_segment_end_block"] = final_end_block
-            with _time_limit(mask_where):
-                try:
-                    mask = manager_cls.reachable_block_mask(**kwargs)
-                except Exception as exc:
-                    if _passthrough(exc):
-                        raise
-                    raise UpstreamError(f"{mask_where} raised {type(exc).__name__}: {exc}") \
-                        from exc
-            return mask_value(mask, mask_where)
-
-        reach = reach_block_mask
-        roles["reachability"] = RoleBinding(
-            "reachability", "derived", "per-block store reachability",
-            note="reachable_block_mask alone (no scheduler-side widening found)")
+        reach = _reach_via_block_mask(binding, manager_cls)
+        note = "reachable_block_mask alone (no scheduler-side widening found)"
     if reach is not None:
+        binding.roles["reachability"] = RoleBinding(
+            "reachability", "derived", "per-block store reachability", note=note)
         fields["is_block_reachable"] = reach
-    # store horizon (inferred from the shape of the store-job builder) ---------------
-    horizon = _infer_store_horizon(binding)
-    if horizon is not None:
-        fields["store_final_segment_end"] = horizon
 
+
+def _assumed_contiguous_blocks(cls: Any, window_size: Any, block_size: Any,
+                               use_eagle: bool) -> Any:
+    """Upstream's blocks-per-hit rule, used where ``_contiguous_blocks_for_hit`` is absent."""
+    return cdiv(window_size - 1, block_size) + (1 if use_eagle else 0)
+
+
+def _manager_class(binding: Binding) -> Any:
+    """A ``SlidingWindowManager`` stand-in class carrying the bound block mask and
+    contiguous-blocks rule (the assumed rule, recorded as derived, when that is absent);
+    None without a block mask."""
+    f = binding.functions
+    if "block_mask" not in f:
+        return None
+    contiguous = f.get("contiguous_blocks")
+    if contiguous is None:
+        contiguous = _assumed_contiguous_blocks
+        binding.roles["contiguous_blocks"].status = "derived"
+        binding.roles["contiguous_blocks"].note = "absent; cdiv(window - 1, block) + eagle assumed"
+    return type(SWM_CLS, (), {
+        "reachable_block_mask": classmethod(f["block_mask"]),
+        "_contiguous_blocks_for_hit": classmethod(contiguous),
+    })
+
+
+def _mask_value(mask: Any, what: str) -> bool:
+    """The one block's entry of a one-block mask (None marks every block reachable)."""
+    if mask is None:
+        return True
+    if not isinstance(mask, list) or len(mask) != 1 or not isinstance(mask[0], bool):
+        raise _garbage(what, mask, "None or a list of one bool per block")
+    return mask[0]
+
+
+def _reach_via_store_mask(binding: Binding, manager_cls: Any) -> Callable[..., Any]:
+    """Per-block reachability through the scheduler's ``_reachable_store_block_mask``
+    over one block, driving the manager stand-in's block mask (0.30+)."""
+    store_fn = _guarded(_where(binding, "store_mask"), binding.functions["store_mask"])
+    mask_where = _where(binding, "store_mask")
+
+    def reach_store_mask(block: Any, alignment: int | None, block_tokens: int, sw: Any,
+                         e: Any, eagle: bool, retention: int | None,
+                         final_end_block: Any | None, replay_blocks: tuple[Any, ...] = (),
+                         blocks_per_chunk: int = 1) -> Any:
+        spec = SlidingWindowSpec(block_size=block_tokens, sliding_window=sw,
+                                 extra_retained_tokens=e)
+        config = GroupConfig(kv_cache_spec=spec, manager_cls=manager_cls,
+                             is_eagle_group=bool(eagle), tokens_per_block=block_tokens,
+                             tokens_per_chunk=block_tokens)
+        sched = types.SimpleNamespace(config=types.SimpleNamespace(
+            blocks_per_chunk=1, alignment_tokens=alignment, retention_interval=retention,
+            dcp_world_size=1))
+        mask = store_fn(sched, config, block, block + 1, final_end_block,
+                        tuple(b * block_tokens for b in replay_blocks))
+        return _mask_value(mask, mask_where)
+
+    return reach_store_mask
+
+
+def _reach_via_predicate(binding: Binding,
+                         window_adapter: Callable[..., Any]) -> Callable[..., Any]:
+    """Per-block reachability through ``is_store_reachable_swa_chunk`` (0.28/0.29), with
+    upstream's alignment rule and the horizon as the storable count."""
+    predicate = _guarded(_where(binding, "store_predicate"), binding.functions["store_predicate"])
+    mask_where = _where(binding, "store_predicate")
+
+    def reach_predicate(block: Any, alignment: int | None, block_tokens: int, sw: Any,
+                        e: Any, eagle: bool, retention: int | None,
+                        final_end_block: Any | None, replay_blocks: tuple[Any, ...] = (),
+                        blocks_per_chunk: int = 1) -> Any:
+        window = window_adapter(sw, e, block_tokens)
+        per: int | None = None
+        if alignment is not None and alignment > block_tokens:
+            per = alignment // block_tokens
+            if window >= per:
+                per = None
+        storable = final_end_block if final_end_block is not None else block + (per or 1)
+        value = predicate(block, storable, per, window, bool(eagle))
+        if not isinstance(value, bool):
+            raise _garbage(mask_where, value, "a bool")
+        return value
+
+    return reach_predicate
+
+
+def _reach_via_block_mask(binding: Binding, manager_cls: Any) -> Callable[..., Any]:
+    """Per-block reachability through the manager's ``reachable_block_mask`` alone."""
+    mask_params = _param_names(binding.functions["block_mask"])
+    mask_where = _where(binding, "block_mask")
+
+    def reach_block_mask(block: Any, alignment: int | None, block_tokens: int, sw: Any,
+                         e: Any, eagle: bool, retention: int | None,
+                         final_end_block: Any | None, replay_blocks: tuple[Any, ...] = (),
+                         blocks_per_chunk: int = 1) -> Any:
+        spec = SlidingWindowSpec(block_size=block_tokens, sliding_window=sw,
+                                 extra_retained_tokens=e)
+        kwargs: dict[str, Any] = {
+            "start_block": block, "end_block": block + 1, "alignment_tokens": alignment,
+            "kv_cache_spec": spec, "use_eagle": bool(eagle),
+            "retention_interval": retention,
+            "reachable_boundaries": tuple(b * block_tokens for b in replay_blocks),
+        }
+        if "final_segment_end_block" in mask_params:
+            kwargs["final_segment_end_block"] = final_end_block
+        with _time_limit(mask_where):
+            try:
+                mask = manager_cls.reachable_block_mask(**kwargs)
+            except Exception as exc:
+                if _passthrough(exc):
+                    raise
+                raise UpstreamError(f"{mask_where} raised {type(exc).__name__}: {exc}") \
+                    from exc
+        return _mask_value(mask, mask_where)
+
+    return reach_block_mask
+
+
+# -- the bundle ---------------------------------------------------------------------------
+def _assemble_implementation(binding: Binding, fields: Fields) -> Implementation:
+    """The Implementation of the adapted fields; a field that could not be bound raises
+    :class:`MissingRole` with the reason recorded in ``binding.missing_fields``."""
     for name in FIELD_ROLES:
         if name not in fields and name not in binding.missing_fields:
-            needed = [r for r in FIELD_ROLES[name]]
             binding.missing_fields[name] = "missing " + ", ".join(
-                _role_display(binding, r) for r in needed)
+                _role_display(binding, r) for r in FIELD_ROLES[name])
     filled = {name: fields.get(name, _missing_field(name, binding.missing_fields.get(name, "")))
               for name in FIELD_ROLES}
-    binding.implementation = Implementation(
+    return Implementation(
         name=binding.target.name, description=binding.target.display(), **filled)
 
 
@@ -711,7 +806,7 @@ def _missing_field(name: str, reason: str) -> Callable[..., Any]:
 
 
 def _prompt_horizon(status: str, prompt_horizon_chunks: int, current_chunks: int) -> int:
-    if status in ("finished", "aborted"):
+    if status in ENDED_STATUSES:
         return current_chunks
     return prompt_horizon_chunks
 
@@ -766,53 +861,67 @@ def _candidates(target: Target, spec: RoleSpec) -> list[tuple[Path, str]]:
 
 def bind(target: Target) -> Binding:
     """Locate, compile and adapt every role of ``target`` (builtins bind to themselves)."""
-    binding = Binding(target)
     if target.kind == "builtin":
-        assert target.builtin is not None
-        binding.implementation = VARIANTS[target.builtin]
-        for spec in ROLES:
-            binding.roles[spec.role] = RoleBinding(
-                spec.role, "found", spec.what, qualname=f"kvcontract.impl ({target.builtin})",
-                note="built-in implementation")
-        return binding
-    indexes: dict[Path, dict[str, Located]] = {}
+        return _bind_builtin(target)
+    binding = Binding(target)
+    index = _FunctionIndex()
     for spec in ROLES:
-        located: Located | None = None
-        for path, qualname in _candidates(target, spec):
-            if not path.is_file():
-                continue
-            if path not in indexes:
-                indexes[path] = _index(path)
-            hit = indexes[path].get(qualname)
-            if hit is None and target.kind == "module":
-                # A patched file may nest the function in any class.
-                hit = next((loc for q, loc in indexes[path].items()
-                            if q.rsplit(".", 1)[-1] == qualname), None)
-            if hit is not None:
-                located = hit
-                break
+        located = _locate(target, spec, index)
         if located is None:
-            binding.roles[spec.role] = RoleBinding(spec.role, "missing", spec.what,
-                                                   note="not found in " + ", ".join(
-                                                       sorted({str(p) for p, _ in
-                                                               _candidates(target, spec)})))
-            continue
-        rb = RoleBinding(spec.role, "found", spec.what, qualname=located.qualname,
-                         path=str(located.path), line=located.line)
-        try:
-            fn = _compile(located)
-            rb.signature = f"{located.node.name}{inspect.signature(fn)}"
-        except Exception as exc:  # a definition that cannot even be created is a finding
-            rb.status = "error"
-            rb.note = f"cannot define it with stand-ins: {type(exc).__name__}: {exc}"
-            binding.roles[spec.role] = rb
-            continue
-        binding.functions[spec.role] = fn
-        binding.nodes[spec.role] = located.node
-        binding.roles[spec.role] = rb
+            binding.roles[spec.role] = _not_found(target, spec)
+        else:
+            _bind_located(binding, spec, located)
     _describe_shapes(binding)
     _build_adapters(binding)
     return binding
+
+
+def _bind_builtin(target: Target) -> Binding:
+    """A built-in implementation, bound to itself with every role found."""
+    binding = Binding(target)
+    assert target.builtin is not None
+    binding.implementation = VARIANTS[target.builtin]
+    for spec in ROLES:
+        binding.roles[spec.role] = RoleBinding(
+            spec.role, "found", spec.what, qualname=f"kvcontract.impl ({target.builtin})",
+            note="built-in implementation")
+    return binding
+
+
+def _locate(target: Target, spec: RoleSpec, index: _FunctionIndex) -> Located | None:
+    """The role's definition: the first candidate (file, qualified name) that exists."""
+    for path, qualname in _candidates(target, spec):
+        if not path.is_file():
+            continue
+        hit = index.find(path, qualname, any_class=target.kind == "module")
+        if hit is not None:
+            return hit
+    return None
+
+
+def _not_found(target: Target, spec: RoleSpec) -> RoleBinding:
+    """The record of a role none of whose candidates exists (it names the files searched)."""
+    return RoleBinding(spec.role, "missing", spec.what,
+                       note="not found in " + ", ".join(
+                           sorted({str(p) for p, _ in _candidates(target, spec)})))
+
+
+def _bind_located(binding: Binding, spec: RoleSpec, located: Located) -> None:
+    """Compile a located definition among the stand-ins and record the role; a definition
+    that cannot even be created is recorded with status ``error`` (a finding)."""
+    rb = RoleBinding(spec.role, "found", spec.what, qualname=located.qualname,
+                     path=str(located.path), line=located.line)
+    try:
+        fn = _compile(located)
+        rb.signature = f"{located.node.name}{inspect.signature(fn)}"
+    except Exception as exc:  # a definition that cannot even be created is a finding
+        rb.status = "error"
+        rb.note = f"cannot define it with stand-ins: {type(exc).__name__}: {exc}"
+        binding.roles[spec.role] = rb
+        return
+    binding.functions[spec.role] = fn
+    binding.nodes[spec.role] = located.node
+    binding.roles[spec.role] = rb
 
 
 def _describe_shapes(binding: Binding) -> None:

@@ -15,6 +15,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from kvcontract.errors import UsageError
+from kvcontract.vocabulary import Verdict
 
 
 def _options(clauses: Sequence[str], call_timeout: float, budget: float,
@@ -59,7 +60,8 @@ def draw_pictures(binding: Binding, report: dict[str, Any], out_dir: str,
         directory.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise UsageError(f"cannot create {directory}: {exc.strerror}") from None
-    rows = [r for r in report["results"] if r["verdict"] == "COUNTEREXAMPLE" and r.get("witness")]
+    rows = [r for r in report["results"]
+            if r["verdict"] == Verdict.COUNTEREXAMPLE and r.get("witness")]
     notes = report.setdefault("picture_notes", [])
 
     def job() -> dict[str, Any]:

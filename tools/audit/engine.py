@@ -2,13 +2,15 @@
 
 For every theorem whose functions are bound (:mod:`.binding`), in a sandbox child:
 
-* a :class:`~kvcontract.proofs.theorem.Z3Theorem` is first decided by Z3, lifting the
+* a formula property (:class:`~kvcontract.spec.properties.FormulaProperty`) is first
+  decided by Z3 (:func:`kvcontract.proofs.theorem.prove_formula`), lifting the
   upstream code over symbolic integers (evidence ``proved``). Upstream code that cannot
   be lifted (a block mask builds a list over a symbolic range) is searched concretely
   instead: Z3 picks admissible cases of every configuration (cases a random search
   hardly ever hits, e.g. a chunk inside a boundary's demanded range), then Hypothesis
   draws more and shrinks any failure (evidence ``examples``, with the count);
-* an :class:`~kvcontract.proofs.theorem.ExhaustiveTheorem` enumerates its domain in
+* a case property (:class:`~kvcontract.spec.properties.CaseProperty`) enumerates its
+  space in
   increasing size within a time budget (evidence ``exhausted``, or ``examples`` when
   the budget ends first); scanner theorems also get a Hypothesis search over longer
   sequences.
@@ -32,10 +34,12 @@ import z3
 from kvcontract.impl.bundle import Implementation
 from kvcontract.impl.variants import REFERENCE
 from kvcontract.proofs.runner import catalog
-from kvcontract.proofs.theorem import Config, Env, ExhaustiveTheorem, Theorem, Z3Theorem
+from kvcontract.proofs.theorem import SymbolicEnv, run_property
 from kvcontract.proofs.uses import LOOKUP_FUNCTIONS, STORE_FUNCTIONS, THEOREM_FUNCTIONS
 from kvcontract.proofs.verdicts import TheoremResult, Verdict
 from kvcontract.spec.clauses import CLAUSES, get_clause
+from kvcontract.spec.properties import CaseProperty, Config, Env, FormulaProperty, Property
+from kvcontract.spec.properties.base import HYPOTHESES_ONLY
 from kvcontract.tools.audit.binding import Binding, UpstreamError
 from kvcontract.tools.audit.sandbox import Outcome, run_jobs
 
@@ -58,20 +62,20 @@ UPSTREAM_LOOKUP = "upstream-lookup-"
 VIA_UPSTREAM_LOOKUP = "upstream's _lookup_complete_chunks, driven through stand-ins"
 
 
-def theorem_fields(theorem: Theorem) -> tuple[str, ...]:
+def theorem_fields(theorem: Property) -> tuple[str, ...]:
     if theorem.name.startswith(UPSTREAM_LOOKUP):
         return _LOOKUP_FIELDS
     return THEOREM_FIELDS.get(theorem.name.split("[", 1)[0], ALL_FIELDS)
 
 
-def theorems_for(binding: Binding) -> list[Theorem]:
+def theorems_for(binding: Binding) -> list[Property]:
     """The prover's catalogue, plus the theorems over upstream's own multi-group loop."""
     from kvcontract.tools.audit.lookup import upstream_lookup_theorems
 
     return [*catalog(), *upstream_lookup_theorems(binding)]
 
 
-def is_spec_only(theorem: Theorem) -> bool:
+def is_spec_only(theorem: Property) -> bool:
     """The sequence theorems prove the spec's scanner; they never call the implementation."""
     name: str = theorem.name
     return name.startswith("spec-")
@@ -162,38 +166,16 @@ def _role_names(binding: Binding, roles: list[str]) -> list[str]:
 
 
 # -- concrete search for Z3 theorems ---------------------------------------------------------
-def _dummy(value: Any) -> Callable[..., Any]:
-    def constant(*args: Any) -> Any:
-        return value
-
-    return constant
-
-
-HYPOTHESES_ONLY = Implementation(
-    name="hypotheses-only",
-    description="constant stand-ins: builds a statement's hypotheses without lifting code",
-    get_num_skipped_tokens=_dummy(0),
-    retained_block_range=_dummy((0, 0)),
-    load_chunk_range=_dummy((0, 0)),
-    get_sliding_window_size_in_chunks=_dummy(1),
-    load_window_size_in_chunks=_dummy(1),
-    sliding_window_lookup=_dummy(None),
-    prefix_lookup=_dummy(None),
-    is_block_reachable=_dummy(True),
-    store_final_segment_end=_dummy(0),
-)
-"""The hypotheses of every arithmetic theorem are built before (and independently of)
-its implementation calls, so constant stand-ins yield them cheaply, concrete or symbolic."""
-
-
-def _admissible(theorem: Z3Theorem, values: dict[str, int]) -> bool:
+def _admissible(theorem: FormulaProperty, values: dict[str, int]) -> bool:
     """Whether the theorem's hypotheses hold (they never depend on the implementation)."""
     hyps, _ = theorem.statement(Env(values), HYPOTHESES_ONLY)
     admissible: bool = all(bool(h) for h in hyps)
     return admissible
 
 
-def _violation(theorem: Z3Theorem, impl: Implementation, values: dict[str, int]) -> str | None:
+def _violation(
+    theorem: FormulaProperty, impl: Implementation, values: dict[str, int]
+) -> str | None:
     """The failure message for admissible ``values`` (upstream executed), or None."""
     try:
         _, goal = theorem.statement(Env(values), impl)
@@ -208,11 +190,11 @@ def _violation(theorem: Z3Theorem, impl: Implementation, values: dict[str, int])
     return f"{theorem.description} fails for {shown}"
 
 
-def _z3_models(theorem: Z3Theorem, config: Config, bound: int, count: int,
+def _z3_models(theorem: FormulaProperty, config: Config, bound: int, count: int,
                seed: int) -> list[dict[str, int]]:
     """Up to ``count`` admissible assignments of the free variables, values <= bound."""
     variables = [z3.Int(name) for name in theorem.variables]
-    env = Env({**config.values, **{str(v): v for v in variables}})
+    env = SymbolicEnv({**config.values, **{str(v): v for v in variables}})
     try:
         hyps, _ = theorem.statement(env, HYPOTHESES_ONLY)
     except Exception:
@@ -233,7 +215,7 @@ def _z3_models(theorem: Z3Theorem, config: Config, bound: int, count: int,
     return models
 
 
-def _shrink(theorem: Z3Theorem, impl: Implementation, values: dict[str, int],
+def _shrink(theorem: FormulaProperty, impl: Implementation, values: dict[str, int],
             deadline: float) -> dict[str, int]:
     """Greedy: lower each free variable while the case stays admissible and failing."""
     current = dict(values)
@@ -252,7 +234,7 @@ def _shrink(theorem: Z3Theorem, impl: Implementation, values: dict[str, int],
     return current
 
 
-def _hypothesis_search(theorem: Z3Theorem, impl: Implementation, configs: list[Config],
+def _hypothesis_search(theorem: FormulaProperty, impl: Implementation, configs: list[Config],
                        examples: int, seed: int) -> tuple[int, dict[str, int] | None]:
     """Hypothesis over configurations and free variables; a shrunk failure, if any."""
     from hypothesis import HealthCheck, given, settings
@@ -282,7 +264,7 @@ def _hypothesis_search(theorem: Z3Theorem, impl: Implementation, configs: list[C
     return admissible[0], (failing[-1] if failing else None)
 
 
-def _concrete_z3_theorem(theorem: Z3Theorem, impl: Implementation, options: AuditOptions,
+def _concrete_z3_theorem(theorem: FormulaProperty, impl: Implementation, options: AuditOptions,
                          why: str) -> TheoremResult:
     started = time.perf_counter()
     deadline = started + options.budget
@@ -329,12 +311,12 @@ def _concrete_z3_theorem(theorem: Z3Theorem, impl: Implementation, options: Audi
 
 
 # -- exhaustive theorems within a budget ---------------------------------------------------
-def _scan_hypothesis(theorem: ExhaustiveTheorem, impl: Implementation, examples: int) -> tuple[
+def _scan_hypothesis(theorem: CaseProperty, impl: Implementation, examples: int) -> tuple[
         int, Any]:
     """Longer lookup-state sequences (7 to 14 keys) than the exhaustive domain."""
     from hypothesis import HealthCheck, given, settings
     from hypothesis import strategies as st
-    from kvcontract.proofs.exhaustive_theorems import ALL_STATES, ScanCase
+    from kvcontract.spec.properties.scan import ALL_STATES, ScanCase
 
     if examples < 1:
         return 0, None
@@ -361,7 +343,7 @@ def _scan_hypothesis(theorem: ExhaustiveTheorem, impl: Implementation, examples:
     return count[0], (failing[-1] if failing else None)
 
 
-def _family(theorems: Sequence[ExhaustiveTheorem], impl: Implementation,
+def _family(theorems: Sequence[CaseProperty], impl: Implementation,
             options: AuditOptions) -> list[tuple[TheoremResult, Any]]:
     """One budgeted pass over the cases the theorems share (smallest first).
 
@@ -382,7 +364,7 @@ def _family(theorems: Sequence[ExhaustiveTheorem], impl: Implementation,
     open_ = list(range(len(theorems)))
     complete = True
     clock = time.perf_counter
-    for case in theorems[0].cases():
+    for case in theorems[0].space.cases():
         if not open_:
             break
         if clock() > deadline:
@@ -400,7 +382,7 @@ def _family(theorems: Sequence[ExhaustiveTheorem], impl: Implementation,
             if violation is not None:
                 results[j].verdict = Verdict.COUNTEREXAMPLE
                 results[j].witness = {"kind": "exhaustive", "theorem": theorem.theorem_id,
-                                      **theorem.case_to_json(case)}
+                                      **theorem.space.to_json(case)}
                 results[j].message = violation
                 witnesses[j] = case
                 open_.remove(j)
@@ -416,7 +398,7 @@ def _family(theorems: Sequence[ExhaustiveTheorem], impl: Implementation,
                 witnesses[j] = longer
                 result.verdict = Verdict.COUNTEREXAMPLE
                 result.witness = {"kind": "exhaustive", "theorem": theorem.theorem_id,
-                                  **theorem.case_to_json(longer)}
+                                  **theorem.space.to_json(longer)}
                 try:
                     result.message = theorem.check(longer, impl) or ""
                 except Exception as exc:
@@ -435,14 +417,14 @@ def _family(theorems: Sequence[ExhaustiveTheorem], impl: Implementation,
     return out
 
 
-def _exhaustive(theorem: ExhaustiveTheorem, impl: Implementation,
+def _exhaustive(theorem: CaseProperty, impl: Implementation,
                 options: AuditOptions) -> tuple[TheoremResult, Any]:
     return _family([theorem], impl, options)[0]
 
 
 # -- blame --------------------------------------------------------------------------------------
-def _fails(theorem: Theorem, impl: Implementation, witness: Any) -> bool:
-    if isinstance(theorem, Z3Theorem):
+def _fails(theorem: Property, impl: Implementation, witness: Any) -> bool:
+    if isinstance(theorem, FormulaProperty):
         return _admissible(theorem, witness) and _violation(theorem, impl, witness) is not None
     try:
         return theorem.check(witness, impl) is not None
@@ -450,7 +432,7 @@ def _fails(theorem: Theorem, impl: Implementation, witness: Any) -> bool:
         return True
 
 
-def blame(theorem: Theorem, impl: Implementation, witness: Any) -> list[str]:
+def blame(theorem: Property, impl: Implementation, witness: Any) -> list[str]:
     """The bound fields whose replacement by the reference makes the witness pass."""
     culprits = []
     for name in theorem_fields(theorem):
@@ -464,16 +446,16 @@ def blame(theorem: Theorem, impl: Implementation, witness: Any) -> list[str]:
 
 
 # -- one theorem, in the child ------------------------------------------------------------------
-def _decide(theorem: Theorem, impl: Implementation,
+def _decide(theorem: Property, impl: Implementation,
             options: AuditOptions) -> tuple[TheoremResult, str, Any]:
     """Verdict, evidence and the witness case of one non-family theorem."""
-    if not isinstance(theorem, Z3Theorem):
+    if not isinstance(theorem, FormulaProperty):
         result, witness_case = _exhaustive(theorem, impl, options)
         return result, _exhaustive_evidence(result), witness_case
     evidence = "proved"
     why = ""
     try:
-        result = theorem.run(impl)
+        result = run_property(theorem, impl)
         if result.verdict is Verdict.UNKNOWN and "could not be lifted" in result.message:
             why = result.message.split(": ", 1)[-1]
     except UpstreamError as exc:
@@ -493,7 +475,7 @@ def _exhaustive_evidence(result: TheoremResult) -> str:
     return "exhausted" if result.domain.endswith(("exhaustive)", "keys")) else "examples"
 
 
-def _row(theorem: Theorem, result: TheoremResult, evidence: str, witness_case: Any,
+def _row(theorem: Property, result: TheoremResult, evidence: str, witness_case: Any,
          binding: Binding) -> dict[str, Any]:
     """The report row: verdict, evidence, how it was checked, blame and location."""
     impl = binding.implementation
@@ -529,7 +511,7 @@ def _row(theorem: Theorem, result: TheoremResult, evidence: str, witness_case: A
     return row
 
 
-def check_theorem(theorem: Theorem, binding: Binding, options: AuditOptions) -> dict[str, Any]:
+def check_theorem(theorem: Property, binding: Binding, options: AuditOptions) -> dict[str, Any]:
     """Decide one theorem on the bound implementation (runs in a sandbox child)."""
     impl = binding.implementation
     assert impl is not None
@@ -537,7 +519,7 @@ def check_theorem(theorem: Theorem, binding: Binding, options: AuditOptions) -> 
     return _row(theorem, result, evidence, witness_case, binding)
 
 
-def check_family(theorems: Sequence[ExhaustiveTheorem], binding: Binding,
+def check_family(theorems: Sequence[CaseProperty], binding: Binding,
                  options: AuditOptions) -> list[dict[str, Any]]:
     """Decide a family of exhaustive theorems in one pass (runs in a sandbox child)."""
     impl = binding.implementation
@@ -547,13 +529,13 @@ def check_family(theorems: Sequence[ExhaustiveTheorem], binding: Binding,
                                          strict=True)]
 
 
-def _units(theorems: Sequence[Theorem], indices: Sequence[int]) -> list[list[int]]:
+def _units(theorems: Sequence[Property], indices: Sequence[int]) -> list[list[int]]:
     """Work units: one per family of exhaustive theorems, one per other theorem."""
     families: dict[str, list[int]] = {}
     units: list[list[int]] = []
     for index in indices:
         name = str(getattr(theorems[index], "family", "") or "")
-        if isinstance(theorems[index], ExhaustiveTheorem) and name:
+        if isinstance(theorems[index], CaseProperty) and name:
             if name not in families:
                 families[name] = []
                 units.append(families[name])

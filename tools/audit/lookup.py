@@ -8,7 +8,9 @@ whose ``lookup`` answers from the case's chunk states, and the bound upstream sc
 its methods); a stand-in request state carries the offload keys (one per complete
 chunk, as ``(group, chunk)``), the local hit and the token count. The same lookup-state
 domain as the catalogue is checked against the spec (:mod:`kvcontract.spec.multigroup`),
-so a defect in the convergence loop itself (not only in a primitive) is found.
+so a defect in the convergence loop itself (not only in a primitive) is found. The
+properties are the catalogue's own (:mod:`kvcontract.spec.properties.lookup`): only the
+observation differs (upstream's loop instead of kvcontract's), so nothing is restated.
 """
 
 from __future__ import annotations
@@ -20,11 +22,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kvcontract.impl.bundle import Implementation
-from kvcontract.proofs.exhaustive_theorems import LookupCase, lookup_cases, lookup_domain
-from kvcontract.proofs.theorem import ExhaustiveTheorem
-from kvcontract.spec import multigroup
 from kvcontract.spec.geometry import Geometry, GroupKind
-from kvcontract.spec.lookup import HIT, HIT_PENDING, LookupResult
+from kvcontract.spec.lookup import LookupResult
+from kvcontract.spec.properties import CaseProperty
+from kvcontract.spec.properties.base import LastCase
+from kvcontract.spec.properties.lookup import (
+    LOOKUP_SPACE,
+    LookupCase,
+    LookupObservation,
+    lookup_properties,
+)
 from kvcontract.tools.audit.binding import (
     Binding,
     FullAttentionSpec,
@@ -127,122 +134,31 @@ def make_runner(binding: Binding) -> Callable[[Geometry, int, int, Callable[[int
     return run
 
 
-_LAST: dict[str, Any] = {}
+UPSTREAM_LOOKUP_PROPERTIES = ("lookup-loads-only-hit", "lookup-defers-only-in-scope",
+                              "lookup-is-maximal", "lookup-converges")
+"""The lookup properties judged on upstream's loop (C5's pops are not observable there)."""
 
 
-def _outcome(run: Callable[..., UpstreamOutcome], case: LookupCase) -> UpstreamOutcome:
-    """Upstream's answer for a case, computed once for the four theorems (a one-entry
-    memo: the family pass checks every theorem on a case before the next case)."""
-    if _LAST.get("case") is not case or _LAST.get("run") is not run:
-        _LAST.update(case=case, run=run, value=None, error=None)
-        try:
-            _LAST["value"] = run(case.geometry, case.num_tokens, case.local_hit,
-                                 lambda g, k: case.states[g][k])
-        except Exception as exc:
-            _LAST["error"] = exc
-    if _LAST["error"] is not None:
-        raise _LAST["error"]
-    value: UpstreamOutcome = _LAST["value"]
-    return value
-
-
-def _answer(case: LookupCase) -> multigroup.ContractAnswer:
-    if _LAST.get("answer_case") is not case:
-        _LAST["answer_case"] = case
-        _LAST["answer"] = multigroup.contract_answer(case.geometry, case.num_tokens,
-                                                     case.local_hit, dict(enumerate(case.states)))
-    answer: multigroup.ContractAnswer = _LAST["answer"]
-    return answer
-
-
-def _checks(run: Callable[..., UpstreamOutcome]) -> dict[str, Callable[[LookupCase,
-                                                                          Implementation],
-                                                                         str | None]]:
-    def loads_only_hit(case: LookupCase, impl: Implementation) -> str | None:
-        outcome = _outcome(run, case)
-        hit = outcome.hit_tokens
-        if hit is None or hit <= case.local_hit:
-            return None
-        for g, group in enumerate(case.geometry.groups):
-            lo, hi = multigroup.load_range(case.geometry, group, hit, case.local_hit)
-            for k in range(lo, hi):
-                state = case.states[g][k] if k < len(case.states[g]) else None
-                if state != HIT:
-                    shown = "absent (no key)" if state is None else state.name
-                    crash = "not found in cache" if state in (None, LookupResult.MISS) \
-                        else "not ready"
-                    return (f"upstream accepted hit {hit} but group {g} must load chunk {k}, "
-                            f"which is {shown}: '{crash}' at load time")
-        return None
-
-    def defers_only_in_scope(case: LookupCase, impl: Implementation) -> str | None:
-        outcome = _outcome(run, case)
-        if outcome.hit_tokens is not None:
-            return None
-        answer = _answer(case)
-        if not answer.pending_in_window:
-            return ("upstream deferred, but no chunk read for the best boundary "
-                    f"{answer.best_present} is pending (and no RETRY was seen)")
-        return None
-
-    def is_maximal(case: LookupCase, impl: Implementation) -> str | None:
-        outcome = _outcome(run, case)
-        if outcome.hit_tokens is None:
-            return None
-        answer = _answer(case)
-        expected = answer.best_present if answer.best_present is not None else case.local_hit
-        if outcome.hit_tokens < expected:
-            return (f"upstream accepted {outcome.hit_tokens}; the largest servable boundary "
-                    f"is {expected}")
-        return None
-
-    def converges(case: LookupCase, impl: Implementation) -> str | None:
-        outcome = _outcome(run, case)
-        hit = outcome.hit_tokens
-        if hit is None or hit <= case.local_hit:
-            return None
-        for g, group in enumerate(case.geometry.groups):
-            if not multigroup.group_accepts(
-                case.geometry, group, hit, case.local_hit, case.num_tokens,
-                lambda k, g=g: case.states[g][k] in (HIT, HIT_PENDING),
-            ):
-                return f"upstream's final hit {hit} is not servable by group {g}"
-        return None
-
-    return {"loads_only_hit": loads_only_hit, "defers_only_in_scope": defers_only_in_scope,
-            "is_maximal": is_maximal, "converges": converges}
-
-
-def upstream_lookup_theorems(binding: Binding) -> list[ExhaustiveTheorem]:
-    """Theorems over upstream's ``_lookup_complete_chunks`` (empty when it is not bound)."""
+def upstream_lookup_theorems(binding: Binding) -> list[CaseProperty]:
+    """The lookup properties, observed on upstream's ``_lookup_complete_chunks`` (empty
+    when it is not bound); their ids are ``Cn/upstream-<name>``."""
     if missing_roles(binding):
         return []
-    checks = _checks(make_runner(binding))
-    domain = lookup_domain()
+    run = make_runner(binding)
 
-    def to_json(case: LookupCase) -> dict[str, Any]:
-        data: dict[str, Any] = case.to_json()
-        return data
+    def observe_upstream(case: LookupCase, impl: Implementation) -> LookupObservation:
+        del impl  # upstream's loop is bound to its own primitives
+        outcome = run(case.geometry, case.num_tokens, case.local_hit,
+                      lambda g, k: case.states[g][k])
+        return LookupObservation(outcome.hit_tokens, lookups=outcome.lookups)
 
-    family: dict[str, Any] = (
-        {"family": "upstream-lookup"}
-        if "family" in getattr(ExhaustiveTheorem, "__dataclass_fields__", {}) else {})
-    theorems = [
-        ExhaustiveTheorem("C2", "upstream-lookup-loads-only-hit",
-                          "upstream's multi-group lookup loads only HIT chunks",
-                          lookup_cases, checks["loads_only_hit"], domain, to_json),
-        ExhaustiveTheorem("C3", "upstream-lookup-defers-only-in-scope",
-                          "upstream's multi-group lookup defers only for a pending chunk "
-                          "it would read", lookup_cases, checks["defers_only_in_scope"],
-                          domain, to_json),
-        ExhaustiveTheorem("C4", "upstream-lookup-is-maximal",
-                          "upstream's multi-group lookup loses no servable boundary",
-                          lookup_cases, checks["is_maximal"], domain, to_json),
-        ExhaustiveTheorem("C6", "upstream-lookup-converges",
-                          "upstream's final hit is servable by every group",
-                          lookup_cases, checks["converges"], domain, to_json),
+    space = dataclasses.replace(LOOKUP_SPACE, family="upstream-lookup",
+                                observe=LastCase(observe_upstream))
+    return [
+        dataclasses.replace(prop, name=f"upstream-{prop.name}", space=space,
+                            description=f"upstream's loop: {prop.description}")
+        for prop in lookup_properties() if prop.name in UPSTREAM_LOOKUP_PROPERTIES
     ]
-    return [dataclasses.replace(t, **family) for t in theorems]
 
 
 __all__ = ["UpstreamError", "UpstreamOutcome", "make_runner", "missing_roles",

@@ -12,22 +12,20 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from kvcontract.proofs.verdicts import EXIT_COUNTEREXAMPLE, EXIT_OK, EXIT_UNKNOWN
 from kvcontract.tools.audit.binding import Binding
 from kvcontract.tools.audit.engine import AuditRun, clause_summary
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from kvcontract.vocabulary import EXIT_UNKNOWN, Verdict, exit_code_for, worst_exit_code
+
 
 def exit_code(report: dict[str, Any]) -> int:
-    """0 every checked theorem holds; 1 a counterexample; 3 unknown, or nothing checked."""
-    verdicts = {r["verdict"] for r in report["results"]}
-    if "COUNTEREXAMPLE" in verdicts:
-        return int(EXIT_COUNTEREXAMPLE)
-    if verdicts & {"UNKNOWN", "VACUOUS"} or not report["results"]:
-        return int(EXIT_UNKNOWN)
-    return int(EXIT_OK)
+    """0 every checked theorem holds; 1 a counterexample; 3 unknown, or nothing checked
+    (the policy of :func:`kvcontract.vocabulary.exit_code_for`, with an empty audit
+    undecided)."""
+    return exit_code_for((r["verdict"] for r in report["results"]), empty=EXIT_UNKNOWN)
 
 
 def build_report(binding: Binding, run: AuditRun,
@@ -57,14 +55,16 @@ def build_report(binding: Binding, run: AuditRun,
         report["comparison"] = comparison
     report["exit_code"] = exit_code(report)
     if comparison is not None:
-        report["exit_code"] = max(report["exit_code"], comparison.get("exit_code", 0)) \
-            if report["exit_code"] != EXIT_COUNTEREXAMPLE else EXIT_COUNTEREXAMPLE
+        # A regression (the comparison's exit 1) is a finding; findings beat undecided.
+        report["exit_code"] = worst_exit_code([report["exit_code"],
+                                               comparison.get("exit_code", 0)])
     return report
 
 
-_STYLE = {"COUNTEREXAMPLE": "bold red", "UNKNOWN": "yellow", "VACUOUS": "yellow",
-          "PROVED": "green", "PROVED-FOR-DOMAIN": "green",
-          "TESTED": "cyan"}
+_STYLE: dict[str, str] = {
+    Verdict.COUNTEREXAMPLE: "bold red", Verdict.UNKNOWN: "yellow", Verdict.VACUOUS: "yellow",
+    Verdict.PROVED: "green", Verdict.PROVED_FOR_DOMAIN: "green", Verdict.TESTED: "cyan",
+}
 _STATUS_STYLE = {"found": "green", "derived": "cyan", "inferred": "cyan", "missing": "yellow",
                  "error": "bold red"}
 _CLAUSE_STYLE = {"holds": "green", "violated": "bold red", "unknown": "yellow",
@@ -99,7 +99,7 @@ def print_report(console: Console, report: dict[str, Any], *, show_bindings: boo
                       f"{row['seconds']:.2f}")
     console.print(table)
     for row in report["results"]:
-        if row["verdict"] == "COUNTEREXAMPLE" or row["verdict"] in ("UNKNOWN", "VACUOUS"):
+        if not Verdict(row["verdict"]).passed:
             style = _STYLE.get(row["verdict"], "")
             console.print(f"[{style}]{escape(row['clause'] + '/' + row['theorem'])}: "
                           f"{row['verdict']}[/] {escape(str(row.get('message', '')))}",

@@ -17,6 +17,7 @@ from typing import Any
 from kvcontract.tools.audit.binding import Binding
 
 from kvcontract.errors import KvContractError
+from kvcontract.vocabulary import Verdict
 
 SYSTEM_PREFIX = "system["
 
@@ -34,10 +35,11 @@ def run_system_scenarios(binding: Binding, seed: int = 0) -> list[dict[str, Any]
         try:
             lockstep = run_scenario(impl, scenario, "cpu")
         except KvContractError as exc:
-            rows.append(_row("C11", name, "UNKNOWN", started, message=f"could not run: {exc}"))
+            rows.append(_row("C11", name, Verdict.UNKNOWN, started,
+                             message=f"could not run: {exc}"))
             continue
         except Exception as exc:  # a crash inside the bound code is a finding
-            rows.append(_row("C11", name, "COUNTEREXAMPLE", started,
+            rows.append(_row("C11", name, Verdict.COUNTEREXAMPLE, started,
                              message=f"the system crashed: {type(exc).__name__}: {exc}",
                              witness={"kind": "system", "scenario": scenario.name}))
             continue
@@ -48,12 +50,12 @@ def run_system_scenarios(binding: Binding, seed: int = 0) -> list[dict[str, Any]
         for finding in lockstep.findings:
             seen.setdefault(finding.clause, finding)
         if not seen:
-            rows.append(_row("C11", name, "TESTED", started, domain=domain,
+            rows.append(_row("C11", name, Verdict.TESTED, started, domain=domain,
                              evidence="examples", examples=checks))
             continue
         for clause, finding in sorted(seen.items(), key=lambda kv: int(kv[0][1:])):
             rows.append(_row(
-                clause, name, "COUNTEREXAMPLE", started, domain=domain,
+                clause, name, Verdict.COUNTEREXAMPLE, started, domain=domain,
                 message=f"{finding.kind}: {finding.message}",
                 witness={"kind": "system", "scenario": scenario.name,
                          "program": list(finding.program)[-12:],
@@ -62,11 +64,11 @@ def run_system_scenarios(binding: Binding, seed: int = 0) -> list[dict[str, Any]
     return rows
 
 
-def _row(clause: str, name: str, verdict: str, started: float, *, domain: str = "",
+def _row(clause: str, name: str, verdict: Verdict, started: float, *, domain: str = "",
          message: str = "", witness: dict[str, Any] | None = None, evidence: str | None = None,
          examples: int = 0) -> dict[str, Any]:
     return {
-        "clause": clause, "theorem": name, "verdict": verdict, "domain": domain,
+        "clause": clause, "theorem": name, "verdict": verdict.value, "domain": domain,
         "seconds": round(time.perf_counter() - started, 4), "witness": witness,
         "message": message, "description": "a seed scenario of the executable system",
         "evidence": evidence, "examples": examples,

@@ -7,9 +7,10 @@ Each feasible path, split further by whether ``N`` is aligned to the group's chu
 one boundary class; Z3 gives a concrete witness ``(N, L, sw, e)`` for it. The system then
 runs a consumer for that witness (all chunks stored, a GPU prefix hit of exactly ``L``,
 a second SWA group with smaller chunks that forces the boundary to ``N``), with the mocked
-and the real manager in lockstep: the accepted hit must be ``N``, and the system's own
-checks compare the load set with ``spec.multigroup`` / ``Load(N, L)``, the retained blocks
-with ``Ret(N)`` and the restored bytes and attention with the oracles.
+and the real manager in lockstep: the accepted hit must be ``N`` (read from the real
+system's lookup event), and each system's monitor compares the load set with
+``spec.multigroup`` / ``Load(N, L)``, the retained blocks with ``Ret(N)`` and the
+outcomes of the byte and attention comparisons with the oracles.
 """
 
 from __future__ import annotations
@@ -20,11 +21,12 @@ from typing import Any
 import pytest
 import z3
 from kvcontract.impl import reference
+from kvcontract.impl.system.events import Event, LookupEvent
 from kvcontract.impl.system.offload import ChunkState
 from kvcontract.impl.variants import get_implementation
 from kvcontract.proofs.symbolic import PathExplorer
 from kvcontract.spec.geometry import Geometry, swa
-from kvcontract.tools.fuzz import Op, Scenario, run_scenario
+from kvcontract.tools.fuzz import Lockstep, Op, Scenario
 
 BIG_BS, SMALL_BS = 8, 4
 LOCAL_STEP = 8  # lcm of the block sizes: a GPU prefix hit ends on both groups' blocks
@@ -120,10 +122,14 @@ def test_every_boundary_class_has_a_witness() -> None:
                          ids=[f"{w.function}-p{w.path}-{'al' if w.aligned else 'un'}-bpc{b}"
                               f"{'-eagle' if e else ''}" for w, b, e in CASES])
 def test_system_conforms_on_boundary_class(witness: Witness, bpc: int, eagle: bool) -> None:
-    lockstep = run_scenario(get_implementation("reference"), conformance_scenario(
-        witness, bpc, eagle), "cpu")
+    scenario = conformance_scenario(witness, bpc, eagle)
+    lockstep = Lockstep(get_implementation("reference"), scenario, "cpu")
+    events: list[Event] = []
+    lockstep.systems[1].subscribe(events.append)
+    for op in [*scenario.program, ("drain",)]:
+        lockstep.apply(op)
     assert lockstep.findings == [], lockstep.findings[:1]
-    real = lockstep.systems[1]
-    line = next(x for x in real.log if x.startswith("lookup consumer"))
-    assert f"local={witness.local} hit={witness.hit} " in line, line
-    assert real.checks["C2"] >= 1 and real.checks["C11"] > 0
+    lookup = next(e for e in events if isinstance(e, LookupEvent) and e.request == "consumer")
+    assert (lookup.local_hit, lookup.hit) == (witness.local, witness.hit), lookup
+    checks = lockstep.monitors[1].checks
+    assert checks["C1"] >= 1 and checks["C2"] >= 1 and checks["C11"] > 0

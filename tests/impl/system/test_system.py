@@ -1,7 +1,13 @@
-"""The tensor-backed offloading system: state machine, worker, oracles, end to end."""
+"""The tensor-backed offloading system: state machine, worker, oracles, end to end.
+
+The system judges nothing: each test attaches a :class:`Monitor` (the judge) and records
+the system's events, and asserts on those (never on the decision log's text); fixtures
+go through :class:`SystemHarness`.
+"""
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any, cast
 
 import pytest
@@ -14,20 +20,57 @@ from kvcontract.impl.system import (
     ChunkNotReadyError,
     ChunkState,
     KVLayout,
+    Event,
+    LoadCrashEvent,
+    LoadError,
+    LookupEvent,
     MockedOffloadManager,
     OffloadSystem,
+    RestoreEvent,
+    StoreEvent,
     SystemConfig,
     expected_kv,
     window_decode_attention,
 )
+from kvcontract.impl.system.engine import Phase
 from kvcontract.impl.variants import get_implementation
 from kvcontract.spec import multigroup
 from kvcontract.spec.geometry import Geometry, fa, mamba, swa
 from kvcontract.spec.lookup import LookupResult
+from kvcontract.spec.reachability import RequestStatus
+from kvcontract.tools.harness import SystemHarness
+from kvcontract.tools.monitor import Monitor
 
 from kvcontract.errors import GeometryError, KvContractError, UsageError
 
 REFERENCE = get_implementation("reference")
+
+
+@dataclass
+class Rig:
+    """A system, the monitor judging it, its fixtures and every event it emitted."""
+
+    system: OffloadSystem
+    monitor: Monitor
+    harness: SystemHarness
+    events: list[Event] = field(default_factory=list)
+
+    def lookups(self, rid: str) -> list[LookupEvent]:
+        return [e for e in self.events if isinstance(e, LookupEvent) and e.request == rid]
+
+    def accepted(self, rid: str) -> LookupEvent:
+        """The request's first lookup that did not defer."""
+        return next(e for e in self.lookups(rid) if e.hit is not None)
+
+    def stores(self, rid: str) -> list[StoreEvent]:
+        return [e for e in self.events if isinstance(e, StoreEvent) and e.request == rid]
+
+
+def rig(config: SystemConfig) -> Rig:
+    system = OffloadSystem(config)
+    monitored = Rig(system, Monitor.attach(system), SystemHarness(system))
+    system.subscribe(monitored.events.append)
+    return monitored
 
 
 def test_state_machine_transitions() -> None:
@@ -92,36 +135,46 @@ def test_attention_oracle_window_mask() -> None:
     assert torch.equal(out, window_decode_attention(query, changed, values, positions, 5, 2))
 
 
-def _producer_consumer(name: str, tensor_backed: bool) -> OffloadSystem:
-    system = OffloadSystem(
+def _producer_consumer(name: str, tensor_backed: bool) -> Rig:
+    r = rig(
         SystemConfig(Geometry((fa(64), swa(16, 32, 3))), get_implementation(name), tensor_backed)
     )
+    system = r.system
     tokens = [(i * 7) % 50 for i in range(65)]
     system.add_request("p", tokens, 1)
     for _ in range(4):
         system.step(40)
     system.drain()
-    system.evict_gpu_cache()  # the consumer must hit the CPU, not the GPU prefix cache
+    r.harness.evict_gpu_cache()  # the consumer must hit the CPU, not the GPU prefix cache
     system.add_request("c", [*tokens, 3], 1)
     for _ in range(4):
         system.step(40)
     system.drain()
-    return system
+    return r
 
 
 @pytest.mark.parametrize("tensor_backed", [False, True])
 def test_reference_end_to_end_is_clean(tensor_backed: bool) -> None:
-    system = _producer_consumer("reference", tensor_backed)
-    assert system.violations == []
-    assert any(line.startswith("lookup c local=0 hit=64") for line in system.log)
+    r = _producer_consumer("reference", tensor_backed)
+    assert r.monitor.violations == []
+    lookup = r.accepted("c")
+    assert (lookup.local_hit, lookup.hit) == (0, 64)
+    assert r.monitor.checks["C2"] == 1 and r.monitor.checks["C1"] > 0
     if tensor_backed:
-        assert system.checks["C11"] > 0
+        assert r.monitor.checks["C11"] > 0
+        restores = [e for e in r.events if isinstance(e, RestoreEvent)]
+        assert restores and all(e.positions_match for e in restores)
+    else:
+        assert r.monitor.checks["C11"] == 0  # no bytes without tensors
 
 
 def test_mtp_variant_crashes_on_real_load() -> None:
-    system = _producer_consumer("mtp-extra-retained", True)
-    crashes = [v for v in system.violations if v.kind == "crash"]
-    assert crashes and "not found in cache" in crashes[0].message
+    r = _producer_consumer("mtp-extra-retained", True)
+    crashes = [e for e in r.events if isinstance(e, LoadCrashEvent)]
+    assert [(e.request, e.error) for e in crashes] == [("c", LoadError.NOT_FOUND)]
+    judged = [v for v in r.monitor.violations if v.kind == "crash"]
+    assert [v.clause for v in judged] == ["C2"]
+    assert judged[0].witness["request"] == "c" and judged[0].witness["hit"] == crashes[0].hit
 
 
 def test_pending_until_acknowledged() -> None:
@@ -140,18 +193,24 @@ def test_pending_until_acknowledged() -> None:
 
 
 def test_byte_corruption_is_caught() -> None:
-    system = OffloadSystem(SystemConfig(Geometry((fa(4), swa(4, 8))), REFERENCE, True))
+    r = rig(SystemConfig(Geometry((fa(4), swa(4, 8))), REFERENCE, True))
+    system = r.system
     tokens = list(range(17))
     for g in (0, 1):
         for k in range(4):
-            system.install_chunk(tokens, g, k, ChunkState.READY)
+            r.harness.install_chunk(tokens, g, k, ChunkState.READY)
     slot = system.manager.slot(system.chunk_key(tokens, 1, 2))
     assert isinstance(system.manager.chunks, list)
     system.manager.chunks[1][slot].add_(1.0)
     system.add_request("c", tokens, 1)
     system.step(64)
     system.step(64)
-    assert any(v.clause == "C11" for v in system.violations)
+    # SWA chunk 2 holds positions 8..11, the first retained ones at hit 16 (Ret(16)).
+    bad = [e for e in r.events if isinstance(e, RestoreEvent) and not e.positions_match]
+    assert [(e.group, e.hit, e.lo, e.first_bad) for e in bad] == [(1, 16, 8, 8)]
+    assert [(v.clause, v.kind, v.witness["position"]) for v in r.monitor.violations] == [
+        ("C11", "bytes", 8)
+    ]
 
 
 def _tokens(n: int, salt: int = 0) -> list[int]:
@@ -165,33 +224,30 @@ def _run(system: OffloadSystem, rid: str, tokens: list[int], budget: int, steps:
     system.drain()
 
 
-def _lookup_line(system: OffloadSystem, rid: str) -> str:
-    lines: list[str] = [line for line in system.log
-                        if line.startswith(f"lookup {rid} ") and "defer" not in line]
-    return lines[0]
-
-
 @pytest.mark.parametrize("tensor_backed", [False, True])
 def test_gpu_prefix_hit_then_external_hit(tensor_backed: bool) -> None:
     geometry = Geometry((fa(16), swa(4, 8, 1)), blocks_per_chunk=2)
-    system = OffloadSystem(SystemConfig(geometry, REFERENCE, tensor_backed))
+    r = rig(SystemConfig(geometry, REFERENCE, tensor_backed))
+    system = r.system
     tokens = _tokens(97)
     _run(system, "producer", tokens, 35, 6)
-    system.evict_gpu_cache()
+    r.harness.evict_gpu_cache()
     _run(system, "warm", tokens[:40], 64, 3)  # leaves a GPU prefix of 32 tokens
     _run(system, "consumer", tokens, 64, 4)
-    line = _lookup_line(system, "consumer")
+    lookup = r.accepted("consumer")
     # Load(96, 32): the FA group loads chunks 1-2 (chunk 0 is local); the SWA window of
     # 96 starts at token 88 (block 22, chunk 11) - nothing of it is local.
-    assert "local=32 hit=96 loads={0: (1, 3), 1: (11, 12)}" in line, line
-    assert system.violations == []
+    assert (lookup.local_hit, lookup.hit) == (32, 96)
+    assert dict(lookup.load_ranges) == {0: (1, 3), 1: (11, 12)}
+    assert r.monitor.violations == []
     if tensor_backed:
-        assert system.checks["C11"] > 0
+        assert r.monitor.checks["C11"] > 0
 
 
 def test_gpu_prefix_hit_needs_only_the_retained_window() -> None:
     geometry = Geometry((fa(16), swa(4, 8)))
-    system = OffloadSystem(SystemConfig(geometry, REFERENCE, True))
+    r = rig(SystemConfig(geometry, REFERENCE, True))
+    system = r.system
     tokens = _tokens(65)
     _run(system, "producer", tokens, 64, 3)
     pool = system.pools[1]
@@ -201,47 +257,56 @@ def test_gpu_prefix_hit_needs_only_the_retained_window() -> None:
         prefix = system.requests["producer"].prefix_hashes[block]
         pool.hash_of.pop(pool.cached.pop(prefix))
     _run(system, "again", tokens, 64, 3)
-    assert "local=64 hit=64" in _lookup_line(system, "again")
+    again = r.accepted("again")
+    assert (again.local_hit, again.hit) == (64, 64)
     # Dropping block 15 (inside the window) loses the local hit at 64; the CPU serves it.
     prefix = system.requests["producer"].prefix_hashes[15]
     pool.hash_of.pop(pool.cached.pop(prefix))
     _run(system, "third", tokens, 64, 3)
-    line = _lookup_line(system, "third")
-    assert "local=48 hit=64" in line, line
-    assert system.violations == []
+    third = r.accepted("third")
+    assert (third.local_hit, third.hit) == (48, 64)
+    assert r.monitor.violations == []
 
 
 def test_eagle_local_hit_needs_the_peek_block() -> None:
     geometry = Geometry((fa(4), swa(4, 8, eagle=True)))
-    system = OffloadSystem(SystemConfig(geometry, REFERENCE, False))
+    r = rig(SystemConfig(geometry, REFERENCE, False))
+    system = r.system
     tokens = _tokens(20)
     _run(system, "producer", tokens[:13], 64, 3)  # caches blocks 0..2 of the prefix
     system.add_request("consumer", tokens, 1)
     system.step(64)
     # L = 12 would need block 3 (the peek) cached; only 0..2 are: L = 8.
-    assert "local=8 " in _lookup_line(system, "consumer")
-    assert system.violations == []
+    assert r.accepted("consumer").local_hit == 8
+    assert r.monitor.violations == []
 
 
 def test_finish_during_prefill_is_ignored() -> None:
-    system = OffloadSystem(SystemConfig(Geometry((fa(4), swa(4, 8))), REFERENCE, True))
+    r = rig(SystemConfig(Geometry((fa(4), swa(4, 8))), REFERENCE, True))
+    system = r.system
     system.add_request("r", [13, 21, 31, 43], 1)
     system.step(1)
     system.finish("r")
-    assert system.log[-1] == "finish r ignored (prefilling)"
+    # Ignored: still running with one token computed, and no final store step.
+    assert system.requests["r"].phase is Phase.RUNNING
+    assert system.requests["r"].num_computed == 1
+    assert {e.status for e in r.stores("r")} == {RequestStatus.PREFILLING}
     system.abort("r")
     system.drain()
-    assert system.violations == []
+    assert system.requests["r"].phase is Phase.DONE
+    assert [e.status for e in r.stores("r")][-2:] == [RequestStatus.ABORTED] * 2
+    assert r.monitor.violations == []
 
 
 @pytest.mark.parametrize("tensor_backed", [False, True])
 def test_failed_store_loses_nothing_else(tensor_backed: bool) -> None:
     geometry = Geometry((fa(8), swa(4, 8)))
-    system = OffloadSystem(SystemConfig(geometry, REFERENCE, tensor_backed, delay_steps=2))
+    r = rig(SystemConfig(geometry, REFERENCE, tensor_backed, delay_steps=2))
+    system = r.system
     tokens = _tokens(33)
     system.add_request("producer", tokens, 1)
     system.step(16)
-    system.fail_next_store()  # the FA job of step 2 (chunks 2 and 3) fails
+    r.harness.fail_next_store()  # the FA job of step 2 (chunks 2 and 3) fails
     for _ in range(4):
         system.step(16)
     system.drain()
@@ -249,16 +314,17 @@ def test_failed_store_loses_nothing_else(tensor_backed: bool) -> None:
     # The failed job's chunks are absent again (never half-written and readable); the
     # chunks of other jobs are untouched.
     assert states == [ChunkState.READY] * 2 + [ChunkState.ABSENT] * 2
-    system.evict_gpu_cache()
+    r.harness.evict_gpu_cache()
     _run(system, "consumer", tokens, 64, 4)
-    assert system.violations == []
+    assert r.monitor.violations == []
     if tensor_backed:
-        assert system.checks["C11"] > 0
+        assert r.monitor.checks["C11"] > 0
 
 
 def test_eviction_pressure_and_abort_keep_chunks_intact() -> None:
     geometry = Geometry((fa(8), swa(4, 8)), blocks_per_chunk=2)
-    system = OffloadSystem(SystemConfig(geometry, REFERENCE, True, capacity_chunks=12))
+    r = rig(SystemConfig(geometry, REFERENCE, True, capacity_chunks=12))
+    system = r.system
     for i in range(4):
         system.add_request(f"p{i}", _tokens(70, i), 1)
         system.step(30)
@@ -267,60 +333,62 @@ def test_eviction_pressure_and_abort_keep_chunks_intact() -> None:
         for _ in range(4):
             system.step(30)
     system.drain()
-    assert any("evicted=" in line and "evicted=0" not in line for line in system.log)
-    system.evict_gpu_cache()
+    assert any(e.evicted > 0 for e in r.events if isinstance(e, StoreEvent))
+    r.harness.evict_gpu_cache()
     for i in (3, 2, 1, 0):  # newest first: the LRU kept the latest producers' chunks
         system.add_request(f"c{i}", _tokens(70, i), 1)
         for _ in range(4):
             system.step(64)
     system.drain()
     # Every load that happened was checked byte for byte and by the attention oracle.
-    assert system.violations == []
-    assert system.checks["C11"] > 0
+    assert r.monitor.violations == []
+    assert r.monitor.checks["C11"] > 0
 
 
 def test_perturbed_left_chunk_states() -> None:
     geometry = Geometry((fa(16), swa(4, 8)))
-    outcomes = {}
+    outcomes: dict[str, int | None] = {}
     for state in ("absent", "pending", "loading", "stale"):
-        system = OffloadSystem(SystemConfig(geometry, REFERENCE, True))
+        r = rig(SystemConfig(geometry, REFERENCE, True))
         tokens = _tokens(65)
-        _run(system, "producer", tokens, 35, 4)
-        system.evict_gpu_cache()
-        system.perturb_left_chunk(tokens, state)
-        _run(system, "consumer", tokens, 64, 3)
-        outcomes[state] = next(
-            line for line in system.log if line.startswith("lookup consumer")
-        )
-        assert system.violations == []
-    assert "hit=48" in outcomes["absent"]  # the next window down
+        _run(r.system, "producer", tokens, 35, 4)
+        r.harness.evict_gpu_cache()
+        r.harness.perturb_left_chunk(tokens, state)
+        _run(r.system, "consumer", tokens, 64, 3)
+        outcomes[state] = r.lookups("consumer")[0].hit
+        assert r.monitor.violations == []
+        assert r.monitor.checks["C3"] >= 1
+    assert outcomes["absent"] == 48  # the next window down
     # Seed 000's shape: the pending last chunk is outside the window of 48 (a MISS lies
     # between them), so it does not defer the hit.
-    assert "hit=48" in outcomes["stale"]
-    assert "defer" in outcomes["pending"] and "defer" in outcomes["loading"]
+    assert outcomes["stale"] == 48
+    assert outcomes["pending"] is None and outcomes["loading"] is None  # deferred
 
 
 def test_stale_shape_catches_the_stale_pending_variant() -> None:
-    system = OffloadSystem(
+    r = rig(
         SystemConfig(Geometry((fa(16), swa(4, 8))), get_implementation("stale-pending"), True)
     )
     tokens = _tokens(65)
-    _run(system, "producer", tokens, 35, 4)
-    system.evict_gpu_cache()
-    system.perturb_left_chunk(tokens, "stale")
-    _run(system, "consumer", tokens, 64, 3)
-    assert "lookup consumer local=0 defer" in system.log
-    assert {v.clause for v in system.violations} == {"C3"}
+    _run(r.system, "producer", tokens, 35, 4)
+    r.harness.evict_gpu_cache()
+    r.harness.perturb_left_chunk(tokens, "stale")
+    _run(r.system, "consumer", tokens, 64, 3)
+    first = r.lookups("consumer")[0]
+    assert (first.local_hit, first.hit) == (0, None)  # deferred
+    assert {(v.clause, v.kind) for v in r.monitor.violations} == {("C3", "lookup")}
+    # The reference answers 48 on these states (test_perturbed_left_chunk_states).
+    assert r.monitor.violations[0].witness["spec"] == 48
 
 
 def test_system_mamba_geometry_clean() -> None:
     geometry = Geometry((swa(8, 16, 1), mamba(8)), blocks_per_chunk=2)
-    system = OffloadSystem(SystemConfig(geometry, REFERENCE, True))
+    r = rig(SystemConfig(geometry, REFERENCE, True))
     tokens = _tokens(81)
-    _run(system, "producer", tokens, 37, 5)
-    system.evict_gpu_cache()
-    _run(system, "consumer", tokens, 64, 4)
-    assert system.violations == [] and system.checks["C2"] == 1
+    _run(r.system, "producer", tokens, 37, 5)
+    r.harness.evict_gpu_cache()
+    _run(r.system, "consumer", tokens, 64, 4)
+    assert r.monitor.violations == [] and r.monitor.checks["C2"] == 1
 
 
 def test_bad_configuration_and_input() -> None:
@@ -345,7 +413,7 @@ def test_bad_configuration_and_input() -> None:
     with pytest.raises(UsageError):
         system.step(0)
     with pytest.raises(KvContractError):
-        system.perturb_left_chunk([1, 2, 3], "broken")
+        SystemHarness(system).perturb_left_chunk([1, 2, 3], "broken")
     assert multigroup.initial_max_hit(geometry, 3) == 2
 
 
@@ -356,7 +424,8 @@ def test_cuda_store_held_back_is_hit_pending() -> None:
     # for the compute stream): the chunk must read HIT_PENDING until the job's event has
     # completed and the scheduler has acknowledged it.
     geometry = Geometry((fa(4), swa(4, 8)))
-    system = OffloadSystem(SystemConfig(geometry, REFERENCE, True, device="cuda", delay_steps=1))
+    r = rig(SystemConfig(geometry, REFERENCE, True, device="cuda", delay_steps=1))
+    system = r.system
     tokens = _tokens(17)
     system.add_request("p", tokens, 3)
     system.step(64)  # builds the store jobs of the prompt
@@ -369,23 +438,23 @@ def test_cuda_store_held_back_is_hit_pending() -> None:
     assert system.manager.lookup(key) is LookupResult.HIT_PENDING
     system.drain()
     assert system.manager.lookup(key) is LookupResult.HIT
-    assert system.violations == []
+    assert r.monitor.violations == []
 
 
 @pytest.mark.cuda
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_cuda_end_to_end() -> None:
-    system = OffloadSystem(
-        SystemConfig(Geometry((fa(64), swa(16, 32, 3))), REFERENCE, True, device="cuda")
-    )
+    r = rig(SystemConfig(Geometry((fa(64), swa(16, 32, 3))), REFERENCE, True, device="cuda"))
+    system = r.system
     tokens = [(i * 7) % 50 for i in range(65)]
     system.add_request("p", tokens, 1)
     for _ in range(4):
         system.step(40)
     system.drain()
-    system.evict_gpu_cache()
+    r.harness.evict_gpu_cache()
     system.add_request("c", [*tokens, 3], 1)
     for _ in range(4):
         system.step(40)
     system.drain()
-    assert system.violations == [] and system.checks["C11"] > 0 and system.checks["C2"] == 1
+    checks = r.monitor.checks
+    assert r.monitor.violations == [] and checks["C11"] > 0 and checks["C2"] == 1

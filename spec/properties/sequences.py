@@ -3,18 +3,23 @@
 The sequence is a vector of Z3 integer variables in ``[0, 3]`` (the four lookup
 results); the declarative scanner of :mod:`kvcontract.spec.lookup` is built over it and
 the property is proved for every length, window and initial window in the domain.
-These theorems are about the spec, so they hold for every implementation; the
-implementation is tied to the spec by the exhaustive scanner theorems.
+These properties are about the spec, so they hold for every implementation (they use
+none of its functions); the implementation is tied to the spec by the scanner
+properties of :mod:`kvcontract.spec.properties.scan`.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from kvcontract.impl.bundle import Implementation
-from kvcontract.proofs.theorem import Config, Env, Z3Theorem
+from kvcontract.spec.geometry import Geometry, swa
+from kvcontract.spec.properties.base import Config, Env, FormulaProperty, Picture, Statement
 from kvcontract.spec.arith import Bool, and_, any_of, implies
 from kvcontract.spec.lookup import (
     HIT_PENDING,
     RETRY,
+    LookupResult,
     answer_is_all_hit,
     is_present,
     sliding_window_answer,
@@ -74,8 +79,22 @@ def rightmost(env: Env, impl: Implementation) -> tuple[list[Bool], Bool]:
     return hyps, and_(*checks) if checks else True
 
 
-def _hit_run_theorem(name: str, description: str, statement: object, clause: str) -> Z3Theorem:
-    return Z3Theorem(
+def _picture(values: Mapping[str, int], impl: Implementation) -> Picture:
+    """The witness sequence as the keys of a unit-size window (keys are the axis)."""
+    del impl
+    states = [LookupResult(values[f"s{k}"] % 4) for k in range(values["n"])]
+    window = values["W"]
+    answer = sliding_window_answer(list(states), values["initial"], window)
+    geometry = Geometry((swa(1, max(2, window + 1)),))
+    return Picture(geometry, len(states), None, 0, states={0: states}, stored={0: set()},
+                   windows={0: (int(answer.window_start), int(answer.end))},
+                   notes=[f"spec answer: {'defer' if answer.deferred else answer.end}"])
+
+
+def _hit_run_theorem(
+    name: str, description: str, statement: Statement, clause: str
+) -> FormulaProperty:
+    return FormulaProperty(
         clause,
         name,
         description,
@@ -84,10 +103,12 @@ def _hit_run_theorem(name: str, description: str, statement: object, clause: str
         _configs,
         f"every sequence of length n <= {SEQUENCE_MAX_LENGTH}, W in {set(SEQUENCE_WINDOWS)}, "
         "initial in {W, W+1}",
+        uses=(),
+        picture=_picture,
     )
 
 
-def sequence_theorems() -> list[Z3Theorem]:
+def sequence_properties() -> list[FormulaProperty]:
     return [
         _hit_run_theorem(
             "spec-scan-hit-only", "the specified scan accepts only HIT keys", accepts_only_hit, "C2"

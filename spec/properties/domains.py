@@ -6,7 +6,7 @@ over every realistic value when a symbolic proof does not go through.
 
 from __future__ import annotations
 
-from kvcontract.proofs.theorem import Config
+from kvcontract.spec.properties.base import Config
 
 BLOCK_SIZES: tuple[int, ...] = (4, 8, 16, 32, 64, 128, 256, 528, 1648)
 """GPU block sizes: powers of two and Mamba-hybrid odd sizes."""

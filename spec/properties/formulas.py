@@ -1,9 +1,10 @@
-"""Arithmetic theorems: retention, windows and load sets (C1, C2, C4), and store
+"""Formula properties: retention, windows and load sets (C1, C2, C4), and store
 reachability (C7, C8), for unbounded token counts, windows and extra-retained tokens.
 
 Each statement names its hypotheses (the domain) and its goal; ``impl`` functions are
-the implementation under test, ``spec`` functions the ground truth (what a token
-attends and retains).
+the implementation under test (called through :meth:`Env.call`), ``spec`` functions the
+ground truth (what a token attends and retains). Each property's picture (what
+``explain`` highlights for a witness) is written next to its statement.
 """
 
 from __future__ import annotations
@@ -12,8 +13,6 @@ import math
 from collections.abc import Callable, Mapping
 
 from kvcontract.impl.bundle import Implementation
-from kvcontract.proofs import domains
-from kvcontract.proofs.theorem import Config, Env, Z3Theorem
 from kvcontract.spec import retention as spec_ret
 from kvcontract.spec.arith import (
     Bool,
@@ -27,6 +26,9 @@ from kvcontract.spec.arith import (
     max_,
     or_,
 )
+from kvcontract.spec.geometry import Geometry, fa, swa
+from kvcontract.spec.properties import domains
+from kvcontract.spec.properties.base import Config, Env, FormulaProperty, Picture
 from kvcontract.spec.reachability import demanded_chunk_range
 
 
@@ -311,10 +313,104 @@ def _w(name: str) -> tuple[str, ...]:
     return tuple(name.split())
 
 
-def arith_theorems() -> list[Z3Theorem]:
+# -- pictures: what a witness of each property highlights ------------------------------
+def _swa_scene(v: Mapping[str, int]) -> tuple[Geometry, int, int, int, int, int, int, int]:
+    """The one-group geometry of a retention/window witness and its numbers."""
+    bs, bpc, sw, e = v["bs"], v.get("bpc", 1), v["sw"], v["e"]
+    tpc = bs * bpc
+    local = v.get("Lb", 0) * bs
+    hit = v["N"] if "N" in v else (v["j"] * tpc if "j" in v else v["n"])
+    return Geometry((swa(bs, sw, e),), blocks_per_chunk=bpc), hit, local, bs, bpc, sw, e, tpc
+
+
+def _swa_picture(v: Mapping[str, int], offending: set[int], note: str) -> Picture:
+    geometry, hit, local, *_ = _swa_scene(v)
+    return Picture(geometry, max(hit, 1), hit, local, offending={0: offending}, notes=[note])
+
+
+def _picture_retained(v: Mapping[str, int], impl: Implementation) -> Picture:
+    _, hit, _, bs, bpc, sw, e, _ = _swa_scene(v)
+    first, end = (int(x) for x in impl.retained_block_range(hit, bs, sw, e))
+    return _swa_picture(v, {v["i"] // bpc},
+                        f"the implementation keeps blocks [{first}, {end}); block {v['i']}")
+
+
+def _picture_load_set(v: Mapping[str, int], impl: Implementation) -> Picture:
+    _, hit, local, bs, bpc, sw, e, _ = _swa_scene(v)
+    lo, hi = (int(x) for x in impl.load_chunk_range(hit, local, bs, bpc, sw, e))
+    return _swa_picture(v, {v["c"]}, f"the implementation loads chunks [{lo}, {hi})")
+
+
+def _picture_allocation(v: Mapping[str, int], impl: Implementation) -> Picture:
+    _, hit, local, bs, bpc, sw, e, _ = _swa_scene(v)
+    lo, hi = (int(x) for x in spec_ret.load_chunk_range(hit, local, bs, bpc, sw, e))
+    return _swa_picture(v, set(range(lo, hi)), "the fresh blocks of this hit exceed W * bpc + 1")
+
+
+def _picture_covers(first_run: bool) -> Callable[[Mapping[str, int], Implementation], Picture]:
+    def picture(v: Mapping[str, int], impl: Implementation) -> Picture:
+        _, hit, local, bs, bpc, sw, e, tpc = _swa_scene(v)
+        if first_run:
+            window = int(impl.load_window_size_in_chunks(hit, sw, e, tpc))
+        else:
+            window = int(impl.get_sliding_window_size_in_chunks(sw, e, tpc))
+        end = int(cdiv(hit, tpc))
+        checked_from = max(local // tpc, end - window)
+        lo, hi = (int(x) for x in impl.load_chunk_range(hit, local, bs, bpc, sw, e))
+        return _swa_picture(v, set(range(lo, checked_from)) | set(range(end, hi)),
+                            f"the implementation checks chunks [{checked_from}, {end}) "
+                            f"(window {window}) but loads [{lo}, {hi})")
+
+    return picture
+
+
+def _picture_window(load_window: bool) -> Callable[[Mapping[str, int], Implementation], Picture]:
+    def picture(v: Mapping[str, int], impl: Implementation) -> Picture:
+        _, hit, _, bs, bpc, sw, e, tpc = _swa_scene(v)
+        if load_window:
+            window = int(impl.load_window_size_in_chunks(hit, sw, e, tpc))
+        else:
+            window = int(impl.get_sliding_window_size_in_chunks(sw, e, tpc))
+        lo, hi = (int(x) for x in spec_ret.load_chunk_range(hit, 0, bs, bpc, sw, e))
+        return _swa_picture(v, set(range(hi - window, lo)),
+                            f"the implementation demands {window} chunks ending at chunk "
+                            f"{hi}; the load set is only [{lo}, {hi})")
+
+    return picture
+
+
+def _picture_mask(v: Mapping[str, int], impl: Implementation) -> Picture:
+    """A store-mask witness: FA block A/bpc gives the alignment A; chunk c is demanded
+    by the witness's boundary and never stored."""
+    del impl
+    retention = None if v["R"] < 0 else v["R"]
+    geometry = Geometry(
+        (fa(v["A"] // v["bpc"]), swa(v["B"], v["sw"], v["e"], eagle=bool(v["eagle"]))),
+        blocks_per_chunk=v["bpc"], retention_interval=retention,
+    )
+    tpc = v["B"] * v["bpc"]
+    horizon = v["Hc"]
+    if "k" in v:
+        boundary = v["k"] * (v["A"] if retention is None else retention)
+    elif "r" in v:
+        boundary = v["r"] * v["A"]
+    else:
+        boundary = horizon * tpc
+    offending = {v["c"]} if "c" in v else {v["i"] // v["bpc"]}
+    note = (f"chunk {v['c']} is demanded by boundary {boundary} and never stored" if "c" in v
+            else f"block {v['i']} is stored but no reachable boundary demands it")
+    return Picture(geometry, horizon * tpc, boundary, 0, offending={1: offending},
+                   notes=[note])
+
+
+SWA_LOAD = ("load_chunk_range",)
+MASK = ("is_block_reachable",)
+
+
+def formula_properties() -> list[FormulaProperty]:
     chunk = domains.chunk_configs
-    theorems = [
-        Z3Theorem(
+    properties = [
+        FormulaProperty(
             "C1",
             "retained-blocks-exact",
             "Ret(n) holds exactly the blocks with a token the next token attends or retains",
@@ -322,9 +418,11 @@ def arith_theorems() -> list[Z3Theorem]:
             retained_blocks_exact,
             domains.block_configs,
             domains.BLOCK_DOMAIN,
+            uses=("retained_block_range", "get_num_skipped_tokens"),
+            picture=_picture_retained,
             symbolic_sizes=("bs",),
         ),
-        Z3Theorem(
+        FormulaProperty(
             "C1",
             "load-set-exact",
             "Load(N, L) holds exactly the chunks with a fresh retained block",
@@ -332,8 +430,10 @@ def arith_theorems() -> list[Z3Theorem]:
             load_set_exact,
             chunk,
             domains.CHUNK_DOMAIN,
+            uses=SWA_LOAD,
+            picture=_picture_load_set,
         ),
-        Z3Theorem(
+        FormulaProperty(
             "C1",
             "allocation-bound",
             "fresh blocks of a hit never exceed W * bpc + 1",
@@ -341,8 +441,10 @@ def arith_theorems() -> list[Z3Theorem]:
             allocation_bound,
             chunk,
             domains.CHUNK_DOMAIN,
+            uses=("get_sliding_window_size_in_chunks",),
+            picture=_picture_allocation,
         ),
-        Z3Theorem(
+        FormulaProperty(
             "C2",
             "first-run-covers-load",
             "the window checked for a candidate boundary N covers Load(N, L)",
@@ -350,8 +452,10 @@ def arith_theorems() -> list[Z3Theorem]:
             first_run_covers_load,
             chunk,
             domains.CHUNK_DOMAIN,
+            uses=("load_window_size_in_chunks", "load_chunk_range"),
+            picture=_picture_covers(first_run=True),
         ),
-        Z3Theorem(
+        FormulaProperty(
             "C2",
             "later-run-covers-load",
             "a W-window ending at chunk j covers Load(j * tpc, L)",
@@ -359,8 +463,10 @@ def arith_theorems() -> list[Z3Theorem]:
             later_run_covers_load,
             chunk,
             domains.CHUNK_DOMAIN,
+            uses=("get_sliding_window_size_in_chunks", "load_chunk_range"),
+            picture=_picture_covers(first_run=False),
         ),
-        Z3Theorem(
+        FormulaProperty(
             "C4",
             "load-window-exact",
             "lw(N) demands no chunk outside Load(N, 0) once history is skipped",
@@ -368,8 +474,10 @@ def arith_theorems() -> list[Z3Theorem]:
             load_window_not_over_demanding,
             chunk,
             domains.CHUNK_DOMAIN,
+            uses=("load_window_size_in_chunks",),
+            picture=_picture_window(load_window=True),
         ),
-        Z3Theorem(
+        FormulaProperty(
             "C4",
             "window-exact",
             "W demands no chunk outside the load set of an aligned boundary",
@@ -377,13 +485,15 @@ def arith_theorems() -> list[Z3Theorem]:
             window_not_over_demanding,
             chunk,
             domains.CHUNK_DOMAIN,
+            uses=("get_sliding_window_size_in_chunks",),
+            picture=_picture_window(load_window=False),
         ),
     ]
     for eagle in (False, True):
         for retention in ("none", "interval"):
             tag = f"{'eagle' if eagle else 'plain'}-{retention}"
-            theorems.append(
-                Z3Theorem(
+            properties.append(
+                FormulaProperty(
                     "C7",
                     f"segment-boundaries-supplied[{tag}]",
                     "every chunk a segment boundary demands is stored",
@@ -393,11 +503,13 @@ def arith_theorems() -> list[Z3Theorem]:
                         domains.mask_configs(eagle, retention), _segment_tokens
                     ),
                     domains.MASK_DOMAIN + f", eagle={eagle}, retention={retention}",
+                    uses=MASK,
+                    picture=_picture_mask,
                 )
             )
     for retention in ("none", "interval"):
-        theorems.append(
-            Z3Theorem(
+        properties.append(
+            FormulaProperty(
                 "C7",
                 f"final-boundary-supplied[{retention}]",
                 "every chunk the final horizon demands is stored",
@@ -405,12 +517,14 @@ def arith_theorems() -> list[Z3Theorem]:
                 final_boundary_supplied,
                 lambda retention=retention: domains.mask_configs(False, retention),
                 domains.MASK_DOMAIN + f", eagle=False, retention={retention}",
+                uses=MASK,
+                picture=_picture_mask,
             )
         )
     for eagle in (False, True):
         for retention in ("zero", "interval"):
-            theorems.append(
-                Z3Theorem(
+            properties.append(
+                FormulaProperty(
                     "C7",
                     f"replay-boundary-supplied[{'eagle' if eagle else 'plain'}-{retention}]",
                     "every chunk the replay boundary demands is stored",
@@ -420,13 +534,15 @@ def arith_theorems() -> list[Z3Theorem]:
                         domains.mask_configs(eagle, retention), lambda v: v["A"]
                     ),
                     domains.MASK_DOMAIN + f", eagle={eagle}, retention={retention}",
+                    uses=MASK,
+                    picture=_picture_mask,
                 )
             )
     # Once unknown on 33-block periods even at 400M rlimit (with the path-chain lift);
     # with the decision-tree lift and the solver portfolio every configuration is
     # decided within 2.1M (measured: 21M over the 131 configurations, 9 s).
-    theorems.append(
-        Z3Theorem(
+    properties.append(
+        FormulaProperty(
             "C8",
             "stored-blocks-demanded",
             "every block the mask marks below the horizon is demanded by a reachable boundary",
@@ -434,6 +550,8 @@ def arith_theorems() -> list[Z3Theorem]:
             stored_blocks_demanded,
             lambda: domains.mask_configs(False, "none"),
             domains.MASK_DOMAIN + ", eagle=False, retention=none",
+            uses=MASK,
+            picture=_picture_mask,
         )
     )
-    return theorems
+    return properties

@@ -1,0 +1,152 @@
+"""What the executable system reports about itself: small frozen records of plain data.
+
+Contract: :class:`~kvcontract.impl.system.engine.OffloadSystem` judges nothing. At every
+decision the contract speaks about it builds one of these records and hands it to each
+subscribed observer (``system.subscribe(fn)``), synchronously and in decision order; a
+monitor outside ``impl/`` (:class:`kvcontract.tools.monitor.Monitor`) judges them
+against the spec, and a log can keep them. Payloads are ints, bools, strings, tuples,
+frozensets and the vocabulary enums (:class:`~kvcontract.vocabulary.LookupResult`,
+:class:`~kvcontract.vocabulary.RequestStatus`), never tensors or live system objects,
+so an observer cannot change the system through an event. Group and chunk numbers are
+indices into the system's geometry; token counts are absolute.
+
+The tensor comparisons of C11 (restored bytes, a decode step of attention) are data
+movement and stay in the engine with the oracles of :mod:`.oracle`; the events carry
+their outcomes (:class:`RestoreEvent`, :class:`AttentionEvent`).
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TypeAlias
+
+from kvcontract.vocabulary import LookupResult, RequestStatus
+
+LoadRanges: TypeAlias = tuple[tuple[int, tuple[int, int]], ...]
+"""Chunks loaded per group, ``((group, (lo, hi)), ...)`` in the order the lookup reported
+them (``dict(ranges)`` gives the mapping)."""
+
+
+class LoadError(str, enum.Enum):
+    """Why the offload manager refused a load (upstream's two ``prepare_load`` errors)."""
+
+    NOT_FOUND = "not found"
+    NOT_READY = "not ready"
+
+
+@dataclass(frozen=True)
+class LookupEvent:
+    """A waiting request's lookup: the inputs the scheduler saw and what it accepted.
+
+    ``states[g][k]`` is the manager's answer for chunk ``k`` of group ``g``, for every
+    complete chunk of the request's tokens, taken before the lookup ran; ``loading`` holds
+    the ``(group, chunk)`` pairs another request was loading at that moment. ``hit`` is
+    the accepted boundary (the local hit when nothing is gained), ``None`` for a defer.
+    """
+
+    request: str
+    num_tokens: int
+    local_hit: int
+    states: tuple[tuple[LookupResult, ...], ...]
+    loading: frozenset[tuple[int, int]]
+    hit: int | None
+    load_ranges: LoadRanges
+
+
+@dataclass(frozen=True)
+class LoadEvent:
+    """The manager accepted the load of an external hit (``hit > local_hit``)."""
+
+    request: str
+    hit: int
+    local_hit: int
+    load_ranges: LoadRanges
+
+
+@dataclass(frozen=True)
+class LoadCrashEvent:
+    """The manager refused the load of an accepted hit; the request is dropped."""
+
+    request: str
+    hit: int
+    local_hit: int
+    error: LoadError
+    message: str
+    load_ranges: LoadRanges
+
+
+@dataclass(frozen=True)
+class AllocationEvent:
+    """A group's block table right after a hit was allocated (``live[b]``: block ``b`` is
+    a real block, not the null block)."""
+
+    request: str
+    group: int
+    hit: int
+    live: tuple[bool, ...]
+
+
+@dataclass(frozen=True)
+class StoreEvent:
+    """One group's store step: the tracker's state before, what it offered, the outcome.
+
+    ``status``/``before``/``scheduled`` are the step (``before`` tokens were computed,
+    ``scheduled`` more this step; ``scheduled == 0`` on finish or abort), ``num_tokens``
+    the request's token count and ``prompt_len`` its prompt (a retention interval's
+    replay boundary is ``prompt_len - 1``); ``prompt_only``: only prompt tokens are
+    offloaded. ``offered_before``/``next_before`` are the tracker's offered chunks and
+    ``next_stored_chunk_idx`` before the step, ``next_after`` the latter after it;
+    ``num_computed`` the tokens computed once the step ran. ``refused``/``new``/
+    ``evicted`` are the manager's answer to the offer (nothing offered: all zero).
+    """
+
+    request: str
+    group: int
+    status: RequestStatus
+    before: int
+    scheduled: int
+    num_tokens: int
+    prompt_len: int
+    prompt_only: bool
+    offered: tuple[int, ...]
+    offered_before: frozenset[int]
+    next_before: int
+    next_after: int
+    num_computed: int
+    refused: bool = False
+    new: int = 0
+    evicted: int = 0
+
+
+@dataclass(frozen=True)
+class RestoreEvent:
+    """The bytes of positions ``[lo, hit)`` of a group after a hit, read through the
+    request's block table, compared with the producer's (:func:`.oracle.expected_kv`)."""
+
+    request: str
+    group: int
+    hit: int
+    lo: int
+    positions_match: bool
+    first_bad: int | None
+
+
+@dataclass(frozen=True)
+class AttentionEvent:
+    """A decode step at ``hit`` over the restored cache compared with the same step over
+    a freshly computed cache (:func:`.oracle.window_decode_attention`)."""
+
+    request: str
+    group: int
+    hit: int
+    outputs_match: bool
+
+
+Event: TypeAlias = (
+    LookupEvent | LoadEvent | LoadCrashEvent | AllocationEvent | StoreEvent | RestoreEvent
+    | AttentionEvent
+)
+Observer: TypeAlias = Callable[[Event], None]
+"""What ``OffloadSystem.subscribe`` takes: called once per event, in decision order."""

@@ -1,0 +1,309 @@
+"""What a property is: one statement of a clause, with everything its consumers need.
+
+A property is written once and every consumer replays the same object: the prover
+decides it (:mod:`kvcontract.proofs`), the audit runs it on upstream's code, the
+reproducers of ``gen-tests`` replay one witness of it by id, ``explain`` draws its
+:class:`Picture`, and the fuzzer's monitor judges the system's events with it. Two
+kinds exist:
+
+* :class:`FormulaProperty` - hypotheses and a goal over named integers, built by a
+  *statement* from the spec's formulas (:mod:`kvcontract.spec.arith`, so it evaluates on
+  Python ints and on Z3 terms alike) and the implementation's functions, called through
+  :meth:`Env.call`. Its witness is the dict of variable values.
+* :class:`CaseProperty` - a judgement of one case of a finite :class:`CaseSpace` (a
+  lookup-state sequence, a multi-group lookup, a store schedule): the space *observes*
+  what the implementation does on the case, the property *judges* that observation
+  against the spec. Its witness is the case, in the space's JSON form.
+
+This module imports neither Z3 nor the prover: a reproducer replays a property with
+nothing but the spec and the implementation.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Generic, TypeVar
+
+from kvcontract.errors import WitnessError
+from kvcontract.impl.bundle import Implementation
+from kvcontract.spec.arith import Bool, Num
+from kvcontract.spec.geometry import Geometry
+from kvcontract.spec.lookup import LookupResult
+
+
+class Env:
+    """The variables of one evaluation of a statement, on plain ints.
+
+    The prover's subclass (:class:`kvcontract.proofs.theorem.SymbolicEnv`) holds Z3
+    terms instead and lifts the implementation's functions in :meth:`call`.
+    """
+
+    def __init__(self, values: Mapping[str, Num]) -> None:
+        self.values = dict(values)
+
+    def __getitem__(self, name: str) -> Any:
+        return self.values[name]
+
+    @property
+    def symbolic(self) -> bool:
+        return False
+
+    def assume(self, hypotheses: Sequence[Bool]) -> None:
+        """Hypotheses that prune the paths of lifted functions (nothing to do on ints)."""
+
+    def call(self, fn: Callable[..., Any], *args: Any, generalize: Sequence[int] = ()) -> Any:
+        """``fn(*args)``: an implementation function enters a statement only through here."""
+        del generalize
+        return fn(*args)
+
+
+Statement = Callable[[Env, Implementation], tuple[list[Bool], Bool]]
+"""``statement(env, impl) -> (hypotheses, goal)``."""
+
+
+@dataclass(frozen=True)
+class Config:
+    """Concrete parameters of one case of a case split."""
+
+    label: str
+    values: Mapping[str, int]
+
+
+@dataclass
+class Picture:
+    """What a drawing of one witness shows (``kvcontract explain`` draws it).
+
+    All ranges are half-open, in chunks of the row's group; a row not named keeps the
+    spec's ranges at ``hit`` after ``local_hit`` (retained tokens, load set, window).
+    """
+
+    geometry: Geometry
+    num_tokens: int
+    hit: int | None
+    local_hit: int = 0
+    states: dict[int, list[LookupResult]] | None = None
+    stored: dict[int, set[int]] | None = None
+    """Stored chunks per group; ``None`` draws the spec's mask at the request's horizon."""
+    offending: dict[int, set[int]] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+    windows: dict[int, tuple[int, int]] = field(default_factory=dict)
+    """Checked windows that replace the spec's window of a row (a scan's keys)."""
+
+
+def _constant(value: Any) -> Callable[..., Any]:
+    def constant(*args: Any) -> Any:
+        return value
+
+    return constant
+
+
+HYPOTHESES_ONLY = Implementation(
+    name="hypotheses-only",
+    description="constant stand-ins: builds a statement's hypotheses without running code",
+    get_num_skipped_tokens=_constant(0),
+    retained_block_range=_constant((0, 0)),
+    load_chunk_range=_constant((0, 0)),
+    get_sliding_window_size_in_chunks=_constant(1),
+    load_window_size_in_chunks=_constant(1),
+    sliding_window_lookup=_constant(None),
+    prefix_lookup=_constant(None),
+    is_block_reachable=_constant(True),
+    store_final_segment_end=_constant(0),
+)
+"""Every statement builds its hypotheses before (and independently of) its calls into
+the implementation, so constant stand-ins yield them cheaply, concrete or symbolic."""
+
+
+@dataclass(frozen=True)
+class FormulaProperty:
+    """A statement over unbounded integers (its sizes case-split when Z3 needs it)."""
+
+    clause: str
+    name: str
+    description: str
+    variables: tuple[str, ...]
+    """Unbounded integer variables (always symbolic in a proof)."""
+    statement: Statement
+    configs: Callable[[], list[Config]]
+    """The case split over sizes; each config fixes the remaining names."""
+    domain: str
+    """The case split in words, e.g. ``bs in {4..1648}, bpc in {1,2,4,8,16}``."""
+    uses: tuple[str, ...]
+    """The :class:`Implementation` functions the statement calls (most specific first)."""
+    picture: Callable[[Mapping[str, int], Implementation], Picture] | None = None
+    symbolic_sizes: tuple[str, ...] = ()
+    """Size parameters to try symbolically first (PROVED for all values if it works)."""
+    symbolic_rlimit: int = 3_000_000
+    rlimit: int | None = None
+    """Z3 resource budget per query of the case split (``None``: the solver's default)."""
+    kind: ClassVar[str] = "arith"
+
+    @property
+    def theorem_id(self) -> str:
+        return f"{self.clause}/{self.name}"
+
+    def admissible(self, values: Mapping[str, int]) -> bool:
+        """Whether the hypotheses hold for ``values`` (no implementation call)."""
+        hypotheses, _ = self.statement(Env(values), HYPOTHESES_ONLY)
+        return all(bool(h) for h in hypotheses)
+
+    def violation(self, values: Mapping[str, int], impl: Implementation) -> str | None:
+        """A message if the hypotheses hold on ``values`` and the goal fails, else None."""
+        hypotheses, goal = self.statement(Env(values), impl)
+        if not all(bool(h) for h in hypotheses) or bool(goal):
+            return None
+        shown = ", ".join(f"{k}={v}" for k, v in values.items())
+        return f"{self.description} fails for {shown}"
+
+    def witness(self, values: Mapping[str, int]) -> dict[str, Any]:
+        return {"kind": self.kind, "theorem": self.theorem_id,
+                "values": {k: int(v) for k, v in values.items()}}
+
+    def decode(self, witness: Mapping[str, Any]) -> dict[str, int]:
+        """The variable values of a witness, validated."""
+        values = witness.get("values")
+        if not isinstance(values, Mapping):
+            raise WitnessError(f"{self.theorem_id}: the witness has no 'values' object")
+        decoded: dict[str, int] = {}
+        for key, value in values.items():
+            if not isinstance(value, int) or isinstance(value, bool):
+                raise WitnessError(
+                    f"{self.theorem_id}: witness value {key}={value!r} is not an integer")
+            decoded[str(key)] = value
+        missing = [v for v in self.variables if v not in decoded]
+        if missing:
+            raise WitnessError(f"{self.theorem_id}: the witness lacks {', '.join(missing)}")
+        return decoded
+
+    def replay(self, witness: Mapping[str, Any], impl: Implementation) -> str | None:
+        """Replay a witness on ``impl``: the violation, or None when the property holds.
+
+        Raises :class:`WitnessError` when the witness is malformed or lies outside the
+        property's domain (its hypotheses fail), since then it proves nothing.
+        """
+        values = self.decode(witness)
+        try:
+            hypotheses, goal = self.statement(Env(values), impl)
+        except KeyError as exc:
+            raise WitnessError(f"{self.theorem_id}: the witness lacks {exc}") from None
+        if not all(bool(h) for h in hypotheses):
+            raise WitnessError(f"{self.theorem_id}: the witness lies outside the domain")
+        if bool(goal):
+            return None
+        shown = ", ".join(f"{k}={v}" for k, v in values.items())
+        return f"{self.description} fails for {shown}"
+
+    def draw(self, witness: Mapping[str, Any], impl: Implementation) -> Picture:
+        if self.picture is None:
+            raise WitnessError(f"{self.theorem_id} has no picture")
+        return self.picture(self.decode(witness), impl)
+
+
+CaseT = TypeVar("CaseT")
+ObservationT = TypeVar("ObservationT")
+
+
+@dataclass(frozen=True)
+class CaseSpace(Generic[CaseT, ObservationT]):
+    """A finite domain of cases, enumerated in increasing size, and how to observe an
+    implementation on one of them.
+
+    The properties of one space form a *family*: the prover checks them in one pass, so
+    the observation of a case (the implementation's run) and the spec's answer are
+    computed once per case, not once per property.
+    """
+
+    family: str
+    cases: Callable[[], Iterable[CaseT]]
+    describe: Callable[[], str]
+    to_json: Callable[[CaseT], dict[str, Any]]
+    from_json: Callable[[Mapping[str, Any]], CaseT]
+    observe: Callable[[CaseT, Implementation], ObservationT]
+    """Run the implementation on a case (memoized per case: see :class:`LastCase`)."""
+
+    def decode(self, witness: Mapping[str, Any]) -> CaseT:
+        try:
+            return self.from_json(witness)
+        except WitnessError:
+            raise
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise WitnessError(
+                f"a {self.family} witness cannot be read: {type(exc).__name__}: {exc}"
+            ) from None
+
+
+Judge = Callable[[Any, Any], "str | None"]
+"""``judge(case, observation) -> violation message | None``."""
+
+
+@dataclass(frozen=True)
+class CaseProperty:
+    """A judgement of every case of a finite space."""
+
+    clause: str
+    name: str
+    description: str
+    space: CaseSpace[Any, Any]
+    judge: Judge
+    uses: tuple[str, ...]
+    picture: Callable[[Any, Implementation], Picture] | None = None
+    kind: ClassVar[str] = "exhaustive"
+
+    @property
+    def theorem_id(self) -> str:
+        return f"{self.clause}/{self.name}"
+
+    @property
+    def family(self) -> str:
+        return self.space.family
+
+    @property
+    def domain(self) -> str:
+        return self.space.describe()
+
+    def check(self, case: Any, impl: Implementation) -> str | None:
+        """Observe ``impl`` on ``case`` and judge it."""
+        return self.judge(case, self.space.observe(case, impl))
+
+    def witness(self, case: Any) -> dict[str, Any]:
+        return {"kind": self.kind, "theorem": self.theorem_id, **self.space.to_json(case)}
+
+    def replay(self, witness: Mapping[str, Any], impl: Implementation) -> str | None:
+        """Replay a witness on ``impl``: the violation, or None when the property holds."""
+        return self.check(self.space.decode(witness), impl)
+
+    def draw(self, witness: Mapping[str, Any], impl: Implementation) -> Picture:
+        if self.picture is None:
+            raise WitnessError(f"{self.theorem_id} has no picture")
+        return self.picture(self.space.decode(witness), impl)
+
+
+Property = FormulaProperty | CaseProperty
+
+
+ResultT = TypeVar("ResultT")
+
+
+class LastCase(Generic[CaseT, ResultT]):
+    """A one-entry memo of ``compute(case, impl)``: the properties of a family judge one
+    case after another, so the implementation's run and the spec's answer for a case are
+    computed once, not once per property (a failure is remembered and raised again)."""
+
+    def __init__(self, compute: Callable[[CaseT, Any], ResultT]) -> None:
+        self.compute = compute
+        self.key: tuple[Any, Any] | None = None
+        self.value: Any = None
+        self.error: BaseException | None = None
+
+    def __call__(self, case: CaseT, impl: Any = None) -> ResultT:
+        if self.key is None or self.key[0] is not case or self.key[1] is not impl:
+            self.key, self.value, self.error = (case, impl), None, None
+            try:
+                self.value = self.compute(case, impl)
+            except Exception as exc:
+                self.error = exc
+        if self.error is not None:
+            raise self.error
+        value: ResultT = self.value
+        return value

@@ -1,0 +1,333 @@
+"""Multi-group lookup properties (C2-C6): the implementation's whole lookup on every
+MISS/HIT/HIT_PENDING assignment of every chunk of a catalogue of small geometries,
+judged against the contract's answer (:func:`kvcontract.spec.multigroup.contract_answer`).
+
+The space observes the reference scheduler's loop
+(:func:`kvcontract.impl.scheduler.lookup_complete_chunks`) driving the implementation's
+primitives; the audit observes upstream's own loop instead and judges it with the same
+properties (an observation that does not report a field, such as upstream's pops, is
+judged on what it reports).
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from kvcontract.impl.bundle import Implementation
+from kvcontract.impl.scheduler import ConvergenceError, lookup_complete_chunks
+from kvcontract.spec import multigroup
+from kvcontract.spec.arith import cdiv
+from kvcontract.spec.geometry import Geometry, fa, mamba, swa
+from kvcontract.spec.lookup import HIT, HIT_PENDING, LookupResult
+from kvcontract.spec.properties.base import CaseProperty, CaseSpace, LastCase, Picture
+
+
+@dataclass(frozen=True)
+class LookupCase:
+    geometry_name: str
+    geometry: Geometry
+    num_tokens: int
+    local_hit: int
+    states: tuple[tuple[LookupResult, ...], ...]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "geometry_name": self.geometry_name,
+            "geometry": self.geometry.to_dict(),
+            "num_tokens": self.num_tokens,
+            "local_hit": self.local_hit,
+            "states": {str(g): [s.name for s in seq] for g, seq in enumerate(self.states)},
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> LookupCase:
+        geometry = Geometry.from_dict(dict(data["geometry"]))
+        num_tokens, local_hit = data["num_tokens"], data["local_hit"]
+        for key, value in (("num_tokens", num_tokens), ("local_hit", local_hit)):
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                raise ValueError(f"{key} must be an integer >= 0, not {value!r}")
+        if local_hit > num_tokens:
+            raise ValueError(f"local_hit {local_hit} exceeds num_tokens {num_tokens}")
+        states = data["states"]
+        rows = []
+        for g, group in enumerate(geometry.groups):
+            row = tuple(LookupResult[str(name)] for name in states[str(g)])
+            keys = num_tokens // geometry.chunk_tokens(group)
+            if len(row) != keys:
+                raise ValueError(f"group {g} has {keys} keys for {num_tokens} tokens, "
+                                 f"the witness gives {len(row)} states")
+            rows.append(row)
+        return cls(str(data.get("geometry_name", "")), geometry, num_tokens, local_hit,
+                   tuple(rows))
+
+
+@dataclass
+class LookupObservation:
+    """What a lookup did on one case."""
+
+    hit_tokens: int | None
+    """The accepted boundary (absolute; the local hit when nothing is gained); None: defer."""
+    load_ranges: dict[int, tuple[int, int]] | None = None
+    """Chunks loaded per group, as the implementation reports them (None: not reported)."""
+    lookups: list[tuple[int, int]] = field(default_factory=list)
+    pops: dict[int, int] | None = None
+    max_hit_trace: list[int] | None = None
+    error: str | None = None
+    """The loop did not converge (the message), so nothing else was observed."""
+
+
+LOOKUP_STATES = (LookupResult.MISS, LookupResult.HIT, LookupResult.HIT_PENDING)
+
+
+def lookup_catalog() -> list[tuple[str, Geometry, int, int]]:
+    """Small geometries with every kind of interaction, and their request sizes."""
+    return [
+        ("FA4+SWA4(sw8)", Geometry((fa(4), swa(4, 8))), 17, 0),
+        ("FA4+SWA4(sw8,e3)", Geometry((fa(4), swa(4, 8, 3))), 17, 0),
+        ("FA8+SWA4(sw6),bpc1", Geometry((fa(8), swa(4, 6))), 21, 0),
+        ("SWA4(sw8)+SWA8(sw12)", Geometry((swa(4, 8), swa(8, 12))), 25, 0),
+        ("FA4+SWA4(sw8,eagle)", Geometry((fa(4), swa(4, 8, eagle=True))), 21, 0),
+        ("SWA4(sw8,eagle)", Geometry((swa(4, 8, eagle=True),)), 25, 0),
+        ("SWA2(sw5),bpc2", Geometry((swa(2, 5),), blocks_per_chunk=2), 25, 0),
+        ("FA4+SWA4(sw8),local4", Geometry((fa(4), swa(4, 8))), 21, 4),
+        ("SWA4(sw8)+Mamba8", Geometry((swa(4, 8), mamba(8))), 25, 0),
+        # EAGLE at chunk granularity (bpc > 1): the peek and the pop are one chunk of
+        # bpc blocks; unaligned boundaries, e > 0 and a local hit included.
+        ("FA4+SWA2(sw3,eagle),bpc2", Geometry((fa(4), swa(2, 3, eagle=True)),
+                                               blocks_per_chunk=2), 17, 0),
+        ("FA4+SWA2(sw3,eagle),bpc2,local4", Geometry((fa(4), swa(2, 3, eagle=True)),
+                                                      blocks_per_chunk=2), 17, 4),
+        ("SWA2(sw3,e1,eagle)+SWA4(sw5),bpc2",
+         Geometry((swa(2, 3, 1, eagle=True), swa(4, 5)), blocks_per_chunk=2), 21, 0),
+    ]
+
+
+def lookup_cases() -> Iterator[LookupCase]:
+    for name, geometry, num_tokens, local_hit in lookup_catalog():
+        sizes = [num_tokens // geometry.chunk_tokens(g) for g in geometry.groups]
+        total = sum(sizes)
+        for flat in itertools.product(LOOKUP_STATES, repeat=total):
+            states: list[tuple[LookupResult, ...]] = []
+            offset = 0
+            for size in sizes:
+                states.append(tuple(flat[offset : offset + size]))
+                offset += size
+            yield LookupCase(name, geometry, num_tokens, local_hit, tuple(states))
+
+
+def lookup_domain() -> str:
+    names = ", ".join(name for name, *_ in lookup_catalog())
+    return f"every MISS/HIT/HIT_PENDING state of every chunk of {names}"
+
+
+def _run_lookup(case: LookupCase, impl: Implementation) -> LookupObservation:
+    """The reference scheduler's loop over the implementation's primitives."""
+    try:
+        outcome = lookup_complete_chunks(
+            impl, case.geometry, case.num_tokens, case.local_hit,
+            lambda g, k: case.states[g][k],
+        )
+    except ConvergenceError as exc:
+        return LookupObservation(None, error=str(exc))
+    return LookupObservation(
+        outcome.hit_tokens, dict(outcome.load_ranges), list(outcome.lookups),
+        dict(outcome.pops), list(outcome.max_hit_trace),
+    )
+
+
+run_lookup: LastCase[LookupCase, LookupObservation] = LastCase(_run_lookup)
+
+
+def _contract_answer(case: LookupCase, _impl: Any = None) -> multigroup.ContractAnswer:
+    return multigroup.contract_answer(case.geometry, case.num_tokens, case.local_hit,
+                                      dict(enumerate(case.states)))
+
+
+contract_answer: LastCase[LookupCase, multigroup.ContractAnswer] = LastCase(
+    _contract_answer
+)
+
+
+LOOKUP_SPACE: CaseSpace[LookupCase, LookupObservation] = CaseSpace(
+    family="lookup", cases=lookup_cases, describe=lookup_domain,
+    to_json=LookupCase.to_json, from_json=LookupCase.from_json, observe=run_lookup,
+)
+
+
+def _raised(observation: LookupObservation) -> str:
+    return f"the implementation raised ConvergenceError: {observation.error}"
+
+
+def crash_of(state: LookupResult | None) -> str:
+    """What upstream's ``prepare_load`` says when it meets a chunk in ``state``."""
+    return "not found in cache" if state in (None, LookupResult.MISS) else "not ready"
+
+
+def loads_only_hit(case: LookupCase, observation: LookupObservation) -> str | None:
+    if observation.error is not None:
+        return _raised(observation)
+    hit = observation.hit_tokens
+    if hit is None or hit <= case.local_hit:
+        return None
+    for g, group in enumerate(case.geometry.groups):
+        lo, hi = multigroup.load_range(case.geometry, group, hit, case.local_hit)
+        for k in range(lo, hi):
+            state = case.states[g][k] if k < len(case.states[g]) else None
+            if state != HIT:
+                shown = "absent (no key)" if state is None else state.name
+                return (
+                    f"hit {hit} accepted but group {g} must load chunk {k}, "
+                    f"which is {shown}: upstream would crash with '{crash_of(state)}'"
+                )
+    return None
+
+
+def defers_only_in_scope(case: LookupCase, observation: LookupObservation) -> str | None:
+    if observation.error is not None:
+        return _raised(observation)
+    if observation.hit_tokens is not None:
+        return None
+    answer = contract_answer(case)
+    if not answer.pending_in_window:
+        return (
+            "the lookup deferred, but no chunk read for the best boundary "
+            f"{answer.best_present} is pending (and no RETRY was seen)"
+        )
+    return None
+
+
+def expected_hit(case: LookupCase) -> int:
+    """The largest boundary every group can serve (the local hit when none can)."""
+    answer = contract_answer(case)
+    return answer.best_present if answer.best_present is not None else case.local_hit
+
+
+def is_maximal(case: LookupCase, observation: LookupObservation) -> str | None:
+    """C4: the accepted hit is exactly the largest servable boundary. (A larger one
+    also reads a chunk that is not present, which C2 reports as the crash it is.)"""
+    if observation.error is not None:
+        return _raised(observation)
+    if observation.hit_tokens is None:
+        return None
+    expected = expected_hit(case)
+    if observation.hit_tokens != expected:
+        return (
+            f"the lookup accepted {observation.hit_tokens}; "
+            f"the largest servable boundary is {expected}"
+        )
+    return None
+
+
+def eagle_peek(case: LookupCase, observation: LookupObservation) -> str | None:
+    if observation.error is not None:
+        return _raised(observation)
+    hit = observation.hit_tokens
+    for g, group in enumerate(case.geometry.groups):
+        if not group.eagle:
+            continue
+        if observation.pops is not None and observation.max_hit_trace is not None:
+            distinct = len(set(observation.max_hit_trace))
+            if observation.pops.get(g, 0) > distinct + 1:
+                return (f"EAGLE group {g} popped {observation.pops[g]} times for {distinct} "
+                        "boundaries")
+        if hit is None or hit <= case.local_hit:
+            continue
+        _, hi = multigroup.load_range(case.geometry, group, hit, case.local_hit)
+        if (g, hi) not in observation.lookups:
+            return f"EAGLE group {g}: the peek chunk {hi} after hit {hit} was never looked up"
+        if case.states[g][hi] != HIT:
+            return f"EAGLE group {g}: hit {hit} accepted with peek chunk {hi} not HIT"
+        if observation.load_ranges is not None and observation.load_ranges[g][1] > hi:
+            return f"EAGLE group {g}: the peek chunk {hi} is in the load set"
+    return None
+
+
+def converges(case: LookupCase, observation: LookupObservation) -> str | None:
+    if observation.error is not None:
+        return observation.error
+    trace = observation.max_hit_trace or []
+    if any(b > a for a, b in itertools.pairwise(trace)):
+        return f"maxhit grew: {trace}"
+    hit = observation.hit_tokens
+    if hit is not None and hit > case.local_hit:
+        for g, group in enumerate(case.geometry.groups):
+            if not multigroup.group_accepts(
+                case.geometry, group, hit, case.local_hit, case.num_tokens,
+                lambda k, g=g: case.states[g][k] in (HIT, HIT_PENDING),
+            ):
+                return f"final hit {hit} is not servable by group {g} (checked only earlier)"
+    return None
+
+
+def picture(case: LookupCase, impl: Implementation) -> Picture:
+    """The case's chunk states, the spec's ranges at the accepted (or the spec's best)
+    boundary, and the chunks that make the verdict: loaded but not HIT, pending outside
+    the read window yet deferring, or demanded beyond the spec's read range (a lost hit)."""
+    geometry, states, local_hit = case.geometry, case.states, case.local_hit
+    answer = contract_answer(case)
+    observation = run_lookup(case, impl)
+    hit = observation.hit_tokens
+    note = (f"the implementation did not converge: {observation.error}"
+            if observation.error is not None
+            else f"implementation: {'defer' if hit is None else f'hit {hit}'}")
+    shown = hit if hit is not None and hit > local_hit else answer.best_present
+    offending: dict[int, set[int]] = {}
+    for g, group in enumerate(geometry.groups):
+        bad: set[int] = set()
+        if hit is not None and hit > local_hit:
+            lo, hi = multigroup.load_range(geometry, group, hit, local_hit)
+            bad |= {k for k in range(lo, hi) if k >= len(states[g]) or states[g][k] != HIT}
+        if not bad and hit is None and answer.best_present is not None:
+            lo, hi = multigroup.read_range(geometry, group, answer.best_present, local_hit)
+            bad |= {k for k, s in enumerate(states[g]) if s == HIT_PENDING and not lo <= k < hi}
+        best = answer.best_present
+        if not bad and best is not None and (hit is None or hit < best) and group.is_swa:
+            # A lost hit: the chunks the implementation demands for the spec's best
+            # boundary beyond what the spec reads there (and that are not HIT).
+            assert group.sliding_window is not None
+            lo, hi = multigroup.read_range(geometry, group, best, local_hit)
+            tpc = geometry.chunk_tokens(group)
+            end = int(cdiv(best, tpc))
+            demanded = int(impl.load_window_size_in_chunks(
+                best, group.sliding_window, group.extra_retained_tokens, tpc))
+            bad |= {k for k in range(max(0, end - demanded), lo)
+                    if k >= len(states[g]) or states[g][k] != HIT}
+        if bad:
+            offending[g] = bad
+    notes = [note, f"spec: best boundary {answer.best_present}"
+             + (", a chunk it reads is pending" if answer.pending_in_window else "")]
+    return Picture(geometry, case.num_tokens, shown, local_hit,
+                   states={g: list(row) for g, row in enumerate(states)},
+                   offending=offending, notes=notes)
+
+
+LOOKUP_FUNCTIONS: tuple[str, ...] = (
+    "get_sliding_window_size_in_chunks", "load_window_size_in_chunks",
+    "sliding_window_lookup", "prefix_lookup", "load_chunk_range",
+)
+"""The multi-group lookup calls all of these (the scheduler drives them)."""
+
+
+def lookup_properties() -> list[CaseProperty]:
+    def make(clause: str, name: str, description: str, judge: Any) -> CaseProperty:
+        return CaseProperty(clause, name, description, LOOKUP_SPACE, judge,
+                            LOOKUP_FUNCTIONS, picture)
+
+    return [
+        make("C2", "lookup-loads-only-hit",
+             "every chunk of every accepted load set was answered HIT", loads_only_hit),
+        make("C3", "lookup-defers-only-in-scope",
+             "the multi-group lookup defers only for a pending chunk it would read",
+             defers_only_in_scope),
+        make("C4", "lookup-is-maximal",
+             "the accepted hit is the largest boundary every group can serve", is_maximal),
+        make("C5", "eagle-peek",
+             "EAGLE: the peek chunk is looked up and HIT, not loaded; one pop per boundary",
+             eagle_peek),
+        make("C6", "lookup-converges",
+             "the loop terminates, maxhit never grows, the final N is servable by every group",
+             converges),
+    ]

@@ -1,0 +1,110 @@
+"""Test fixtures of the executable system: states a program cannot reach by itself.
+
+Contract: :class:`SystemHarness` manipulates one
+:class:`~kvcontract.impl.system.engine.OffloadSystem` from the outside, through the
+system's public hooks (``chunk_key``, ``chunk_keys_for``, ``local_hit_for``,
+``hold_loading``, ``inject_store_failure``, ``BlockPool.evict_free``) and the offload
+manager's ``force_state``: installing chunks in a state (with the producer's bytes),
+marking chunks as loaded by another request, perturbing the leftmost chunk the contract
+would read, failing the next store job and evicting the GPU prefix caches. Each
+manipulation is noted in the system's decision log, so two systems driven in lockstep
+stay comparable. The fuzzer's programs name these as operations
+(:data:`FIXTURE_OPERATIONS`); the tests call them directly. Bad arguments raise
+:class:`~kvcontract.errors.UsageError`.
+"""
+
+from __future__ import annotations
+
+import torch
+from kvcontract.impl.system.engine import OffloadSystem
+from kvcontract.impl.system.offload import ChunkState, TensorOffloadManager
+from kvcontract.impl.system.oracle import expected_kv
+from kvcontract.spec import multigroup
+
+from kvcontract.errors import UsageError
+from kvcontract.vocabulary import GroupKind
+
+FIXTURE_OPERATIONS = frozenset({
+    "install_chunk", "mark_loading", "perturb_left_chunk", "fail_next_store",
+    "evict_gpu_cache",
+})
+"""The program operations that are fixtures (methods of :class:`SystemHarness`)."""
+
+PERTURB_STATES = ("absent", "pending", "loading", "stale")
+
+
+class SystemHarness:
+    """Fixtures for one system (see the module docstring)."""
+
+    def __init__(self, system: OffloadSystem) -> None:
+        self.system = system
+
+    def install_chunk(self, tokens: list[int], group: int, chunk: int, state: ChunkState) -> None:
+        """Put a chunk into ``state``; a ready chunk gets the producer's bytes."""
+        system = self.system
+        key = system.chunk_key(tokens, group, chunk)
+        slot = system.manager.force_state(key, state)
+        if slot is not None and isinstance(system.manager, TensorOffloadManager):
+            spec = system.geometry.groups[group]
+            tpc = system.geometry.chunk_tokens(spec)
+            positions = torch.arange(chunk * tpc, (chunk + 1) * tpc)
+            ids = torch.tensor(tokens[chunk * tpc : (chunk + 1) * tpc])
+            kv = expected_kv(system.config.layout, group, positions, ids)
+            target = system.manager.chunks[group][slot]
+            target.copy_(kv.view(target.shape))
+
+    def mark_loading(self, tokens: list[int], group: int, chunk: int) -> None:
+        """Another request is loading this chunk."""
+        self.system.hold_loading(self.system.chunk_key(tokens, group, chunk))
+
+    def perturb_left_chunk(self, tokens: list[int], state: str) -> None:
+        """Change the leftmost chunk the contract would read for ``tokens``.
+
+        The chunk is the first of the read range (DOMAIN.md 10, "left chunk") of the
+        SWA group with the largest window at the boundary the contract accepts now, given
+        the local hit ``tokens`` would get. ``state``: ``absent`` (evicted), ``pending``
+        (a stalled write), ``loading`` (another request is loading it) or ``stale``
+        (absent, and the group's last chunk pending: DOMAIN.md 8, seed 000).
+        """
+        if state not in PERTURB_STATES:
+            raise UsageError(f"perturb_left_chunk: unknown state {state!r}")
+        system = self.system
+        geo = system.geometry
+        keys = system.chunk_keys_for(tokens)
+        local = system.local_hit_for(tokens)
+        states = {
+            g: [system.manager.lookup(keys[(g, k)])
+                for k in range(len(tokens) // geo.chunk_tokens(s))]
+            for g, s in enumerate(geo.groups)
+        }
+        best = multigroup.contract_answer(geo, len(tokens), local, states).best_present
+        if best is None:
+            system.log.append("perturb: no boundary to perturb")
+            return
+        windows = {
+            g: multigroup.load_range(geo, s, best, local)
+            for g, s in enumerate(geo.groups) if s.kind is GroupKind.SLIDING_WINDOW
+        } or {0: multigroup.load_range(geo, geo.groups[0], best, local)}
+        g = max(windows, key=lambda i: (windows[i][1] - windows[i][0], -i))
+        chunk = windows[g][0]
+        key = keys[(g, chunk)]
+        if state == "loading":
+            system.hold_loading(key)
+        elif state == "stale":
+            system.manager.force_state(key, ChunkState.ABSENT)
+            last = len(tokens) // geo.chunk_tokens(geo.groups[g]) - 1
+            if last > chunk:
+                system.manager.force_state(keys[(g, last)], ChunkState.PENDING)
+        else:
+            system.manager.force_state(key, ChunkState(state))
+        system.log.append(f"perturb g{g} chunk {chunk} of boundary {best} -> {state}")
+
+    def fail_next_store(self) -> None:
+        """The next store job fails (its chunks end absent)."""
+        self.system.inject_store_failure()
+
+    def evict_gpu_cache(self) -> None:
+        """Drop every free block from the GPU prefix caches (memory pressure)."""
+        for pool in self.system.pools:
+            pool.evict_free()
+        self.system.log.append("evict-gpu-cache")

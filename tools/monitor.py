@@ -1,0 +1,303 @@
+"""The judge of the executable system: a monitor of its events, against the spec.
+
+Contract: :class:`Monitor` subscribes to an
+:class:`~kvcontract.impl.system.engine.OffloadSystem` (``Monitor.attach(system)``, or
+``system.subscribe(Monitor(geometry))``) and judges each event of
+:mod:`kvcontract.impl.system.events` as it arrives, recording a :class:`Violation` per
+finding (never raising) and counting the checks per clause in ``checks``:
+
+* :class:`~kvcontract.impl.system.events.LookupEvent` (C3, C4, and C5 when a group is
+  EAGLE): the accepted hit is the contract's answer at the local GPU hit ``L``
+  (:func:`kvcontract.spec.properties.lookup.contract_answer` and
+  :func:`~kvcontract.spec.properties.lookup.expected_hit` on a
+  :class:`~kvcontract.spec.properties.lookup.LookupCase` of the event's states; the
+  property layer's :func:`~kvcontract.spec.properties.lookup.defers_only_in_scope` and
+  :func:`~kvcontract.spec.properties.lookup.is_maximal` decide a wrong defer and a wrong
+  hit), and an external hit's load ranges are the spec's ``Load(N, L)`` (C2). Two rules
+  of the system's own lookup are kept: nothing is judged when a state is RETRY (an
+  asynchronous lookup in flight may defer anything), and the lookup must defer when the
+  spec's load set touches a chunk another request is loading. A wrong hit is C2 when it
+  is larger than the answer or the lookup had to defer, C4 when it is smaller, C3 a
+  defer that should not be;
+* :class:`~kvcontract.impl.system.events.LoadEvent` (C2 checked) and
+  :class:`~kvcontract.impl.system.events.LoadCrashEvent` (a C2 violation: upstream's
+  "not found" / "not ready" crash);
+* :class:`~kvcontract.impl.system.events.AllocationEvent` (C1): the live blocks of a
+  sliding-window group after a hit are ``Ret(N)``;
+* :class:`~kvcontract.impl.system.events.StoreEvent` (C7, C8, C9, C10): the chunks
+  offered equal the spec's reachability mask at the spec's horizon for this step
+  (:meth:`Monitor.spec_offers`), are offered at most once, ``next_stored_chunk_idx``
+  never moves back, and no offered chunk holds an uncommitted slot;
+* :class:`~kvcontract.impl.system.events.RestoreEvent` and
+  :class:`~kvcontract.impl.system.events.AttentionEvent` (C11): the outcomes of the
+  engine's byte and attention comparisons with the data oracles.
+
+The monitor holds no system state: everything it judges is in the events and the
+geometry it was built for.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from kvcontract.impl.system.engine import OffloadSystem
+from kvcontract.impl.system.events import (
+    AllocationEvent,
+    AttentionEvent,
+    Event,
+    LoadCrashEvent,
+    LoadEvent,
+    LookupEvent,
+    RestoreEvent,
+    StoreEvent,
+)
+from kvcontract.spec import multigroup, reachability, retention
+from kvcontract.spec.geometry import Geometry
+from kvcontract.spec.properties.lookup import (
+    LookupCase,
+    LookupObservation,
+    contract_answer,
+    defers_only_in_scope,
+    expected_hit,
+    is_maximal,
+)
+
+from kvcontract.vocabulary import GroupKind, LookupResult, RequestStatus
+
+
+@dataclass(frozen=True)
+class Violation:
+    """One finding: the clause, what was judged (``lookup``, ``load-set``, ``crash``,
+    ``retention``, ``store``, ``bytes``, ``attention``), a message and the witness."""
+
+    clause: str
+    kind: str
+    message: str
+    witness: dict[str, object] = field(default_factory=dict)
+
+
+class Monitor:
+    """Judges one system's events against the spec (see the module docstring)."""
+
+    def __init__(self, geometry: Geometry) -> None:
+        self.geometry = geometry
+        self.violations: list[Violation] = []
+        self.checks: Counter[str] = Counter()
+        self._eagle = any(group.eagle for group in geometry.groups)
+        self._handlers: dict[type, Callable[[Any], None]] = {
+            LookupEvent: self._lookup,
+            LoadEvent: self._load,
+            LoadCrashEvent: self._crash,
+            AllocationEvent: self._allocation,
+            StoreEvent: self._store,
+            RestoreEvent: self._restore,
+            AttentionEvent: self._attention,
+        }
+
+    @classmethod
+    def attach(cls, system: OffloadSystem) -> Monitor:
+        """A monitor for ``system``'s geometry, subscribed to its events."""
+        monitor = cls(system.geometry)
+        system.subscribe(monitor)
+        return monitor
+
+    def __call__(self, event: Event) -> None:
+        self._handlers[type(event)](event)
+
+    def _violate(self, clause: str, kind: str, message: str, **witness: object) -> None:
+        self.violations.append(Violation(clause, kind, message, dict(witness)))
+
+    # -- lookups and loads ----------------------------------------------------------------
+    def _lookup(self, event: LookupEvent) -> None:
+        if any(LookupResult.RETRY in row for row in event.states):
+            return  # an asynchronous lookup in flight may defer anything: nothing to compare
+        geo = self.geometry
+        local = event.local_hit
+        case = LookupCase("system", geo, event.num_tokens, local, event.states)
+        observation = LookupObservation(event.hit, dict(event.load_ranges))
+        answer = contract_answer(case)
+        expected: int | None = None
+        expected_ranges: dict[int, tuple[int, int]] = {}
+        loading_defer = False
+        if answer.best_present is None or not answer.pending_in_window:
+            expected = expected_hit(case)
+        if answer.best_present is not None and expected is not None:
+            expected_ranges = {
+                g: multigroup.load_range(geo, s, expected, local) for g, s in enumerate(geo.groups)
+            }
+            # The system's rule: a load set that touches a chunk another request is
+            # loading defers the request.
+            loading_defer = any(
+                (g, k) in event.loading
+                for g, (lo, hi) in expected_ranges.items()
+                for k in range(lo, hi)
+            )
+            if loading_defer:
+                expected = None
+        for checked in ("C3", "C4"):
+            self.checks[checked] += 1
+        if self._eagle:
+            self.checks["C5"] += 1
+        hit = event.hit
+        clause: str | None = None
+        if hit is None:
+            if not loading_defer and defers_only_in_scope(case, observation) is not None:
+                clause = "C3"
+        elif expected is None:
+            clause = "C2"  # accepted although a chunk it reads is pending or being loaded
+        elif is_maximal(case, observation) is not None:
+            clause = "C2" if hit > expected else "C4"
+        if clause is not None:
+            self._violate(
+                clause,
+                "lookup",
+                f"request {event.request}: system accepted {hit} (local {local}), "
+                f"the contract answers {expected}",
+                request=event.request, system=hit, spec=expected, local=local,
+                states={g: [int(r) for r in row] for g, row in enumerate(event.states)},
+            )
+            return
+        load_ranges = dict(event.load_ranges)
+        if hit is not None and hit > local and load_ranges != expected_ranges:
+            self._violate(
+                "C2", "load-set",
+                f"request {event.request}: load ranges {load_ranges}, "
+                f"the spec says {expected_ranges}",
+                request=event.request,
+            )
+
+    def _load(self, event: LoadEvent) -> None:
+        self.checks["C2"] += 1
+
+    def _crash(self, event: LoadCrashEvent) -> None:
+        self._violate("C2", "crash", event.message, request=event.request, hit=event.hit,
+                      local=event.local_hit, loads=str(dict(sorted(event.load_ranges))))
+
+    # -- allocation -------------------------------------------------------------------------
+    def _allocation(self, event: AllocationEvent) -> None:
+        spec = self.geometry.groups[event.group]
+        if spec.kind is not GroupKind.SLIDING_WINDOW:
+            return
+        assert spec.sliding_window is not None
+        bs = self.geometry.block_tokens(spec)
+        first, end = retention.retained_block_range(
+            event.hit, bs, spec.sliding_window, spec.extra_retained_tokens
+        )
+        table = event.live
+        self.checks["C1"] += 1
+        ok = len(table) == int(end) and all(
+            live == (b >= int(first)) for b, live in enumerate(table)
+        )
+        if not ok:
+            live_blocks = [b for b, live in enumerate(table) if live]
+            self._violate(
+                "C1", "retention",
+                f"request {event.request} group {event.group}: live blocks "
+                f"{live_blocks[:3]}..{live_blocks[-3:]} != Ret({event.hit}) = [{first}, {end})",
+                request=event.request, group=event.group,
+            )
+
+    # -- stores -----------------------------------------------------------------------------
+    def spec_offers(self, event: StoreEvent) -> list[int]:
+        """What the spec says this step offers, given the tracker's state before it."""
+        geo = self.geometry
+        spec = geo.groups[event.group]
+        status = event.status
+        tpc = geo.chunk_tokens(spec)
+        bs = geo.block_tokens(spec)
+        bpc = geo.blocks_per_chunk
+        tokens = int(
+            reachability.stored_token_count(
+                status, event.before, event.scheduled, event.num_tokens, event.prompt_len,
+                None, event.prompt_only,
+            )
+        )
+        storable = int(reachability.storable_chunks(tokens, tpc, spec.eagle, status))
+        if status in (RequestStatus.FINISHED, RequestStatus.ABORTED):
+            candidates = range(storable)
+        else:
+            candidates = range(event.next_before, storable)
+        if spec.kind is not GroupKind.SLIDING_WINDOW:
+            return [c for c in candidates if c not in event.offered_before]
+        assert spec.sliding_window is not None
+        align = geo.alignment_tokens
+        rule = reachability.mask_rule(align, bs, geo.retention_interval)
+        need = reachability.store_need_blocks(spec.sliding_window, spec.extra_retained_tokens,
+                                              bs, spec.eagle)
+        replay: tuple[int, ...] = ()
+        if geo.retention_interval is not None and align is not None and not rule.store_all:
+            replay = (int(reachability.replay_boundary_block(event.prompt_len - 1, align, bs)),)
+        final = reachability.final_segment_end_chunk(status, event.prompt_len // tpc, storable)
+        final_block = None if final is None else int(final) * bpc
+        first_live = int(retention.skipped_tokens(event.before, spec.sliding_window,
+                                                  spec.extra_retained_tokens)) // bs
+        chosen: list[int] = []
+        for chunk in candidates:
+            if chunk in event.offered_before:
+                continue
+            marked = [
+                b for b in range(chunk * bpc, (chunk + 1) * bpc)
+                if reachability.block_is_reachable(
+                    b, rule, need, spec.eagle, final_block, replay, bpc
+                )
+            ]
+            # C10: a chunk whose marked blocks were already freed is never stored.
+            if marked and min(marked) >= first_live:
+                chosen.append(chunk)
+        return chosen
+
+    def _store(self, event: StoreEvent) -> None:
+        request, g, status = event.request, event.group, event.status
+        tpc = self.geometry.chunk_tokens(self.geometry.groups[g])
+        offered = list(event.offered)
+        expected = self.spec_offers(event)
+        self.checks["C8"] += 1
+        self.checks["C9"] += 1
+        if offered != expected:
+            extra_chunks = sorted(set(offered) - set(expected))
+            missing_chunks = sorted(set(expected) - set(offered))
+            self._violate(
+                "C9" if extra_chunks and status is RequestStatus.PREFILLING else
+                ("C8" if extra_chunks else "C7"),
+                "store",
+                f"request {request} group {g} ({status.value}, "
+                f"{event.before}+{event.scheduled} tokens): "
+                f"offered {offered}, the spec's mask says {expected} "
+                f"(extra {extra_chunks}, missing {missing_chunks})",
+                request=request, group=g, offered=offered, spec=expected,
+            )
+        if set(offered) & event.offered_before or event.next_after < event.next_before:
+            self._violate("C8", "store", f"request {request} group {g}: chunk offered twice "
+                          "or next_stored_chunk_idx moved back", request=request, group=g)
+        for chunk in offered:
+            self.checks["C10"] += 1
+            if (chunk + 1) * tpc > event.num_computed:
+                self._violate(
+                    "C10", "store",
+                    f"request {request} group {g}: chunk {chunk} holds uncommitted slots",
+                    request=request, group=g,
+                )
+
+    # -- data (C11) -------------------------------------------------------------------------
+    def _restore(self, event: RestoreEvent) -> None:
+        self.checks["C11"] += 1
+        if not event.positions_match:
+            self._violate(
+                "C11", "bytes",
+                f"request {event.request} group {event.group}: restored KV differs from the "
+                f"producer's at position {event.first_bad} (hit {event.hit})",
+                request=event.request, group=event.group, position=event.first_bad,
+            )
+
+    def _attention(self, event: AttentionEvent) -> None:
+        self.checks["C11"] += 1
+        if not event.outputs_match:
+            self._violate(
+                "C11", "attention",
+                f"request {event.request} group {event.group}: decode attention over the "
+                f"restored cache differs from a recomputed cache (hit {event.hit})",
+                request=event.request, group=event.group,
+            )

@@ -1,0 +1,28 @@
+"""Small pieces several renderers share: verdict counts, the title line, a witness on
+one line."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+
+def counts(results: list[dict[str, Any]]) -> dict[str, int]:
+    """How many results have each verdict, by verdict name."""
+    tally: dict[str, int] = {}
+    for r in results:
+        tally[r["verdict"]] = tally.get(r["verdict"], 0) + 1
+    return dict(sorted(tally.items()))
+
+
+def title(normalized: Mapping[str, Any]) -> str:
+    """The command line that produced the report (``kvcontract prove --impl NAME``)."""
+    # `audit` names what it checks with --target; `prove` and `fuzz` with --impl.
+    option = "--target" if normalized["command"] == "audit" else "--impl"
+    return f"kvcontract {normalized['command']} {option} {normalized['target']}"
+
+
+def witness_text(witness: Mapping[str, Any] | None) -> str:
+    """A witness as one line of JSON (empty when there is none)."""
+    return json.dumps(witness, sort_keys=True) if witness else ""

@@ -1,0 +1,65 @@
+"""Output files of the verifying commands: the format an output's suffix implies, the
+pairing of ``--format`` and ``--output`` options, and writing a file."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from kvcontract.tools.reports.formats import FORMATS
+
+from kvcontract.errors import UsageError
+
+FORMAT_SUFFIXES: dict[str, str] = {
+    ".json": "json",
+    ".xml": "junit",
+    ".sarif": "sarif",
+    ".md": "markdown",
+    ".txt": "text",
+    ".mypy": "mypy",
+}
+"""Output-file suffixes from which the CLI infers a format when none is given."""
+
+
+def format_for_path(path: str) -> str:
+    """The format an output file's suffix implies (``.sarif`` -> ``sarif``, ...)."""
+    suffix = Path(path).suffix.lower()
+    fmt = FORMAT_SUFFIXES.get(suffix)
+    if fmt is None:
+        raise UsageError(
+            f"cannot tell the format of {path} from its suffix; give --format "
+            f"({', '.join(FORMATS)}) or use one of {', '.join(sorted(FORMAT_SUFFIXES))}"
+        )
+    return fmt
+
+
+def pair_outputs(
+    formats: tuple[str, ...], outputs: tuple[str, ...]
+) -> list[tuple[str, str | None]]:
+    """Match ``--format`` and ``--output`` options: pairwise, one format to stdout, or
+    formats inferred from the output suffixes. ``None`` as a path means stdout."""
+    for fmt in formats:
+        if fmt not in FORMATS:
+            raise UsageError(f"unknown report format {fmt!r}; choose one of: {', '.join(FORMATS)}")
+    if not outputs:
+        if len(formats) > 1:
+            raise UsageError("several --format options need one --output FILE each")
+        return [(fmt, None) for fmt in formats]
+    if not formats:
+        return [(format_for_path(path), path) for path in outputs]
+    if len(formats) != len(outputs):
+        raise UsageError(
+            f"{len(formats)} --format options but {len(outputs)} --output options; "
+            "give one --output per --format (in the same order)"
+        )
+    return list(zip(formats, outputs, strict=True))
+
+
+def write_text(path: str, text: str) -> None:
+    """Write an output file; an unwritable path is a UsageError naming it."""
+    try:
+        target = Path(path)
+        if target.parent != Path(""):
+            target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise UsageError(f"cannot write {path}: {exc.strerror or exc}") from None
