@@ -214,33 +214,6 @@ def is_block_reachable(
     return False
 
 
-def reachable_block_mask(
-    start_block: int,
-    end_block: int,
-    alignment_tokens: int | None,
-    block_tokens: int,
-    sliding_window: int,
-    extra_retained: int,
-    use_eagle: bool,
-    retention_interval: int | None,
-    final_segment_end_block: int | None,
-    replay_boundary_blocks: tuple[int, ...] = (),
-    blocks_per_chunk: int = 1,
-) -> list[bool]:
-    """The mask over blocks ``[start_block, end_block)`` (:func:`is_block_reachable` per
-    block, the EAGLE peek chunk included when ``blocks_per_chunk`` is given)."""
-    return [
-        bool(
-            is_block_reachable(
-                block, alignment_tokens, block_tokens, sliding_window, extra_retained,
-                use_eagle, retention_interval, final_segment_end_block, replay_boundary_blocks,
-                blocks_per_chunk,
-            )
-        )
-        for block in range(start_block, end_block)
-    ]
-
-
 def store_final_segment_end(
     status: RequestStatus | str, prompt_horizon_chunks: int, current_chunks: int
 ) -> int:

@@ -3,7 +3,7 @@
 Written in upstream's style on top of an :class:`~kvcontract.impl.bundle.Implementation`
 so that a variant's defective primitive shows up in every decision built from it.
 
-* :func:`lookup_complete_chunks` - the multi-group lookup with convergence (DOMAIN.md 4.4).
+* :func:`lookup_complete_chunks` - the multi-group lookup with convergence (docs/CONTRACT.md 4.4).
 * :class:`StoreTracker` - per request and group: which chunks were offered, the
   never-decreasing ``next_stored_chunk_idx`` and the store job of each step (section 5).
 """
@@ -38,6 +38,8 @@ class LookupOutcome:
     lookups: list[tuple[int, int]] = field(default_factory=list)
     iterations: int = 0
     pops: dict[int, int] = field(default_factory=dict)
+    popped_at: list[tuple[int, int]] = field(default_factory=list)
+    """``(group, candidate boundary)`` of every pop, in order."""
     reason: str = ""
 
 
@@ -165,7 +167,7 @@ def lookup_complete_chunks(
 
     ``num_keys`` overrides, per group index, how many offload keys the request has
     (by default its complete chunks, ``num_tokens // tpc``): upstream's tests build a
-    request's block hashes independently of its token count (DOMAIN.md 10, the EAGLE
+    request's block hashes independently of its token count (docs/CONTRACT.md 10, the EAGLE
     case of 13 tokens with 4 keys).
 
     Groups are visited FA first, then SWA by window descending. Each group proposes
@@ -257,6 +259,7 @@ def lookup_complete_chunks(
                 # The peek chunk is looked up, never loaded: pop it, once per boundary.
                 if peeked:
                     outcome.pops[g] = outcome.pops.get(g, 0) + 1
+                    outcome.popped_at.append((g, max_hit))
                 assert found is not None
                 found -= 1
             boundary = min(max_hit, found * tpc)
@@ -296,7 +299,7 @@ def lookup_complete_chunks(
 
 @dataclass
 class StoreTracker:
-    """Store jobs of one request for one group, step after step (DOMAIN.md section 5).
+    """Store jobs of one request for one group, step after step (docs/CONTRACT.md section 5).
 
     ``next_stored_chunk_idx`` never moves back; a chunk is offered to ``prepare_store`` at
     most once per request; on finish or abort the final tail is recomputed at the real

@@ -1,4 +1,4 @@
-"""The reference and the named historic variants (DOMAIN.md section 8).
+"""The reference and the named historic variants (docs/CONTRACT.md section 8).
 
 Each variant is the reference with the defective function put back, written in the
 shape the defect had upstream:

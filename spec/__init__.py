@@ -1,4 +1,4 @@
-"""The formal model of the SWA offload coverage contract (DOMAIN.md sections 2-5, 9).
+"""The formal model of the SWA offload coverage contract (docs/CONTRACT.md sections 2-5, 9).
 
 Every formula is written once, with :mod:`kvcontract.spec.arith`, and evaluates both on
 Python ints and on Z3 terms.

@@ -1,4 +1,4 @@
-"""The coverage contract, clause by clause (DOMAIN.md section 9).
+"""The coverage contract, clause by clause (docs/CONTRACT.md section 9).
 
 C1 retention
     After allocating a hit N after local L, the live SWA blocks are ``Ret(N)``.

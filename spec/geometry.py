@@ -1,6 +1,6 @@
 """Geometry: KV-cache groups, chunking, alignment, retention interval, DCP.
 
-DOMAIN.md section 2. A :class:`Geometry` is validated when it is built: an impossible
+docs/CONTRACT.md section 2. A :class:`Geometry` is validated when it is built: an impossible
 configuration raises :class:`~kvcontract.errors.GeometryError` naming the field and the
 rule, so no theorem or simulation ever runs on nonsense.
 """
@@ -133,7 +133,7 @@ class Geometry:
 
     @property
     def alignment_tokens(self) -> int | None:
-        """``A``: the offload store alignment (DOMAIN.md section 2).
+        """``A``: the offload store alignment (docs/CONTRACT.md section 2).
 
         The FA group's tpc if exactly one distinct FA tpc exists; None if FA groups
         disagree; the largest tpc if there is no FA group.

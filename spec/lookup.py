@@ -1,6 +1,6 @@
 """Lookup coverage: window sizes and the two scanners, stated declaratively.
 
-DOMAIN.md section 4. The scanners here describe *what* the answer is (the rightmost
+docs/CONTRACT.md section 4. The scanners here describe *what* the answer is (the rightmost
 complete window, the prefix fallback, when it is deferred); the operational loops that
 upstream writes live in :mod:`kvcontract.impl.reference` and are checked against these.
 
@@ -92,7 +92,7 @@ def is_present(result: Num) -> Bool:
 def sliding_window_answer(
     results: Sequence[Num], initial_window: int, window: int
 ) -> ScanAnswer:
-    """The sliding-window lookup, declaratively (DOMAIN.md 4.3).
+    """The sliding-window lookup, declaratively (docs/CONTRACT.md 4.3).
 
     The answer is the rightmost complete window: the largest ``j`` such that keys
     ``[j - req(j), j)`` are all present, where ``req(len) = initial_window`` (the run

@@ -1,4 +1,4 @@
-"""Multi-group lookup: which boundary every group accepts (DOMAIN.md 4.4), declaratively.
+"""Multi-group lookup: which boundary every group accepts (docs/CONTRACT.md 4.4), declaratively.
 
 A group *accepts* a boundary ``N`` (tokens) when every chunk it must read for ``N`` is
 present: its load set (:mod:`kvcontract.spec.retention`) and, for an unverified EAGLE

@@ -1,4 +1,4 @@
-"""Store reachability: which SWA blocks/chunks the producer stores (DOMAIN.md section 5).
+"""Store reachability: which SWA blocks/chunks the producer stores (docs/CONTRACT.md section 5).
 
 The mask is stated per block as a predicate, so it is evaluable for a symbolic block
 index. Parameters that decide *which rule applies* (alignment, block size, retention
@@ -112,7 +112,9 @@ def block_is_reachable(
                 )
             )
     for boundary in replay_blocks:
-        marks.append(and_(block >= boundary - need, block < boundary))
+        # The window of an EAGLE consumer ends one block later, with its peek block
+        # (``need`` counts it), as for segment tails.
+        marks.append(and_(block >= boundary + shift - need, block < boundary + shift))
         if eagle:
             marks.append(block == peek_chunk_first_block(boundary, blocks_per_chunk))
     return any_of(marks)

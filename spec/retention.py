@@ -1,4 +1,4 @@
-"""Allocation retention: what the GPU sliding-window manager keeps (DOMAIN.md section 3).
+"""Allocation retention: what the GPU sliding-window manager keeps (docs/CONTRACT.md section 3).
 
 Every function works on Python ints and on Z3 terms (see :mod:`kvcontract.spec.arith`).
 Ranges are half-open ``(start, end)`` pairs.

@@ -21,11 +21,13 @@ from kvcontract.tools.commands.explain import explain
 from kvcontract.tools.commands.fuzz import fuzz
 from kvcontract.tools.commands.gen_tests import gen_tests
 from kvcontract.tools.commands.list import list_command
+from kvcontract.tools.commands.mutate import mutate
 from kvcontract.tools.commands.prove import prove
 
 from kvcontract.errors import KvContractError
 
-COMMANDS: tuple[click.Command, ...] = (prove, fuzz, gen_tests, explain, audit, list_command)
+COMMANDS: tuple[click.Command, ...] = (prove, fuzz, gen_tests, explain, audit, list_command,
+                                       mutate)
 """Every command of the group, in registration order (help lists them by name)."""
 
 

@@ -13,7 +13,8 @@ finding (never raising) and counting the checks per clause in ``checks``:
   :class:`~kvcontract.spec.properties.lookup.LookupCase` of the event's states; the
   property layer's :func:`~kvcontract.spec.properties.lookup.defers_only_in_scope` and
   :func:`~kvcontract.spec.properties.lookup.is_maximal` decide a wrong defer and a wrong
-  hit), and an external hit's load ranges are the spec's ``Load(N, L)`` (C2). Two rules
+  hit), and an external hit's load ranges are the spec's ``Load(N, L)`` (C2,
+  :func:`~kvcontract.spec.properties.lookup.loads_only_hit`). Two rules
   of the system's own lookup are kept: nothing is judged when a state is RETRY (an
   asynchronous lookup in flight may defer anything), and the lookup must defer when the
   spec's load set touches a chunk another request is loading. A wrong hit is C2 when it
@@ -54,8 +55,9 @@ from kvcontract.impl.system.events import (
     RestoreEvent,
     StoreEvent,
 )
-from kvcontract.spec import multigroup, reachability, retention
+from kvcontract.spec import multigroup, retention
 from kvcontract.spec.geometry import Geometry
+from kvcontract.spec.properties.store import spec_step_offers
 from kvcontract.spec.properties.lookup import (
     LookupCase,
     LookupObservation,
@@ -63,6 +65,7 @@ from kvcontract.spec.properties.lookup import (
     defers_only_in_scope,
     expected_hit,
     is_maximal,
+    loads_only_hit,
 )
 
 from kvcontract.vocabulary import GroupKind, LookupResult, RequestStatus
@@ -160,8 +163,10 @@ class Monitor:
                 states={g: [int(r) for r in row] for g, row in enumerate(event.states)},
             )
             return
-        load_ranges = dict(event.load_ranges)
-        if hit is not None and hit > local and load_ranges != expected_ranges:
+        # The hit is the contract's answer here, so every chunk of the spec's load set is
+        # HIT; what is left for the property to find is a load set other than Load(N, L).
+        if hit is not None and hit > local and loads_only_hit(case, observation) is not None:
+            load_ranges = dict(event.load_ranges)
             self._violate(
                 "C2", "load-set",
                 f"request {event.request}: load ranges {load_ranges}, "
@@ -202,51 +207,15 @@ class Monitor:
 
     # -- stores -----------------------------------------------------------------------------
     def spec_offers(self, event: StoreEvent) -> list[int]:
-        """What the spec says this step offers, given the tracker's state before it."""
-        geo = self.geometry
-        spec = geo.groups[event.group]
-        status = event.status
-        tpc = geo.chunk_tokens(spec)
-        bs = geo.block_tokens(spec)
-        bpc = geo.blocks_per_chunk
-        tokens = int(
-            reachability.stored_token_count(
-                status, event.before, event.scheduled, event.num_tokens, event.prompt_len,
-                None, event.prompt_only,
-            )
+        """What the spec says this step offers, given the tracker's state before it (the
+        store properties' own step, :func:`kvcontract.spec.properties.store.spec_step_offers`)."""
+        replay = (event.prompt_len - 1,) if self.geometry.retention_interval is not None \
+            else ()
+        chosen, _ = spec_step_offers(
+            self.geometry, event.group, event.status, event.before, event.scheduled,
+            event.num_tokens, event.prompt_len, set(event.offered_before), event.next_before,
+            event.prompt_only, replay,
         )
-        storable = int(reachability.storable_chunks(tokens, tpc, spec.eagle, status))
-        if status in (RequestStatus.FINISHED, RequestStatus.ABORTED):
-            candidates = range(storable)
-        else:
-            candidates = range(event.next_before, storable)
-        if spec.kind is not GroupKind.SLIDING_WINDOW:
-            return [c for c in candidates if c not in event.offered_before]
-        assert spec.sliding_window is not None
-        align = geo.alignment_tokens
-        rule = reachability.mask_rule(align, bs, geo.retention_interval)
-        need = reachability.store_need_blocks(spec.sliding_window, spec.extra_retained_tokens,
-                                              bs, spec.eagle)
-        replay: tuple[int, ...] = ()
-        if geo.retention_interval is not None and align is not None and not rule.store_all:
-            replay = (int(reachability.replay_boundary_block(event.prompt_len - 1, align, bs)),)
-        final = reachability.final_segment_end_chunk(status, event.prompt_len // tpc, storable)
-        final_block = None if final is None else int(final) * bpc
-        first_live = int(retention.skipped_tokens(event.before, spec.sliding_window,
-                                                  spec.extra_retained_tokens)) // bs
-        chosen: list[int] = []
-        for chunk in candidates:
-            if chunk in event.offered_before:
-                continue
-            marked = [
-                b for b in range(chunk * bpc, (chunk + 1) * bpc)
-                if reachability.block_is_reachable(
-                    b, rule, need, spec.eagle, final_block, replay, bpc
-                )
-            ]
-            # C10: a chunk whose marked blocks were already freed is never stored.
-            if marked and min(marked) >= first_live:
-                chosen.append(chunk)
         return chosen
 
     def _store(self, event: StoreEvent) -> None:

@@ -276,10 +276,6 @@ class OffloadSystem:
         """Call ``observer(event)`` for every event of :mod:`.events`, in decision order."""
         self._observers.append(observer)
 
-    @property
-    def observed(self) -> bool:
-        return bool(self._observers)
-
     def _emit(self, event: Event) -> None:
         for observer in self._observers:
             observer(event)

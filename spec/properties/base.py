@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Generic, TypeVar
 
-from kvcontract.errors import WitnessError
+from kvcontract.errors import KvContractError, WitnessError
 from kvcontract.impl.bundle import Implementation
 from kvcontract.spec.arith import Bool, Num
 from kvcontract.spec.geometry import Geometry
@@ -227,7 +227,7 @@ class CaseSpace(Generic[CaseT, ObservationT]):
             return self.from_json(witness)
         except WitnessError:
             raise
-        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        except (KvContractError, KeyError, TypeError, ValueError, AttributeError) as exc:
             raise WitnessError(
                 f"a {self.family} witness cannot be read: {type(exc).__name__}: {exc}"
             ) from None

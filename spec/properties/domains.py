@@ -1,4 +1,4 @@
-"""The finite domains theorems are case-split over (DOMAIN.md section 2).
+"""The finite domains theorems are case-split over (docs/CONTRACT.md section 2).
 
 Token counts, windows and extra-retained tokens are always unbounded; sizes are split
 over every realistic value when a symbolic proof does not go through.

@@ -74,6 +74,8 @@ class LookupObservation:
     """Chunks loaded per group, as the implementation reports them (None: not reported)."""
     lookups: list[tuple[int, int]] = field(default_factory=list)
     pops: dict[int, int] | None = None
+    popped_at: list[tuple[int, int]] | None = None
+    """``(group, candidate boundary)`` of every pop (None: not reported)."""
     max_hit_trace: list[int] | None = None
     error: str | None = None
     """The loop did not converge (the message), so nothing else was observed."""
@@ -105,11 +107,31 @@ def lookup_catalog() -> list[tuple[str, Geometry, int, int]]:
     ]
 
 
+def lookup_retry_catalog() -> list[tuple[str, Geometry, int, int]]:
+    """Smaller geometries whose chunks also take RETRY (an asynchronous lookup in
+    flight): 4^n assignments, so the requests are short."""
+    return [
+        ("FA4+SWA4(sw8),retry", Geometry((fa(4), swa(4, 8))), 13, 0),
+        ("SWA4(sw8,eagle),retry", Geometry((swa(4, 8, eagle=True),)), 21, 0),
+        ("SWA2(sw5),bpc2,retry", Geometry((swa(2, 5),), blocks_per_chunk=2), 17, 0),
+        ("SWA4(sw8)+Mamba8,retry", Geometry((swa(4, 8), mamba(8))), 17, 0),
+    ]
+
+
 def lookup_cases() -> Iterator[LookupCase]:
-    for name, geometry, num_tokens, local_hit in lookup_catalog():
+    """Every MISS/HIT/HIT_PENDING assignment of the catalogue, then every assignment
+    with RETRY of the RETRY catalogue (smallest request first within each)."""
+    for catalog, states in ((lookup_catalog(), LOOKUP_STATES),
+                            (lookup_retry_catalog(), tuple(LookupResult))):
+        yield from _assignments(catalog, states)
+
+
+def _assignments(catalog: list[tuple[str, Geometry, int, int]],
+                 alphabet: tuple[LookupResult, ...]) -> Iterator[LookupCase]:
+    for name, geometry, num_tokens, local_hit in catalog:
         sizes = [num_tokens // geometry.chunk_tokens(g) for g in geometry.groups]
         total = sum(sizes)
-        for flat in itertools.product(LOOKUP_STATES, repeat=total):
+        for flat in itertools.product(alphabet, repeat=total):
             states: list[tuple[LookupResult, ...]] = []
             offset = 0
             for size in sizes:
@@ -120,7 +142,9 @@ def lookup_cases() -> Iterator[LookupCase]:
 
 def lookup_domain() -> str:
     names = ", ".join(name for name, *_ in lookup_catalog())
-    return f"every MISS/HIT/HIT_PENDING state of every chunk of {names}"
+    retry = ", ".join(name for name, *_ in lookup_retry_catalog())
+    return (f"every MISS/HIT/HIT_PENDING state of every chunk of {names}; every "
+            f"MISS/HIT/HIT_PENDING/RETRY state of every chunk of {retry}")
 
 
 def _run_lookup(case: LookupCase, impl: Implementation) -> LookupObservation:
@@ -134,7 +158,7 @@ def _run_lookup(case: LookupCase, impl: Implementation) -> LookupObservation:
         return LookupObservation(None, error=str(exc))
     return LookupObservation(
         outcome.hit_tokens, dict(outcome.load_ranges), list(outcome.lookups),
-        dict(outcome.pops), list(outcome.max_hit_trace),
+        dict(outcome.pops), list(outcome.popped_at), list(outcome.max_hit_trace),
     )
 
 
@@ -166,22 +190,47 @@ def crash_of(state: LookupResult | None) -> str:
     return "not found in cache" if state in (None, LookupResult.MISS) else "not ready"
 
 
+def _first_not_hit(case: LookupCase, g: int, chunks: range) -> str | None:
+    for k in chunks:
+        state = case.states[g][k] if k < len(case.states[g]) else None
+        if state != HIT:
+            shown = "absent (no key)" if state is None else state.name
+            return (f"group {g} must load chunk {k}, which is {shown}: upstream would crash "
+                    f"with '{crash_of(state)}'")
+    return None
+
+
 def loads_only_hit(case: LookupCase, observation: LookupObservation) -> str | None:
+    """C2 on what is loaded. The allocation of a hit loads the spec's ``Load(N, L)`` of
+    every group, so each of its chunks must be HIT; and the implementation's own load
+    set (when it reports one) must be exactly that set: a chunk it adds must be HIT too
+    (else the load crashes), a chunk it leaves out stays unfilled. Upstream's loop
+    reports no load set (the GPU manager derives it from the hit): only the first part
+    applies."""
     if observation.error is not None:
         return _raised(observation)
     hit = observation.hit_tokens
     if hit is None or hit <= case.local_hit:
         return None
-    for g, group in enumerate(case.geometry.groups):
-        lo, hi = multigroup.load_range(case.geometry, group, hit, case.local_hit)
-        for k in range(lo, hi):
-            state = case.states[g][k] if k < len(case.states[g]) else None
-            if state != HIT:
-                shown = "absent (no key)" if state is None else state.name
-                return (
-                    f"hit {hit} accepted but group {g} must load chunk {k}, "
-                    f"which is {shown}: upstream would crash with '{crash_of(state)}'"
-                )
+    expected = {g: multigroup.load_range(case.geometry, group, hit, case.local_hit)
+                for g, group in enumerate(case.geometry.groups)}
+    for g, (lo, hi) in expected.items():
+        crash = _first_not_hit(case, g, range(lo, hi))
+        if crash is not None:
+            return f"hit {hit} accepted but {crash}"
+    if observation.load_ranges is None:
+        return None
+    for g, (lo, hi) in expected.items():
+        if g not in observation.load_ranges:
+            return f"hit {hit} accepted but the lookup reports no load set for group {g}"
+        got_lo, got_hi = (int(x) for x in observation.load_ranges[g])
+        if (got_lo, got_hi) == (lo, hi):
+            continue
+        crash = _first_not_hit(case, g, range(got_lo, got_hi))
+        if crash is not None:
+            return f"hit {hit} accepted and the implementation's load set says {crash}"
+        return (f"hit {hit} accepted but the implementation loads chunks [{got_lo}, {got_hi}) "
+                f"of group {g}, the allocation needs [{lo}, {hi})")
     return None
 
 
@@ -191,12 +240,14 @@ def defers_only_in_scope(case: LookupCase, observation: LookupObservation) -> st
     if observation.hit_tokens is not None:
         return None
     answer = contract_answer(case)
-    if not answer.pending_in_window:
-        return (
-            "the lookup deferred, but no chunk read for the best boundary "
-            f"{answer.best_present} is pending (and no RETRY was seen)"
-        )
-    return None
+    if answer.pending_in_window:
+        return None
+    if any(case.states[g][k] == LookupResult.RETRY for g, k in observation.lookups):
+        return None  # a lookup in flight: the location is unknown, a defer is allowed
+    return (
+        "the lookup deferred, but no chunk read for the best boundary "
+        f"{answer.best_present} is pending (and no RETRY was seen)"
+    )
 
 
 def expected_hit(case: LookupCase) -> int:
@@ -222,24 +273,38 @@ def is_maximal(case: LookupCase, observation: LookupObservation) -> str | None:
 
 
 def eagle_peek(case: LookupCase, observation: LookupObservation) -> str | None:
+    """C5: the peek chunk is looked up and HIT, never loaded; each EAGLE group pops
+    exactly once per candidate boundary it verified (never twice at one boundary, and
+    no pop by a group that is not EAGLE)."""
     if observation.error is not None:
         return _raised(observation)
     hit = observation.hit_tokens
+    if observation.popped_at is not None:
+        seen: set[tuple[int, int]] = set()
+        for g, boundary in observation.popped_at:
+            if not case.geometry.groups[g].eagle:
+                return f"group {g} is not an EAGLE group but popped at boundary {boundary}"
+            if (g, boundary) in seen:
+                return f"EAGLE group {g} popped twice at boundary {boundary}"
+            seen.add((g, boundary))
+        if observation.pops is not None:
+            for g, count in observation.pops.items():
+                recorded = sum(1 for p, _ in observation.popped_at if p == g)
+                if count != recorded:
+                    return (f"EAGLE group {g} popped {count} times for {recorded} verified "
+                            "boundaries")
     for g, group in enumerate(case.geometry.groups):
         if not group.eagle:
             continue
-        if observation.pops is not None and observation.max_hit_trace is not None:
-            distinct = len(set(observation.max_hit_trace))
-            if observation.pops.get(g, 0) > distinct + 1:
-                return (f"EAGLE group {g} popped {observation.pops[g]} times for {distinct} "
-                        "boundaries")
         if hit is None or hit <= case.local_hit:
             continue
         _, hi = multigroup.load_range(case.geometry, group, hit, case.local_hit)
         if (g, hi) not in observation.lookups:
             return f"EAGLE group {g}: the peek chunk {hi} after hit {hit} was never looked up"
-        if case.states[g][hi] != HIT:
-            return f"EAGLE group {g}: hit {hit} accepted with peek chunk {hi} not HIT"
+        peek = case.states[g][hi] if hi < len(case.states[g]) else None
+        if peek != HIT:
+            shown = "absent (no key)" if peek is None else peek.name
+            return f"EAGLE group {g}: hit {hit} accepted with peek chunk {hi} {shown}, not HIT"
         if observation.load_ranges is not None and observation.load_ranges[g][1] > hi:
             return f"EAGLE group {g}: the peek chunk {hi} is in the load set"
     return None

@@ -39,7 +39,7 @@ def _configs() -> list[Config]:
 
 
 def _states(env: Env) -> tuple[list[object], list[Bool]]:
-    # The Z3Theorem supplies variables s0..s11; only the first n are the sequence.
+    # The property has variables s0..s11; only the first n are the sequence.
     states = [env[f"s{k}"] for k in range(env["n"])]
     return states, [and_(s >= 0, s <= 3) for s in states]
 

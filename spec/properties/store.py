@@ -6,15 +6,22 @@ aborted after any step, judged against the spec's store mask at the real horizon
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from kvcontract.impl.bundle import Implementation
 from kvcontract.impl.scheduler import StoreTracker
-from kvcontract.spec.geometry import Geometry, fa, swa
+from kvcontract.spec.geometry import Geometry, GroupSpec, fa, swa
 from kvcontract.spec.properties.base import CaseProperty, CaseSpace, LastCase, Picture
-from kvcontract.spec.reachability import RequestStatus, chunk_is_stored, mask_rule, store_need_blocks
+from kvcontract.spec.reachability import (
+    RequestStatus,
+    final_segment_end_chunk,
+    group_marked_blocks,
+    storable_chunks,
+    stored_token_count,
+)
+from kvcontract.spec.retention import skipped_tokens
 
 ENDINGS = ("finished", "aborted")
 
@@ -29,9 +36,23 @@ class StoreCase:
     ending: str
     """``finished`` (after the whole prompt and ``decode`` tokens) or ``aborted``."""
     decode: int = 0
+    prompt_only: bool = True
+    """``offload_prompt_only``: store the prompt only (vLLM's default) or the decoded
+    tokens too."""
+    start_hit: int = 0
+    """Tokens the request found cached (a multiple of every chunk): their chunks are
+    never offered, and prefill starts after them."""
+
+    @property
+    def replay_boundaries(self) -> tuple[int, ...]:
+        """Where a consumer of this prompt can replay from: ``P - 1`` (the last prompt
+        token is recomputed), when the geometry has a retention interval."""
+        if self.geometry.retention_interval is None or self.prompt_len < 1:
+            return ()
+        return (self.prompt_len - 1,)
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        data = {
             "geometry_name": self.geometry_name,
             "geometry": self.geometry.to_dict(),
             "prompt_len": self.prompt_len,
@@ -39,6 +60,11 @@ class StoreCase:
             "ending": self.ending,
             "decode": self.decode,
         }
+        if not self.prompt_only:
+            data["prompt_only"] = False
+        if self.start_hit:
+            data["start_hit"] = self.start_hit
+        return data
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> StoreCase:
@@ -50,21 +76,45 @@ class StoreCase:
                            *(("steps", s) for s in steps)]:
             if not isinstance(value, int) or isinstance(value, bool) or value < 0:
                 raise ValueError(f"{key} must hold integers >= 0, not {value!r}")
-        if sum(steps) > prompt_len:
-            raise ValueError(f"the prefill steps {steps} exceed the prompt of {prompt_len}")
         if data["ending"] not in ENDINGS:
             raise ValueError(f"ending must be one of {ENDINGS}, not {data['ending']!r}")
+        prompt_only = data.get("prompt_only", True)
+        if not isinstance(prompt_only, bool):
+            raise ValueError(f"prompt_only must be true or false, not {prompt_only!r}")
+        start_hit = data.get("start_hit", 0)
+        if not isinstance(start_hit, int) or isinstance(start_hit, bool) or start_hit < 0:
+            raise ValueError(f"start_hit must be an integer >= 0, not {start_hit!r}")
+        if start_hit + sum(steps) > prompt_len:
+            raise ValueError(f"the hit {start_hit} and the prefill steps {steps} exceed the "
+                             f"prompt of {prompt_len}")
+        for group in geometry.groups:
+            if start_hit % geometry.chunk_tokens(group):
+                raise ValueError(f"start_hit {start_hit} is not a multiple of the chunk "
+                                 f"({geometry.chunk_tokens(group)} tokens) of {group}")
         return cls(str(data.get("geometry_name", "")), geometry, prompt_len, tuple(steps),
-                   str(data["ending"]), decode)
+                   str(data["ending"]), decode, prompt_only, start_hit)
 
 
-def store_catalog() -> list[tuple[str, Geometry, tuple[int, ...]]]:
+def store_catalog() -> list[tuple[str, Geometry, tuple[int, ...], bool, int]]:
+    """``(name, geometry, prompt lengths, offload_prompt_only, cached prefix tokens)``."""
     return [
-        ("FA36+SWA4(sw16)", Geometry((fa(36), swa(4, 16))), (40, 75, 120)),
-        ("FA16+SWA4(sw8,e3)", Geometry((fa(16), swa(4, 8, 3))), (33, 64)),
-        ("FA8+SWA4(sw6),bpc2", Geometry((fa(4), swa(4, 6)), blocks_per_chunk=2), (29, 48)),
+        ("FA36+SWA4(sw16)", Geometry((fa(36), swa(4, 16))), (40, 75, 120), True, 0),
+        ("FA16+SWA4(sw8,e3)", Geometry((fa(16), swa(4, 8, 3))), (33, 64), True, 0),
+        ("FA8+SWA4(sw6),bpc2", Geometry((fa(4), swa(4, 6)), blocks_per_chunk=2), (29, 48),
+         True, 0),
         ("FA16+SWA4(sw8),retention32",
-         Geometry((fa(16), swa(4, 8)), retention_interval=32), (64, 70)),
+         Geometry((fa(16), swa(4, 8)), retention_interval=32), (64, 70), True, 0),
+        # vLLM's default retention (0: only the replay boundary gets a tail), EAGLE
+        # groups with segment tails and with a replay boundary, and decoded tokens stored.
+        ("FA16+SWA4(sw8),retention0",
+         Geometry((fa(16), swa(4, 8)), retention_interval=0), (35, 64), True, 0),
+        ("FA16+SWA4(sw8,eagle)", Geometry((fa(16), swa(4, 8, eagle=True))), (33, 64), True,
+         0),
+        ("FA16+SWA4(sw8,eagle),retention0",
+         Geometry((fa(16), swa(4, 8, eagle=True)), retention_interval=0), (35, 64), True, 0),
+        ("FA16+SWA4(sw8,e3),decoded", Geometry((fa(16), swa(4, 8, 3))), (33,), False, 0),
+        # A request that found a cached prefix (a consumer continuing a conversation).
+        ("FA16+SWA4(sw8),hit32", Geometry((fa(16), swa(4, 8))), (64, 70), True, 32),
     ]
 
 
@@ -75,20 +125,23 @@ def _compositions(total: int, step: int) -> list[tuple[int, ...]]:
 
 
 def store_cases() -> Iterator[StoreCase]:
-    for name, geometry, prompts in store_catalog():
+    for name, geometry, prompts, prompt_only, hit in store_catalog():
         for prompt in prompts:
-            for step in sorted({7, 16, 25, prompt}):
-                for steps in _compositions(prompt, step):
-                    yield StoreCase(name, geometry, prompt, steps, "finished", decode=3)
+            for step in sorted({7, 16, 25, prompt - hit}):
+                for steps in _compositions(prompt - hit, step):
+                    yield StoreCase(name, geometry, prompt, steps, "finished", decode=3,
+                                    prompt_only=prompt_only, start_hit=hit)
                     for cut in range(1, len(steps)):
-                        yield StoreCase(name, geometry, prompt, steps[:cut], "aborted")
+                        yield StoreCase(name, geometry, prompt, steps[:cut], "aborted",
+                                        prompt_only=prompt_only, start_hit=hit)
 
 
 def store_domain() -> str:
     names = ", ".join(name for name, *_ in store_catalog())
     return (
         f"chunked-prefill schedules (steps of 7, 16, 25 tokens and one shot), finish after "
-        f"3 decode steps or abort after every step, for {names}"
+        f"3 decode steps or abort after every step, replay boundary P - 1 with a "
+        f"retention interval, for {names}"
     )
 
 
@@ -105,9 +158,13 @@ class StoreRun:
 
 def simulate_store_case(case: StoreCase, impl: Implementation) -> StoreRun:
     """Run the producer through the case's schedule, finish or abort."""
-    trackers = [StoreTracker(impl, case.geometry, g, case.prompt_len)
+    trackers = [StoreTracker(impl, case.geometry, g, case.prompt_len,
+                             offload_prompt_only=case.prompt_only,
+                             replay_boundaries=case.replay_boundaries)
                 for g in range(len(case.geometry.groups))]
-    computed = 0
+    for tracker in trackers:
+        tracker.mark_computed(case.start_hit // case.geometry.chunk_tokens(tracker.group))
+    computed = case.start_hit
     frontiers = []
     for scheduled in case.steps:
         for tracker in trackers:
@@ -137,56 +194,144 @@ STORE_SPACE: CaseSpace[StoreCase, StoreRun] = CaseSpace(
 )
 
 
-def _expected_swa_chunks(case: StoreCase, group_index: int, horizon_tokens: int,
-                         frontier_chunks: list[int]) -> set[int]:
-    """The chunks a correct producer offers: the mask at the real final horizon, plus
-    tails of complete segments already offered under the prompt horizon."""
-    geometry = case.geometry
-    group = geometry.groups[group_index]
-    assert group.sliding_window is not None
-    block_tokens = geometry.block_tokens(group)
+ENDED = (RequestStatus.FINISHED, RequestStatus.ABORTED)
+
+
+def step_bounds(
+    geometry: Geometry,
+    group: GroupSpec,
+    status: RequestStatus,
+    num_computed: int,
+    num_scheduled: int,
+    num_tokens: int,
+    prompt_len: int,
+    prompt_only: bool = True,
+    max_offload_tokens: int | None = None,
+) -> tuple[int, int | None, int]:
+    """``(storable chunks, chunk closing the final segment, first live block)`` of one
+    store step of one group, from the spec alone."""
     tpc = geometry.chunk_tokens(group)
-    rule = mask_rule(geometry.alignment_tokens, block_tokens, geometry.retention_interval)
-    need = store_need_blocks(group.sliding_window, group.extra_retained_tokens, block_tokens,
-                             group.eagle)
-    prompt_chunks = min(case.prompt_len, horizon_tokens) // tpc
-    final_chunks = horizon_tokens // tpc
-    bpc = geometry.blocks_per_chunk
-    expected = {
-        c for c in range(final_chunks)
-        if chunk_is_stored(c, bpc, rule, need, group.eagle, final_chunks * bpc)
-    }
-    # Chunks stored while prefilling under the prompt horizon stay stored.
-    for frontier in frontier_chunks:
-        expected |= {
-            c for c in range(min(frontier, prompt_chunks))
-            if chunk_is_stored(c, bpc, rule, need, group.eagle,
-                               (case.prompt_len // tpc) * bpc)
-        }
-    return expected
+    tokens = int(stored_token_count(status, num_computed, num_scheduled, num_tokens,
+                                    prompt_len, max_offload_tokens, prompt_only))
+    storable = int(storable_chunks(tokens, tpc, group.eagle, status))
+    prompt_tokens = prompt_len if max_offload_tokens is None else min(prompt_len,
+                                                                      max_offload_tokens)
+    final = final_segment_end_chunk(status, prompt_tokens // tpc, storable)
+    first_live = 0
+    if group.is_swa:
+        assert group.sliding_window is not None
+        skipped = skipped_tokens(num_computed, group.sliding_window,
+                                 group.extra_retained_tokens)
+        first_live = int(skipped) // geometry.block_tokens(group)
+    return storable, None if final is None else int(final), first_live
+
+
+def spec_step_offers(
+    geometry: Geometry,
+    group_index: int,
+    status: RequestStatus,
+    num_computed: int,
+    num_scheduled: int,
+    num_tokens: int,
+    prompt_len: int,
+    offered_before: set[int],
+    next_before: int,
+    prompt_only: bool = True,
+    replay_boundaries: Sequence[int] = (),
+    max_offload_tokens: int | None = None,
+) -> tuple[list[int], int]:
+    """The spec of one store step of one group: the chunks a correct producer offers to
+    ``prepare_store`` (ascending) and its stored-chunk index after the step.
+
+    Everything comes from the spec (:mod:`kvcontract.spec.reachability`,
+    :mod:`kvcontract.spec.retention`): the tokens that may be stored this step, the
+    complete (and, for EAGLE while decoding, non-volatile) chunks, the horizon that
+    closes the final segment (the prompt's while prefilling: no intermediate final tail,
+    C9), the mask, and the blocks still live at ``num_computed`` (a chunk whose first
+    marked block was freed is never stored, C10). Chunks offered before are never
+    offered again (C8); while running, only chunks past the stored index are candidates;
+    on finish or abort every complete chunk not yet offered is.
+    """
+    group = geometry.groups[group_index]
+    storable, final_chunk, first_live = step_bounds(
+        geometry, group, status, num_computed, num_scheduled, num_tokens, prompt_len,
+        prompt_only, max_offload_tokens,
+    )
+    candidates = range(storable) if status in ENDED else range(next_before, storable)
+    chosen = []
+    for chunk in candidates:
+        if chunk in offered_before:
+            continue
+        marked = group_marked_blocks(geometry, group, chunk, final_chunk, replay_boundaries)
+        if marked and min(marked) >= first_live:
+            chosen.append(chunk)
+    return chosen, max(next_before, storable)
+
+
+@dataclass(frozen=True)
+class StoreStep:
+    """One step of a case's schedule, as the producer sees it."""
+
+    status: RequestStatus
+    num_computed: int
+    num_scheduled: int
+    num_tokens: int
+
+
+def schedule_steps(case: StoreCase) -> list[StoreStep]:
+    """The case's steps: prefill steps, then decode steps and finish, or abort."""
+    steps = []
+    computed = case.start_hit
+    for scheduled in case.steps:
+        steps.append(StoreStep(RequestStatus.PREFILLING, computed, scheduled, case.prompt_len))
+        computed += scheduled
+    if case.ending == "finished":
+        for _ in range(case.decode):
+            steps.append(StoreStep(RequestStatus.DECODING, computed, 1, computed + 1))
+            computed += 1
+        steps.append(StoreStep(RequestStatus.FINISHED, computed, 0, computed + 1))
+    else:
+        steps.append(StoreStep(RequestStatus.ABORTED, computed, 0, computed))
+    return steps
+
+
+def spec_offers(case: StoreCase, group_index: int) -> list[list[int]]:
+    """What a correct producer offers for one group, step by step (the spec's run)."""
+    cached = case.start_hit // case.geometry.chunk_tokens(case.geometry.groups[group_index])
+    offered: set[int] = set(range(cached))  # chunks of a hit are never offered
+    next_index = cached
+    per_step = []
+    for step in schedule_steps(case):
+        chosen, next_index = spec_step_offers(
+            case.geometry, group_index, step.status, step.num_computed, step.num_scheduled,
+            step.num_tokens, case.prompt_len, offered, next_index, case.prompt_only,
+            case.replay_boundaries,
+        )
+        offered.update(chosen)
+        per_step.append(chosen)
+    return per_step
 
 
 def store_expected_offers(case: StoreCase, group_index: int) -> set[int]:
-    """The chunks a correct producer offers for SWA group ``group_index`` of ``case``
-    (C9), before chunks whose blocks were already freed are dropped."""
-    computed = sum(case.steps) + (case.decode if case.ending == "finished" else 0)
-    tpc = case.geometry.chunk_tokens(case.geometry.groups[group_index])
-    horizon = min(computed, case.prompt_len)
-    frontier_chunks = [
-        min(sum(case.steps[: i + 1]), case.prompt_len) // tpc for i in range(len(case.steps))
-    ]
-    return _expected_swa_chunks(case, group_index, horizon, frontier_chunks)
+    """The chunks a correct producer offers for group ``group_index`` of ``case``."""
+    return {c for step in spec_offers(case, group_index) for c in step}
+
+
+def offered_chunks(tracker: StoreTracker) -> set[int]:
+    """What the producer offered to ``prepare_store`` (its per-step offers; chunks of a
+    cached prefix that it merely marked as computed are not offers)."""
+    return {c for offer in tracker.offers for c in offer}
 
 
 def _offer_difference(case: StoreCase, run: StoreRun) -> list[tuple[int, list[int], list[int]]]:
-    """Per SWA group: the chunks offered beyond the real horizon's demand, and the
-    demanded chunks never offered."""
+    """Per group: the chunks the implementation offered that the spec does not, and the
+    chunks the spec offers that the implementation never did. The expectation is the
+    spec's own run (nothing the implementation says about itself, such as which chunks
+    it found unstorable, is taken on trust)."""
     differences = []
-    for g, group in enumerate(case.geometry.groups):
-        if not group.is_swa:
-            continue
-        expected = store_expected_offers(case, g) - run.trackers[g].unstorable
-        offered = run.trackers[g].offered
+    for g in range(len(case.geometry.groups)):
+        expected = store_expected_offers(case, g)
+        offered = offered_chunks(run.trackers[g])
         differences.append((g, sorted(offered - expected), sorted(expected - offered)))
     return differences
 
@@ -222,16 +367,32 @@ def offered_at_most_once(case: StoreCase, run: StoreRun) -> str | None:
 
 
 def stores_well_formed(case: StoreCase, run: StoreRun) -> str | None:
-    """C10: offered chunks are complete and committed."""
+    """C10: offered chunks are complete and committed, and every block of an offered
+    chunk that the mask marks is still live (not freed) at the step that offers it."""
+    steps = schedule_steps(case)
     for g, tracker in enumerate(run.trackers):
-        tpc = case.geometry.chunk_tokens(case.geometry.groups[g])
-        committed = min(run.computed, case.prompt_len)
-        for chunk in tracker.offered:
+        group = case.geometry.groups[g]
+        tpc = case.geometry.chunk_tokens(group)
+        committed = min(run.computed, case.prompt_len) if case.prompt_only else run.computed
+        for chunk in offered_chunks(tracker):
             if (chunk + 1) * tpc > committed:
                 return (
                     f"group {g} offered chunk {chunk} ending at token {(chunk + 1) * tpc}, "
                     f"past the {committed} committed tokens"
                 )
+        for index, (step, offer) in enumerate(zip(steps, tracker.offers, strict=False)):
+            _, final, live_from = step_bounds(
+                case.geometry, group, step.status, step.num_computed, step.num_scheduled,
+                step.num_tokens, case.prompt_len, case.prompt_only,
+            )
+            for chunk in offer:
+                # The marked blocks are the ones copied; an unmarked chunk is waste (C8).
+                marked = group_marked_blocks(case.geometry, group, chunk, final,
+                                             case.replay_boundaries)
+                if marked and min(marked) < live_from:
+                    return (f"group {g} offered chunk {chunk} at step {index} with block "
+                            f"{min(marked)} already freed (blocks are live from "
+                            f"{live_from})")
     return None
 
 
@@ -242,21 +403,19 @@ def picture(case: StoreCase, impl: Implementation) -> Picture:
     stored: dict[int, set[int]] = {}
     offending: dict[int, set[int]] = {}
     notes = [f"prefill steps {list(case.steps)}, then {case.ending}"]
-    for g, group in enumerate(case.geometry.groups):
+    for g in range(len(case.geometry.groups)):
         tracker = run.trackers[g]
-        if not group.is_swa:
-            stored[g] = set(tracker.offered)
-            continue
-        expected = store_expected_offers(case, g) - tracker.unstorable
+        expected = store_expected_offers(case, g)
         stored[g] = expected
-        wrong = tracker.offered ^ expected
+        wrong = offered_chunks(tracker) ^ expected
         seen: set[int] = set()
         for offer in tracker.offers:
             wrong |= seen & set(offer)
             seen |= set(offer)
         if wrong:
             offending[g] = wrong
-            notes.append(f"group {g}: the implementation offered {sorted(tracker.offered)}, "
+            notes.append(f"group {g}: the implementation offered "
+                         f"{sorted(offered_chunks(tracker))}, "
                          f"the spec stores {sorted(expected)}")
     return Picture(case.geometry, case.prompt_len, None, 0, stored=stored,
                    offending=offending, notes=notes)

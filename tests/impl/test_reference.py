@@ -1,4 +1,4 @@
-"""The reference and the variants on the worked scenarios of DOMAIN.md (sections 8, 10)."""
+"""The reference and the variants on the worked scenarios of docs/CONTRACT.md (sections 8, 10)."""
 
 from __future__ import annotations
 
@@ -110,7 +110,7 @@ def test_unknown_variant() -> None:
         get_implementation("nope")
 
 
-# DOMAIN.md section 10, upstream's EAGLE lookup tests (keys derived from the tokens).
+# docs/CONTRACT.md section 10, upstream's EAGLE lookup tests (keys derived from the tokens).
 @pytest.mark.parametrize(
     ("group", "num_tokens", "expected"),
     [

@@ -53,7 +53,7 @@ def test_eagle_bpc4_pending_peek_defers() -> None:
 
 @pytest.mark.parametrize(("tokens", "hit", "keys_looked_up"), [(9, 4, 2), (17, 12, 3)])
 def test_eagle_single_group_table(tokens: int, hit: int, keys_looked_up: int) -> None:
-    # DOMAIN.md 10 (W = 2): 9 tokens -> 4. With 4 complete keys (17 tokens) the peek key
+    # docs/CONTRACT.md 10 (W = 2): 9 tokens -> 4. With 4 complete keys (17 tokens) the peek key
     # exists and the hit is 12; a 13-token request has only 3 keys, so 4.4's query end
     # min(maxhit + tpc, #keys * tpc) = 12 leaves no peek key and the hit is 8.
     geometry = Geometry((swa(4, 8, eagle=True),))

@@ -1,4 +1,4 @@
-"""The spec's formulas on the worked numbers of DOMAIN.md sections 8 and 10."""
+"""The spec's formulas on the worked numbers of docs/CONTRACT.md sections 8 and 10."""
 
 from __future__ import annotations
 
@@ -75,16 +75,18 @@ def test_store_masks_and_retention_intervals() -> None:
     assert _stored_blocks(Geometry((fa(16), swa(4, 8, 3))), 32) == {1, 2, 3, 5, 6, 7}
     geometry = Geometry((fa(16), swa(4, 8)), retention_interval=32)
     group = geometry.groups[1]
-    rule = mask_rule(16, 4, 32)
+    assert group.sliding_window is not None
+    rule = mask_rule(geometry.alignment_tokens, group.block_size, geometry.retention_interval)
+    need = store_need_blocks(group.sliding_window, 0, group.block_size, False)
+    assert need == 2
     replay = ((64 - 1) // 16 * 16 // 4,)
-    stored = {b for b in range(16) if chunk_is_stored(b, 1, rule, 2, False, None, replay)}
+    stored = {b for b in range(16) if chunk_is_stored(b, 1, rule, need, False, None, replay)}
     assert stored == {6, 7, 10, 11, 14, 15}
     rule0 = mask_rule(16, 4, 0)
-    assert {b for b in range(16) if chunk_is_stored(b, 1, rule0, 2, False, None, replay)} == {
+    assert {b for b in range(16) if chunk_is_stored(b, 1, rule0, need, False, None, replay)} == {
         10,
         11,
     }
-    assert group.sliding_window == 8
 
 
 def test_formulas_build_z3_terms() -> None:

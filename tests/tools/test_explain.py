@@ -1,6 +1,6 @@
 """Pictures on the token axis: every counterexample of each variant's report draws as a
 valid PNG and SVG, the terminal rendering names the offending chunk, and the ranges in a
-scene are the spec's (checked on the worked numbers of DOMAIN.md section 8)."""
+scene are the spec's (checked on the worked numbers of docs/CONTRACT.md section 8)."""
 
 from __future__ import annotations
 
@@ -91,7 +91,7 @@ def test_offending_chunks_are_the_defects(variant_reports: dict[str, dict[str, A
 
 
 def test_seed_001_unaligned_hit_numbers() -> None:
-    """DOMAIN.md 8.2: groups FA 256, SWA 64 (sw 128), SWA 8 (sw 128), bpc 4, prompt 4353,
+    """docs/CONTRACT.md 8.2: groups FA 256, SWA 64 (sw 128), SWA 8 (sw 128), bpc 4, prompt 4353,
     N = 3904: the bs-64 group needs chunks {14, 15}."""
     geometry = Geometry((fa(256), swa(64, 128), swa(8, 128)), blocks_per_chunk=4)
     scene = build_scene(geometry, 4353, 3904)
@@ -101,7 +101,7 @@ def test_seed_001_unaligned_hit_numbers() -> None:
 
 
 def test_seed_003_mtp_numbers_and_states() -> None:
-    """DOMAIN.md 8.3: bs = tpc = 16, sw 32, e 3, N 64: needed chunks {1, 2, 3}."""
+    """docs/CONTRACT.md 8.3: bs = tpc = 16, sw 32, e 3, N 64: needed chunks {1, 2, 3}."""
     geometry = Geometry((fa(64), swa(16, 32, 3)), blocks_per_chunk=1)
     states = parse_states(["1=MMHHM"])
     scene = build_scene(geometry, 80, 64, states=states)

@@ -9,8 +9,15 @@ from rich.table import Table
 
 
 @click.command(name="list")
-def list_command() -> None:
+@click.option(
+    "--models", is_flag=True,
+    help="list the model presets instead (groups, windows, block sizes, sources)",
+)
+def list_command(models: bool) -> None:
     """List the clauses, the theorems and the registered implementations."""
+    if models:
+        _list_models()
+        return
     from kvcontract.proofs.runner import catalog
     from kvcontract.spec.clauses import CLAUSES
 
@@ -35,3 +42,36 @@ def list_command() -> None:
     for name, impl in VARIANTS.items():
         impls.add_row(name, ", ".join(impl.violates) or "-", impl.description)
     console.print(impls)
+
+
+def _list_models() -> None:
+    """The model presets (spec/presets): each built at bpc 1, then their sources."""
+    from kvcontract.spec.models import get_preset, list_presets
+    from rich.markup import escape
+
+    console = Console()
+    table = Table(title="model presets (vLLM 0.33.0 planning; bpc 1, retention 0)")
+    table.add_column("preset", overflow="fold")
+    table.add_column("groups (vLLM groups x spec)", overflow="fold")
+    table.add_column("sliding windows", overflow="fold")
+    table.add_column("block sizes", overflow="fold")
+    presets = [get_preset(name) for name in list_presets()]
+    for preset in presets:
+        geometry = preset.geometry()
+        counts = geometry.extra.get("group_counts") or [1] * len(geometry.groups)
+        windows = sorted({g.sliding_window for g in geometry.groups if g.sliding_window})
+        table.add_row(
+            preset.name,
+            escape("\n".join(
+                f"{n} x {g.describe()}"
+                for n, g in zip(counts, geometry.groups, strict=True)
+            )),
+            ", ".join(map(str, windows)) or "-",
+            ", ".join(str(b) for b in sorted({g.block_size for g in geometry.groups})),
+        )
+    console.print(table)
+    for preset in presets:
+        console.print(f"\n[bold]{escape(preset.name)}[/]: {escape(preset.title)} "
+                      f"({escape(preset.hf_model)}, {escape(preset.architecture)})")
+        for source in preset.sources:
+            console.print(f"  - {escape(source)}")

@@ -7,6 +7,8 @@ go through :class:`SystemHarness`.
 
 from __future__ import annotations
 
+import ast
+import inspect
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -389,6 +391,23 @@ def test_system_mamba_geometry_clean() -> None:
     r.harness.evict_gpu_cache()
     _run(r.system, "consumer", tokens, 64, 4)
     assert r.monitor.violations == [] and r.monitor.checks["C2"] == 1
+
+
+def test_the_system_imports_no_spec_formula() -> None:
+    # Observer, not self-check: the system may name the geometry and the vocabulary, never
+    # a formula it could judge itself with (the monitor in kvcontract.tools does that).
+    from kvcontract.impl.system import engine, events, oracle
+
+    for module in (engine, events, oracle):
+        imported: set[tuple[str, str]] = set()
+        for node in ast.walk(ast.parse(inspect.getsource(module))):
+            if isinstance(node, ast.Import):
+                imported |= {(a.name, "") for a in node.names if "spec" in a.name}
+            elif isinstance(node, ast.ImportFrom) and "spec" in (node.module or ""):
+                imported |= {(str(node.module), a.name) for a in node.names}
+        allowed = {("kvcontract.spec.geometry", "Geometry"),
+                   ("kvcontract.spec.geometry", "GroupSpec")}
+        assert imported <= allowed, (module.__name__, imported - allowed)
 
 
 def test_bad_configuration_and_input() -> None:

@@ -1,5 +1,5 @@
 """Binding the released shapes 0.28-0.33: what is found where, and the pinned numbers of
-upstream's own tests replayed through the adapters (DOMAIN.md section 10)."""
+upstream's own tests replayed through the adapters (docs/CONTRACT.md section 10)."""
 
 from __future__ import annotations
 

@@ -1,0 +1,47 @@
+"""kvcontract.impl.bundle: the Implementation bundle's shape."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+from kvcontract.impl.bundle import Implementation
+from kvcontract.impl.variants import REFERENCE
+
+FUNCTIONS = (
+    "get_num_skipped_tokens", "retained_block_range", "load_chunk_range",
+    "get_sliding_window_size_in_chunks", "load_window_size_in_chunks",
+    "sliding_window_lookup", "prefix_lookup", "is_block_reachable", "store_final_segment_end",
+)
+
+
+def _bundle(**change: object) -> Implementation:
+    functions = {name: (lambda *a, name=name: name) for name in FUNCTIONS}
+    return Implementation(name="toy", description="toy bundle",
+                          **{**functions, **change})  # type: ignore[arg-type]
+
+
+def test_fields() -> None:
+    names = [f.name for f in dataclasses.fields(Implementation)]
+    assert names == ["name", "description", *FUNCTIONS, "violates", "notes"]
+
+
+def test_defaults() -> None:
+    first, second = _bundle(), _bundle()
+    assert first.violates == () and first.notes == {}
+    assert first.notes is not second.notes  # no shared mutable default
+    assert first.load_chunk_range() == "load_chunk_range"
+
+
+def test_frozen_and_replaced() -> None:
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        REFERENCE.name = "other"  # type: ignore[misc]
+    changed = dataclasses.replace(REFERENCE, name="x", prefix_lookup=len)
+    assert changed.prefix_lookup is len
+    assert changed.load_chunk_range is REFERENCE.load_chunk_range
+    assert REFERENCE.name == "reference"
+
+
+def test_every_function_is_required() -> None:
+    with pytest.raises(TypeError):
+        Implementation(name="x", description="y")  # type: ignore[call-arg]

@@ -1,0 +1,135 @@
+"""kvcontract.impl.variants: the registry, and each historic variant is the reference
+with exactly the functions its defect lived in replaced (docs/CONTRACT.md 8, 12), each
+replacement behaving differently on the defect's numbers."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from kvcontract.impl import variants
+from kvcontract.impl.bundle import Implementation
+from kvcontract.impl.variants import (
+    REFERENCE,
+    VARIANTS,
+    get_implementation,
+    variant_names,
+)
+from kvcontract.spec.clauses import clause_ids
+from kvcontract.spec.lookup import HIT, HIT_PENDING, MISS
+
+from kvcontract.errors import UnknownTargetError
+
+WINDOW = "get_sliding_window_size_in_chunks"
+LOAD_WINDOW = "load_window_size_in_chunks"
+MASK = "is_block_reachable"
+
+# The functions each variant's docstring entry (impl/variants.py) describes as defective.
+CHANGED: dict[str, set[str]] = {
+    "reference": set(),
+    "stale-pending": {"sliding_window_lookup"},
+    "unaligned-hit": {LOAD_WINDOW},
+    "mtp-extra-retained": {WINDOW, LOAD_WINDOW, MASK},
+    "prefill-horizon": {"store_final_segment_end"},
+    "upstream-current": {WINDOW, LOAD_WINDOW, MASK},
+}
+# Clauses the docstring says each variant violates.
+DOCUMENTED: dict[str, set[str]] = {
+    "stale-pending": {"C3"},
+    "unaligned-hit": {"C2"},
+    "mtp-extra-retained": {"C2"},
+    "prefill-horizon": {"C8", "C9"},
+    "upstream-current": {"C3", "C4", "C7"},
+}
+
+
+def _scan(impl: Implementation) -> Any:
+    states = [HIT, HIT, MISS, HIT_PENDING]  # 8.1, W = 2
+    return impl.sliding_window_lookup(lambda k: states[k], 0, 4, 2, 2)
+
+
+# One call per replaced function on which the defect shows (reference answer first).
+DISCRIMINATING: dict[tuple[str, str], tuple[Callable[[Implementation], Any], Any, Any]] = {
+    ("stale-pending", "sliding_window_lookup"): (_scan, 2, None),
+    # 8.2: N 3904, tpc 256, sw 128: lw = 2, the defect checks W = 1.
+    ("unaligned-hit", LOAD_WINDOW): (
+        lambda i: i.load_window_size_in_chunks(3904, 128, 0, 256), 2, 1),
+    # 8.3: tpc 16, sw 32, e 3: W = 3 against 2; block 1 of a 64-token segment (need 3).
+    ("mtp-extra-retained", WINDOW): (
+        lambda i: i.get_sliding_window_size_in_chunks(32, 3, 16), 3, 2),
+    ("mtp-extra-retained", LOAD_WINDOW): (
+        lambda i: i.load_window_size_in_chunks(64, 32, 3, 16), 3, 2),
+    ("mtp-extra-retained", MASK): (
+        lambda i: bool(i.is_block_reachable(1, 64, 16, 32, 3, False, None, None)), True, False),
+    # 8.4: the prompt horizon closes the final segment while prefilling.
+    ("prefill-horizon", "store_final_segment_end"): (
+        lambda i: i.store_final_segment_end("prefilling", 300, 250), 300, 250),
+    # 12: sw 5, tpc 4: W = 1 against upstream's cdiv(5, 4) = 2; the EAGLE peek block 34.
+    ("upstream-current", WINDOW): (lambda i: i.get_sliding_window_size_in_chunks(5, 0, 4), 1, 2),
+    ("upstream-current", LOAD_WINDOW): (lambda i: i.load_window_size_in_chunks(8, 5, 0, 4), 1, 2),
+    ("upstream-current", MASK): (
+        lambda i: bool(i.is_block_reachable(34, 1056, 32, 2, 0, True, None, None, (), 2)),
+        True, False),
+}
+
+
+def test_registry() -> None:
+    assert variant_names() == list(CHANGED)
+    assert list(VARIANTS) == variant_names()
+    for name, impl in VARIANTS.items():
+        assert impl.name == name
+        assert get_implementation(name) is impl
+        assert impl.description
+    assert get_implementation("reference") is REFERENCE
+
+
+@pytest.mark.parametrize("name", list(CHANGED))
+def test_each_variant_differs_in_exactly_its_defective_functions(name: str) -> None:
+    impl = VARIANTS[name]
+    functions = [f for f in REFERENCE.__dataclass_fields__
+                 if callable(getattr(REFERENCE, f))]
+    assert len(functions) == 9
+    changed = {f for f in functions if getattr(impl, f) is not getattr(REFERENCE, f)}
+    assert changed == CHANGED[name]
+
+
+@pytest.mark.parametrize(("key", "check"), list(DISCRIMINATING.items()),
+                         ids=[f"{v}:{f}" for v, f in DISCRIMINATING])
+def test_each_replacement_shows_its_defect(
+    key: tuple[str, str], check: tuple[Callable[[Implementation], Any], Any, Any]
+) -> None:
+    name, _ = key
+    call, reference_answer, variant_answer = check
+    assert call(REFERENCE) == reference_answer
+    assert call(VARIANTS[name]) == variant_answer
+
+
+def test_every_replacement_is_exercised_above() -> None:
+    assert {(v, f) for v, fs in CHANGED.items() for f in fs} == set(DISCRIMINATING)
+
+
+def test_violated_clauses() -> None:
+    assert REFERENCE.violates == ()
+    for name, impl in VARIANTS.items():
+        if name == "reference":
+            continue
+        assert impl.violates, name
+        assert set(impl.violates) <= set(clause_ids()), name
+        assert DOCUMENTED[name] <= set(impl.violates), name
+        assert list(impl.violates) == sorted(impl.violates, key=lambda c: int(c[1:]))
+
+
+def test_docstring_names_every_variant() -> None:
+    doc = variants.__doc__ or ""
+    for name in VARIANTS:
+        if name != "reference":
+            assert f"``{name}``" in doc, name
+
+
+def test_unknown_implementation() -> None:
+    with pytest.raises(UnknownTargetError) as info:
+        get_implementation("stale_pending")
+    assert info.value.target == "stale_pending"
+    assert info.value.known == sorted(VARIANTS)
+    assert "choose one of: mtp-extra-retained, prefill-horizon, reference" in str(info.value)

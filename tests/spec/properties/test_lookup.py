@@ -1,0 +1,274 @@
+"""kvcontract.spec.properties.lookup: LookupCase, the lookup space and the judges of
+C2-C6 on the stale-pending scheduler form of docs/CONTRACT.md 8.1 (FA bs 4 + SWA bs 4,
+sw 8, 17 tokens) and its section-12 sibling, with observations built by hand."""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+import pytest
+from kvcontract.impl.variants import REFERENCE, get_implementation
+from kvcontract.spec.geometry import Geometry, fa, swa
+from kvcontract.spec.lookup import HIT, HIT_PENDING, MISS, LookupResult
+from kvcontract.spec.properties import WitnessError, get_property
+from kvcontract.spec.properties.lookup import (
+    LOOKUP_FUNCTIONS,
+    LOOKUP_SPACE,
+    LOOKUP_STATES,
+    LookupCase,
+    LookupObservation,
+    contract_answer,
+    converges,
+    crash_of,
+    defers_only_in_scope,
+    eagle_peek,
+    expected_hit,
+    is_maximal,
+    loads_only_hit,
+    lookup_cases,
+    lookup_catalog,
+    lookup_properties,
+    run_lookup,
+)
+
+from kvcontract.errors import GeometryError
+
+FA_SWA = Geometry((fa(4), swa(4, 8)))
+# 8.1: FA chunks 0-3 ready; SWA 0 and 1 ready, 2 absent, 3 pending.
+STALE = LookupCase("FA4+SWA4(sw8)", FA_SWA, 17, 0,
+                   ((HIT,) * 4, (HIT, HIT, MISS, HIT_PENDING)))
+# 12 (deferral scope): FA chunk 3 pending, SWA chunk 2 absent: the reference accepts 8.
+SCOPE = LookupCase("FA4+SWA4(sw8)", FA_SWA, 17, 0,
+                   ((HIT, HIT, HIT, HIT_PENDING), (HIT, HIT, MISS, HIT)))
+EAGLE = LookupCase("SWA4(sw8,eagle)", Geometry((swa(4, 8, eagle=True),)), 25, 0, ((HIT,) * 6,))
+
+ACCEPT_8 = LookupObservation(8, {0: (0, 2), 1: (0, 2)})
+
+
+def _case(**change: Any) -> dict[str, Any]:
+    return {**STALE.to_json(), **change}
+
+
+def test_json_round_trip() -> None:
+    data = STALE.to_json()
+    assert data["geometry_name"] == "FA4+SWA4(sw8)"
+    assert data["num_tokens"] == 17 and data["local_hit"] == 0
+    assert data["states"] == {"0": ["HIT"] * 4, "1": ["HIT", "HIT", "MISS", "HIT_PENDING"]}
+    assert LookupCase.from_json(data) == STALE
+    assert LOOKUP_SPACE.decode(data) == STALE
+
+
+@pytest.mark.parametrize(
+    ("change", "problem"),
+    [
+        ({"states": {"0": ["HIT"] * 4, "1": ["HIT"] * 3}},
+         "group 1 has 4 keys for 17 tokens, the witness gives 3 states"),
+        ({"states": {"0": ["HIT"] * 5, "1": ["HIT"] * 4}},
+         "group 0 has 4 keys for 17 tokens, the witness gives 5 states"),
+        ({"local_hit": 20}, "local_hit 20 exceeds num_tokens 17"),
+        ({"num_tokens": -1}, "num_tokens must be an integer >= 0, not -1"),
+        ({"local_hit": True}, "local_hit must be an integer >= 0, not True"),
+        ({"num_tokens": 17.0}, "num_tokens must be an integer >= 0, not 17.0"),
+        ({"states": {"0": ["HIT"] * 4}}, "KeyError: '1'"),
+        ({"states": {"0": ["HIT"] * 4, "1": ["HIT", "HIT", "GONE", "HIT"]}}, "'GONE'"),
+    ],
+)
+def test_decode_rejects_malformed_cases(change: dict[str, Any], problem: str) -> None:
+    with pytest.raises(WitnessError, match="a lookup witness cannot be read") as info:
+        LOOKUP_SPACE.decode(_case(**change))
+    assert problem in str(info.value)
+
+
+def test_states_follow_the_token_count() -> None:
+    # 16 tokens: still 4 keys per group; 15 tokens: 3.
+    data = _case(num_tokens=16)
+    assert LookupCase.from_json(data).num_tokens == 16
+    with pytest.raises(ValueError, match="group 0 has 3 keys for 15 tokens"):
+        LookupCase.from_json(_case(num_tokens=15))
+
+
+def test_impossible_geometry_is_a_witness_error() -> None:
+    data = _case()
+    data["geometry"] = {**data["geometry"], "groups": [
+        data["geometry"]["groups"][0], {**data["geometry"]["groups"][1], "sliding_window": 1}]}
+    with pytest.raises(WitnessError, match="GeometryError: invalid geometry: sliding_window=1"):
+        LOOKUP_SPACE.decode(data)
+    with pytest.raises(GeometryError):  # from_json itself keeps the geometry's own error
+        LookupCase.from_json(data)
+
+
+def test_reference_on_the_stale_pending_form() -> None:
+    observation = run_lookup(STALE, REFERENCE)
+    assert observation.hit_tokens == 8
+    assert observation.load_ranges == {0: (0, 2), 1: (0, 2)}
+    assert observation.error is None
+    assert contract_answer(STALE).best_present == 8
+    assert not contract_answer(STALE).pending_in_window
+    for prop in lookup_properties():
+        assert prop.check(STALE, REFERENCE) is None, prop.name
+
+
+def test_stale_pending_variant_defers_out_of_scope() -> None:
+    impl = get_implementation("stale-pending")
+    assert run_lookup(STALE, impl).hit_tokens is None
+    message = "the lookup deferred, but no chunk read for the best boundary 8 is pending " \
+              "(and no RETRY was seen)"
+    assert get_property("C3/lookup-defers-only-in-scope").check(STALE, impl) == message
+    assert get_property("C2/lookup-loads-only-hit").check(STALE, impl) is None
+    picture = get_property("C3/lookup-defers-only-in-scope").draw(STALE.to_json(), impl)
+    assert picture.offending == {1: {3}}  # pending, outside the read range [0, 2)
+    assert picture.hit == 8
+    assert picture.notes == ["implementation: defer", "spec: best boundary 8"]
+
+
+def test_deferral_scope_of_a_full_attention_key() -> None:
+    assert run_lookup(SCOPE, REFERENCE).hit_tokens == 8
+    assert contract_answer(SCOPE).best_present == 8
+    assert defers_only_in_scope(SCOPE, ACCEPT_8) is None
+    # Upstream defers on FA chunk 3, which no load set of boundary 8 reads.
+    assert defers_only_in_scope(SCOPE, LookupObservation(None)) is not None
+    pending = LookupCase("x", FA_SWA, 17, 0, ((HIT,) * 4, (HIT, HIT, HIT_PENDING, HIT)))
+    # SWA chunk 2 pending: the best boundary 16 reads SWA [2, 4); a deferral is in scope.
+    assert contract_answer(pending).best_present == 16
+    assert contract_answer(pending).pending_in_window
+    assert defers_only_in_scope(pending, LookupObservation(None)) is None
+
+
+def test_loads_only_hit_names_the_crash() -> None:
+    # hit 16: SWA loads [2, 4); chunk 2 is absent.
+    assert loads_only_hit(STALE, LookupObservation(16)) == (
+        "hit 16 accepted but group 1 must load chunk 2, which is MISS: upstream would crash "
+        "with 'not found in cache'")
+    ready = LookupCase("x", FA_SWA, 17, 0, ((HIT,) * 4, (HIT, HIT, HIT, HIT_PENDING)))
+    assert loads_only_hit(ready, LookupObservation(16)) == (
+        "hit 16 accepted but group 1 must load chunk 3, which is HIT_PENDING: upstream would "
+        "crash with 'not ready'")
+    assert loads_only_hit(ready, LookupObservation(12)) is None
+    assert loads_only_hit(STALE, LookupObservation(None)) is None
+    local = LookupCase("x", FA_SWA, 17, 8, ((MISS,) * 4, (MISS,) * 4))
+    assert loads_only_hit(local, LookupObservation(8)) is None  # nothing external loaded
+
+
+def test_loads_only_hit_compares_the_reported_load_set() -> None:
+    assert loads_only_hit(STALE, ACCEPT_8) is None
+    assert loads_only_hit(STALE, LookupObservation(8, {0: (0, 2), 1: (1, 2)})) == (
+        "hit 8 accepted but the implementation loads chunks [1, 2) of group 1, the "
+        "allocation needs [0, 2)")
+    assert loads_only_hit(STALE, LookupObservation(8, {0: (0, 2)})) == (
+        "hit 8 accepted but the lookup reports no load set for group 1")
+    assert loads_only_hit(STALE, LookupObservation(8, {0: (0, 2), 1: (0, 3)})) == (
+        "hit 8 accepted and the implementation's load set says group 1 must load chunk 2, "
+        "which is MISS: upstream would crash with 'not found in cache'")
+
+
+def test_crash_of() -> None:
+    assert crash_of(None) == "not found in cache"
+    assert crash_of(MISS) == "not found in cache"
+    assert crash_of(HIT_PENDING) == "not ready"
+
+
+def test_is_maximal_and_expected_hit() -> None:
+    assert expected_hit(STALE) == 8
+    assert is_maximal(STALE, ACCEPT_8) is None
+    assert is_maximal(STALE, LookupObservation(4, {0: (0, 1), 1: (0, 1)})) == (
+        "the lookup accepted 4; the largest servable boundary is 8")
+    assert is_maximal(STALE, LookupObservation(None)) is None
+    nothing = LookupCase("x", FA_SWA, 17, 4, ((MISS,) * 4, (MISS,) * 4))
+    assert expected_hit(nothing) == 4  # no servable boundary: the local hit
+    assert is_maximal(nothing, LookupObservation(4)) is None
+    assert is_maximal(nothing, LookupObservation(0)) is not None
+
+
+def test_eagle_reference_observation() -> None:
+    observation = run_lookup(EAGLE, REFERENCE)
+    # 24 tokens (6 keys): no 7th key to peek at, so the group pops one chunk; 20 is
+    # verified with chunk 5 as its peek, loads Load(20, 0) = [3, 5).
+    assert observation.hit_tokens == 20
+    assert observation.load_ranges == {0: (3, 5)}
+    assert (0, 5) in observation.lookups
+    assert observation.popped_at == [(0, 20)] and observation.pops == {0: 1}
+    for prop in lookup_properties():
+        assert prop.check(EAGLE, REFERENCE) is None, prop.name
+
+
+@pytest.mark.parametrize(
+    ("observation", "problem"),
+    [
+        (LookupObservation(20, {0: (3, 5)}, [(0, 4), (0, 3)]),
+         "EAGLE group 0: the peek chunk 5 after hit 20 was never looked up"),
+        (LookupObservation(20, {0: (3, 6)}, [(0, 5), (0, 4), (0, 3)]),
+         "EAGLE group 0: the peek chunk 5 is in the load set"),
+        (LookupObservation(20, {0: (3, 5)}, [(0, 5)], pops={0: 2},
+                           popped_at=[(0, 24), (0, 24)]),
+         "EAGLE group 0 popped twice at boundary 24"),
+        (LookupObservation(20, {0: (3, 5)}, [(0, 5)], pops={0: 2}, popped_at=[(0, 24)]),
+         "EAGLE group 0 popped 2 times for 1 verified boundaries"),
+    ],
+)
+def test_eagle_peek_violations(observation: LookupObservation, problem: str) -> None:
+    assert eagle_peek(EAGLE, observation) == problem
+
+
+def test_eagle_peek_chunk_must_be_hit() -> None:
+    pending_peek = LookupCase("x", EAGLE.geometry, 25, 0, ((HIT,) * 5 + (HIT_PENDING,),))
+    observation = LookupObservation(20, {0: (3, 5)}, [(0, 5)])
+    message = eagle_peek(pending_peek, observation)
+    assert message is not None
+    assert message.startswith("EAGLE group 0: hit 20 accepted with peek chunk 5 ")
+    assert "HIT_PENDING" in message
+    assert eagle_peek(EAGLE, observation) is None
+
+
+def test_only_eagle_groups_pop() -> None:
+    observation = LookupObservation(8, {0: (0, 2), 1: (0, 2)}, popped_at=[(1, 12)])
+    assert eagle_peek(STALE, observation) == (
+        "group 1 is not an EAGLE group but popped at boundary 12")
+    assert eagle_peek(STALE, ACCEPT_8) is None  # no EAGLE group: nothing else to check
+
+
+def test_converges() -> None:
+    assert converges(STALE, LookupObservation(8, max_hit_trace=[16, 8])) is None
+    assert converges(STALE, LookupObservation(8, max_hit_trace=[16, 8, 12])) == (
+        "maxhit grew: [16, 8, 12]")
+    # 16 needs SWA chunks [2, 4): chunk 2 is absent at the final boundary.
+    assert converges(STALE, LookupObservation(16, max_hit_trace=[16])) == (
+        "final hit 16 is not servable by group 1 (checked only earlier)")
+    failed = LookupObservation(None, error="no fixpoint after 64 iterations")
+    assert converges(STALE, failed) == "no fixpoint after 64 iterations"
+    raised = "the implementation raised ConvergenceError: no fixpoint after 64 iterations"
+    for judge in (loads_only_hit, defers_only_in_scope, is_maximal, eagle_peek):
+        assert judge(STALE, failed) == raised
+
+
+def test_catalog_and_cases() -> None:
+    catalog = lookup_catalog()
+    names = [name for name, *_ in catalog]
+    assert len(set(names)) == len(names)
+    assert catalog[0] == ("FA4+SWA4(sw8)", FA_SWA, 17, 0)
+    assert all(0 <= local < tokens for _, _, tokens, local in catalog)
+    first = list(itertools.islice(lookup_cases(), 3 ** 8 + 1))
+    # The first geometry: 4 + 4 keys, every MISS/HIT/HIT_PENDING assignment, then the next.
+    assert len(set(first[:-1])) == 3 ** 8
+    assert first[0].states == ((MISS,) * 4, (MISS,) * 4)
+    assert first[1].states == ((MISS,) * 4, (MISS, MISS, MISS, HIT))
+    assert first[-1].geometry_name == "FA4+SWA4(sw8,e3)"
+    assert LOOKUP_STATES == (LookupResult.MISS, LookupResult.HIT, LookupResult.HIT_PENDING)
+
+
+def test_properties() -> None:
+    assert [p.theorem_id for p in lookup_properties()] == [
+        "C2/lookup-loads-only-hit", "C3/lookup-defers-only-in-scope", "C4/lookup-is-maximal",
+        "C5/eagle-peek", "C6/lookup-converges"]
+    assert all(p.uses == LOOKUP_FUNCTIONS and p.family == "lookup"
+               for p in lookup_properties())
+
+
+def test_eagle_peek_past_the_last_key_is_a_violation() -> None:
+    # 9 tokens, 2 keys: hit 8 would peek at chunk 2, which has no key (the reference
+    # pops to 4); an observation that claims to have looked it up is still a violation.
+    case = LookupCase("x", Geometry((swa(4, 8, eagle=True),)), 9, 0, ((HIT, HIT),))
+    assert run_lookup(case, REFERENCE).hit_tokens == 4
+    observation = LookupObservation(8, {0: (0, 2)}, [(0, 2), (0, 1), (0, 0)])
+    message = eagle_peek(case, observation)
+    assert message is not None and "peek chunk 2" in message

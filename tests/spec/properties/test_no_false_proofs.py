@@ -1,0 +1,97 @@
+"""Regression cases of issue 13: mutants of the reference that a property used to
+prove, although a concrete case of its printed domain breaks the clause. Each property
+now judges what the implementation itself returns, against the spec."""
+
+from __future__ import annotations
+
+import pytest
+from kvcontract.impl import scheduler
+from kvcontract.impl.variants import REFERENCE
+from kvcontract.proofs.theorem import run_property
+from kvcontract.spec.geometry import Geometry, fa, mamba, swa
+from kvcontract.spec.lookup import LookupResult
+from kvcontract.spec.properties import get_property
+from kvcontract.spec.properties.lookup import (
+    LookupCase,
+    LookupObservation,
+    eagle_peek,
+    loads_only_hit,
+    run_lookup,
+)
+from kvcontract.spec.properties.store import StoreCase, run_store, store_horizon, stores_well_formed
+from kvcontract.vocabulary import Verdict
+
+M, H = LookupResult.MISS, LookupResult.HIT
+
+
+def test_mamba_load_range_min_for_max_is_a_crash(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``max`` -> ``min`` in the Mamba load range: the scheduler then loads Mamba chunks
+    [0, 3), two of them MISS; the spec's load set alone was judged before."""
+    case = LookupCase("SWA4(sw8)+Mamba8", Geometry((swa(4, 8), mamba(8))), 25, 0,
+                      ((M, M, M, M, H, H), (M, M, H)))
+    assert loads_only_hit(case, run_lookup(case, REFERENCE)) is None
+
+    def mutant(hit: int, local_hit: int, chunk_tokens: int) -> tuple[int, int]:
+        return min(local_hit // chunk_tokens, hit // chunk_tokens - 1), hit // chunk_tokens
+
+    monkeypatch.setattr(scheduler, "mamba_load_range", mutant)
+    observation = scheduler.lookup_complete_chunks(
+        REFERENCE, case.geometry, case.num_tokens, case.local_hit,
+        lambda g, k: case.states[g][k])
+    judged = LookupObservation(observation.hit_tokens, dict(observation.load_ranges))
+    violation = loads_only_hit(case, judged)
+    assert violation is not None and "not found in cache" in violation, violation
+
+
+def _store_case(steps: tuple[int, ...], ending: str) -> StoreCase:
+    return StoreCase("FA36+SWA4(sw16)", Geometry((fa(36), swa(4, 16))), 40, steps, ending)
+
+
+def test_first_live_block_ceil_for_floor_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Floor -> ceil division in the tracker's first live block: a live, demanded chunk
+    is called unstorable and never offered. C9 used to subtract the tracker's own
+    ``unstorable`` set from its expectation, so the mutant passed."""
+    case = _store_case((7, 7, 7), "aborted")
+    assert store_horizon(case, run_store(case, REFERENCE)) is None
+
+    def mutant(self: scheduler.StoreTracker, num_computed: int) -> int:
+        group = self.group
+        if group.sliding_window is None:
+            return 0
+        skipped = self.impl.get_num_skipped_tokens(num_computed, group.sliding_window,
+                                                   group.extra_retained_tokens)
+        return -(-int(skipped) // self.geometry.block_tokens(group))
+
+    monkeypatch.setattr(scheduler.StoreTracker, "_first_live_block", mutant)
+    result = run_property(get_property("C9/store-horizon"), REFERENCE)
+    assert result.verdict is Verdict.COUNTEREXAMPLE
+    assert "never offered" in result.message
+
+
+def test_full_attention_stores_are_judged(monkeypatch: pytest.MonkeyPatch) -> None:
+    """First live block 0 -> 1 for every group: FA chunk 0 is never offered, so every
+    later lookup misses. The store properties compared SWA groups only."""
+    def mutant(self: scheduler.StoreTracker, num_computed: int) -> int:
+        return 1
+
+    monkeypatch.setattr(scheduler.StoreTracker, "_first_live_block", mutant)
+    case = _store_case((40,), "finished")
+    violation = store_horizon(case, run_store.compute(case, REFERENCE))
+    assert violation is not None and violation.startswith("group 0 never offered chunks [0]")
+    assert stores_well_formed(case, run_store.compute(case, REFERENCE)) is None
+
+
+def test_two_pops_per_peek_are_caught() -> None:
+    case = LookupCase("SWA4(sw8,eagle)", Geometry((swa(4, 8, eagle=True),)), 25, 0,
+                      ((H,) * 6,))
+    honest = run_lookup(case, REFERENCE)
+    assert honest.popped_at and eagle_peek(case, honest) is None
+    twice = LookupObservation(honest.hit_tokens, honest.load_ranges, honest.lookups,
+                              {0: 2 * len(honest.popped_at)}, honest.popped_at * 2,
+                              honest.max_hit_trace)
+    violation = eagle_peek(case, twice)
+    assert violation is not None and "popped twice" in violation
+    miscounted = LookupObservation(honest.hit_tokens, honest.load_ranges, honest.lookups,
+                                   {0: 2 * len(honest.popped_at)}, honest.popped_at,
+                                   honest.max_hit_trace)
+    assert "popped" in (eagle_peek(case, miscounted) or "")

@@ -1,0 +1,214 @@
+"""kvcontract.spec.properties.store: StoreCase, the producer simulation and the judges
+of C8-C10 on the prefill-horizon numbers of docs/CONTRACT.md 8.4 (FA bs 36 + SWA bs 4,
+sw 16: per 9, need 4; a 1200-token prompt in steps of 1000 and 200)."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from kvcontract.impl.variants import REFERENCE, get_implementation
+from kvcontract.spec.geometry import Geometry, fa, swa
+from kvcontract.spec.properties import WitnessError, get_property
+from kvcontract.spec.properties.store import (
+    STORE_FUNCTIONS,
+    STORE_SPACE,
+    StoreCase,
+    StoreRun,
+    offered_at_most_once,
+    run_store,
+    simulate_store_case,
+    spec_offers,
+    store_cases,
+    store_catalog,
+    store_expected_offers,
+    store_horizon,
+    store_properties,
+    stores_only_demanded,
+    stores_well_formed,
+)
+
+GEOMETRY = Geometry((fa(36), swa(4, 16)))
+FINISHED = StoreCase("FA36+SWA4(sw16)", GEOMETRY, 1200, (1000, 200), "finished")
+ABORTED = StoreCase("FA36+SWA4(sw16)", GEOMETRY, 1200, (1000,), "aborted")
+
+
+def _kept(horizon: int, below: int | None = None) -> set[int]:
+    """8.4: chunk c is kept iff c mod 9 >= min(9, H - seg_start) - 4 (chunks below H)."""
+    end = horizon if below is None else below
+    return {c for c in range(end) if c % 9 >= min(9, horizon - (c - c % 9)) - 4}
+
+
+def test_hand_formula() -> None:
+    assert len(_kept(300)) == 135
+    assert sorted(_kept(300))[-7:] == [293, 294, 295, 296, 297, 298, 299]
+    assert {246, 247, 248, 249} <= _kept(250)
+    assert not {246, 247} & _kept(300)
+
+
+def test_json_round_trip() -> None:
+    data = FINISHED.to_json()
+    assert data["steps"] == [1000, 200] and data["ending"] == "finished" and data["decode"] == 0
+    assert StoreCase.from_json(data) == FINISHED
+    assert STORE_SPACE.decode(data) == FINISHED
+    del data["decode"]
+    assert StoreCase.from_json(data).decode == 0
+
+
+@pytest.mark.parametrize(
+    ("change", "problem"),
+    [
+        ({"prompt_len": -1}, "prompt_len must hold integers >= 0, not -1"),
+        ({"decode": True}, "decode must hold integers >= 0, not True"),
+        ({"steps": [1000, -200]}, "steps must hold integers >= 0, not -200"),
+        ({"steps": [1000, "200"]}, "steps must hold integers >= 0, not '200'"),
+        ({"steps": [1000, 300]}, "the prefill steps [1000, 300] exceed the prompt of 1200"),
+        ({"ending": "crashed"},
+         "ending must be one of ('finished', 'aborted'), not 'crashed'"),
+    ],
+)
+def test_decode_rejects_malformed_cases(change: dict[str, Any], problem: str) -> None:
+    with pytest.raises(WitnessError, match="a store witness cannot be read") as info:
+        STORE_SPACE.decode({**FINISHED.to_json(), **change})
+    assert problem in str(info.value)
+
+
+def test_decode_rejects_a_missing_ending() -> None:
+    data = FINISHED.to_json()
+    del data["ending"]
+    with pytest.raises(WitnessError, match="KeyError: 'ending'"):
+        STORE_SPACE.decode(data)
+
+
+def test_expected_offers_over_the_whole_prompt() -> None:
+    expected = store_expected_offers(FINISHED, 1)
+    assert expected == _kept(300)
+    assert len(expected) == 135
+    # One shot, the same horizon: the same chunks.
+    assert store_expected_offers(StoreCase("x", GEOMETRY, 1200, (1200,), "finished"), 1) \
+        == expected
+
+
+def test_expected_offers_after_an_abort() -> None:
+    # Aborted after 1000 tokens: the true final tail {246, 247} (H = 250) plus what the
+    # prompt horizon had already made stored below the frontier ({248, 249}).
+    assert store_expected_offers(ABORTED, 1) == _kept(250) | _kept(300, below=250)
+
+
+def test_expected_offers_count_decode_tokens_only_when_finished() -> None:
+    # Decode tokens past the prompt are never stored (offload_prompt_only).
+    decoded = StoreCase("x", GEOMETRY, 1200, (1000, 200), "finished", decode=40)
+    assert store_expected_offers(decoded, 1) == _kept(300)
+
+
+def test_reference_producer() -> None:
+    run = simulate_store_case(FINISHED, REFERENCE)
+    assert run.frontiers == [0, 1000]
+    assert run.computed == 1200
+    assert run.trackers[1].offered == _kept(300)
+    assert run.trackers[1].offers[0][-2:] == [248, 249]  # no tail at the frontier 1000
+    assert run.trackers[0].offered == set(range(1200 // 36))  # FA stores every chunk
+    for prop in store_properties():
+        assert prop.check(FINISHED, REFERENCE) is None, prop.name
+    aborted = simulate_store_case(ABORTED, REFERENCE)
+    assert aborted.computed == 1000
+    assert aborted.trackers[1].offers[-1] == [246, 247]
+    for prop in store_properties():
+        assert prop.check(ABORTED, REFERENCE) is None, prop.name
+
+
+def test_finished_run_counts_its_decode_steps() -> None:
+    case = StoreCase("x", GEOMETRY, 1200, (1000, 200), "finished", decode=3)
+    run = simulate_store_case(case, REFERENCE)
+    assert run.computed == 1203 and run.frontiers == [0, 1000]
+
+
+def test_prefill_horizon_variant_stores_two_chunks_too_many() -> None:
+    impl = get_implementation("prefill-horizon")
+    run = simulate_store_case(FINISHED, impl)
+    assert len(run.trackers[1].offered) == 137
+    assert run.trackers[1].offered - _kept(300) == {246, 247}
+    message = "group 1 offered chunks [246, 247] that no reachable boundary demands"
+    assert stores_only_demanded(FINISHED, run) == message
+    assert store_horizon(FINISHED, run) == message
+    assert offered_at_most_once(FINISHED, run) is None
+    assert stores_well_formed(FINISHED, run) is None
+    picture = get_property("C9/store-horizon").draw(FINISHED.to_json(), impl)
+    assert picture.offending == {1: {246, 247}}
+    assert picture.stored is not None and picture.stored[1] == _kept(300)
+
+
+def _run(offers: list[list[int]], computed: int, case: StoreCase = FINISHED) -> StoreRun:
+    """The reference's run of ``case`` with the SWA group's (group 1) offers replaced."""
+    reference = simulate_store_case(case, REFERENCE)
+    swa_tracker = SimpleNamespace(offers=offers, offered={c for o in offers for c in o},
+                                  unstorable=set())
+    return StoreRun([reference.trackers[0], swa_tracker],  # type: ignore[list-item]
+                    reference.frontiers, computed)
+
+
+def test_store_horizon_reports_a_missing_chunk() -> None:
+    expected = sorted(_kept(300))
+    run = _run([expected[:-1]], 1200)
+    assert store_horizon(FINISHED, run) == (
+        "group 1 never offered chunks [299] the real horizon demands")
+    assert stores_only_demanded(FINISHED, run) is None  # C8 does not ask for completeness
+    assert store_horizon(FINISHED, _run([expected], 1200)) is None
+
+
+def test_spec_offers_step_by_step() -> None:
+    # After the 1000-token step the correct producer ends with {..., 248, 249}; the
+    # last 200 tokens bring the rest; finishing adds nothing (no tail at 300 is missing).
+    first, second, finish = spec_offers(FINISHED, 1)
+    assert first[-2:] == [248, 249] and 246 not in first and 247 not in first
+    assert set(first) == _kept(300, below=250)
+    assert set(second) == _kept(300) - _kept(300, below=250)
+    assert finish == []
+    # Aborted after the first step: the true final tail is owed, once.
+    first, abort = spec_offers(ABORTED, 1)
+    assert abort == [246, 247]
+
+
+def test_offered_at_most_once() -> None:
+    assert offered_at_most_once(FINISHED, _run([[2, 3], [4], [3, 5]], 1200)) == (
+        "group 1 offered chunks [3] again at step 2")
+    assert offered_at_most_once(FINISHED, _run([[2, 3], [4], [5]], 1200)) is None
+
+
+def test_stores_well_formed() -> None:
+    # 1000 committed tokens: chunk 249 ends at 1000, chunk 250 at 1004.
+    assert stores_well_formed(ABORTED, _run([[249]], 1000, ABORTED)) is None
+    assert stores_well_formed(ABORTED, _run([[249, 250]], 1000, ABORTED)) == (
+        "group 1 offered chunk 250 ending at token 1004, past the 1000 committed tokens")
+    # Decode tokens are never committed for storing: the prompt caps the horizon.
+    assert stores_well_formed(FINISHED, _run([[300]], 1203)) is not None
+
+
+def test_run_store_is_the_shared_memo() -> None:
+    first = run_store(FINISHED, REFERENCE)
+    assert run_store(FINISHED, REFERENCE) is first
+    assert run_store(FINISHED, get_implementation("prefill-horizon")) is not first
+
+
+def test_catalog_and_cases() -> None:
+    names = [name for name, *_ in store_catalog()]
+    assert names[0] == "FA36+SWA4(sw16)" and len(set(names)) == len(names)
+    cases = list(store_cases())
+    first = [c for c in cases if c.geometry_name == names[0] and c.prompt_len == 40]
+    # Steps of 7: 5 x 7 + 5, finished after 3 decode steps, aborted after steps 1 .. 5.
+    sevens = [c for c in first if c.steps[:1] == (7,)]
+    assert sevens[0] == StoreCase(names[0], GEOMETRY, 40, (7,) * 5 + (5,), "finished", 3)
+    assert [len(c.steps) for c in sevens[1:]] == [1, 2, 3, 4, 5]
+    assert all(c.ending == "aborted" and c.decode == 0 for c in sevens[1:])
+    assert StoreCase(names[0], GEOMETRY, 40, (40,), "finished", 3) in first
+    for case in cases:
+        assert sum(case.steps) <= case.prompt_len
+        assert case.ending == "finished" or sum(case.steps) < case.prompt_len
+
+
+def test_properties() -> None:
+    assert [p.theorem_id for p in store_properties()] == [
+        "C8/offered-at-most-once", "C8/stores-only-demanded", "C9/store-horizon",
+        "C10/stores-well-formed"]
+    assert all(p.uses == STORE_FUNCTIONS and p.family == "store" for p in store_properties())

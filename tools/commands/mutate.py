@@ -1,0 +1,168 @@
+"""``kvcontract mutate``: how tightly the contract pins an implementation's functions.
+
+A mutation campaign (:mod:`kvcontract.tools.mutate`): every small change of every
+function (or a seeded sample) is run in a child process against the theorems that
+exercise the function and the fuzzer's seed scenarios. The score is information, not
+a verdict: exit 0 once it is computed, 1 only under ``--fail-under``.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import traceback
+from typing import Any
+
+import click
+from kvcontract.impl.variants import variant_names
+from kvcontract.vocabulary import EXIT_COUNTEREXAMPLE, EXIT_INTERNAL, EXIT_OK
+from rich.console import Console
+from rich.markup import escape
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from kvcontract.errors import KvContractError, UsageError
+
+STATUS_STYLE = {"killed": "green", "survived": "bold red", "equivalent": "cyan",
+                "timeout": "yellow"}
+
+
+@click.command()
+@click.option("--impl", "target", default="reference", show_default=True, metavar="TARGET",
+              help=f"a registered implementation ({', '.join(variant_names())}) or "
+                   "module:FILE.py (a file standing in for impl/reference.py or "
+                   "impl/scheduler.py)")
+@click.option("--sample", type=int, default=None, metavar="N",
+              help="a seeded sample of N mutants (default: every mutation point)")
+@click.option("--seed", type=int, default=0, show_default=True, help="seed of --sample")
+@click.option("--jobs", type=int, default=None, metavar="N",
+              help="mutants run in parallel (default: one per core)")
+@click.option("--function", "functions", multiple=True, metavar="NAME",
+              help="only the mutation points of this function (repeatable), e.g. "
+                   "get_num_skipped_tokens or StoreTracker.step")
+@click.option("--json", "json_path", metavar="FILE", help="write every mutant here (JSON)")
+@click.option("--fail-under", type=float, default=None, metavar="PERCENT",
+              help="exit 1 when the score is below this percentage")
+@click.option("--no-fuzz", is_flag=True, help="the prover only (no fuzz run for survivors)")
+@click.option("--safety-timeout", type=float, default=1800.0, show_default=True,
+              metavar="S", help="wall-clock safety limit per mutant: past it the mutant is "
+                                "'timeout' (never killed or survived)")
+@click.option("--all", "show_all", is_flag=True, help="list killed mutants in the table too")
+@click.option("--quiet", is_flag=True, help="no table, only the summary")
+def mutate(target: str, sample: int | None, seed: int, jobs: int | None,
+           functions: tuple[str, ...], json_path: str | None, fail_under: float | None,
+           no_fuzz: bool, safety_timeout: float, show_all: bool, quiet: bool) -> None:
+    """Mutation campaign: how tightly the contract pins an implementation."""
+    from kvcontract.tools.mutate.campaign import CampaignError, plan, run_campaign
+
+    # Every argument is validated before any work.
+    if sample is not None and sample < 1:
+        raise UsageError(f"--sample must be a positive integer, not {sample}")
+    if jobs is not None and jobs < 1:
+        raise UsageError(f"--jobs must be at least 1, not {jobs}")
+    if fail_under is not None and not 0 <= fail_under <= 100:
+        raise UsageError(f"--fail-under is a percentage in [0, 100], not {fail_under}")
+    if safety_timeout <= 0:
+        raise UsageError(f"--safety-timeout must be positive, not {safety_timeout}")
+    if json_path is not None:
+        _check_writable(json_path)
+    prepared = plan(target, sample, seed, functions)  # UsageError: unknown target/function
+    if not prepared.points:
+        raise UsageError(f"{target}: no mutation point to run")
+
+    console = Console(width=None if sys.stdout.isatty() else 200)
+    try:
+        with Progress(
+            TextColumn("[bold]mutating[/] {task.description}"), BarColumn(),
+            TextColumn("{task.completed}/{task.total}"), TimeElapsedColumn(),
+            console=console, transient=True, disable=quiet or not console.is_terminal,
+        ) as progress:
+            task = progress.add_task(target, total=len(prepared.points))
+
+            def advance(result: Any, done: int, _total: int) -> None:
+                progress.update(task, completed=done,
+                                description=f"{result.point.id}: {result.status}")
+
+            report = run_campaign(target, sample=sample, seed=seed, jobs=jobs,
+                                  functions=functions, fuzz=not no_fuzz,
+                                  safety_timeout=safety_timeout, on_result=advance,
+                                  prepared=prepared)
+    except (CampaignError, KvContractError) as exc:
+        if isinstance(exc, UsageError):
+            raise
+        click.echo(f"kvcontract: internal error: {exc}", err=True)
+        sys.exit(EXIT_INTERNAL)
+    except Exception as exc:  # a bug of the campaign itself, never a mutant's fate
+        click.echo(f"kvcontract: internal error: {type(exc).__name__}: {exc}", err=True)
+        click.echo(traceback.format_exc(), err=True)
+        sys.exit(EXIT_INTERNAL)
+
+    if not quiet:
+        console.print(_mutant_table(report, show_all))
+        console.print(_operator_table(report))
+    score = report.score
+    shown = "n/a" if score is None else f"{100 * score:.1f}%"
+    status = report.by_status()
+    console.print(
+        f"{report.target}: mutation score {shown} (killed {status['killed']}, survived "
+        f"{status['survived']}; {status['equivalent']} equivalent and {status['timeout']} "
+        f"timeout excluded) over {len(report.mutants)} of {report.total_points} mutants "
+        f"in {report.seconds:.1f}s ({report.seconds_per_mutant():.1f}s per mutant with "
+        f"{report.jobs} jobs)"
+    )
+    if report.baseline.failing:
+        console.print(f"not counted (they fail for the unmutated target): "
+                      f"{', '.join(report.baseline.failing)}")
+    if json_path:
+        with open(json_path, "w", encoding="utf-8") as f:
+            json.dump(report.to_json(), f, indent=2)
+            f.write("\n")
+    if fail_under is not None and score is not None and 100 * score < fail_under:
+        console.print(f"[bold red]score {shown} is below --fail-under {fail_under:g}%[/]")
+        sys.exit(EXIT_COUNTEREXAMPLE)
+    sys.exit(EXIT_OK)
+
+
+def _check_writable(path: str) -> None:
+    import os
+
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder) or not os.access(folder, os.W_OK):
+        raise UsageError(f"--json {path}: the folder does not exist or is not writable")
+
+
+def _mutant_table(report: Any, show_all: bool) -> Table:
+    table = Table(title=f"kvcontract mutate --impl {report.target}", show_lines=False)
+    for column in ("status", "location", "function", "operator", "change",
+                   "killed by / should be caught by"):
+        table.add_column(column, overflow="fold")
+    for m in report.mutants:
+        if m.status == "killed" and not show_all:
+            continue
+        p = m.point
+        change = f"{escape(p.before)}\n[dim]->[/] {escape(p.after)}"
+        if m.status == "killed":
+            by = m.killed_by or {}
+            judged = by.get("theorem") or (f"fuzz {by.get('clause', '')}" if m.reason == "fuzz"
+                                           else m.reason)
+        elif m.status == "equivalent":
+            judged = escape((m.equivalence or {}).get("detail", ""))
+        else:
+            judged = ", ".join(m.judges.clauses) + ("" if m.judges.mapped else " (unsure)")
+        table.add_row(f"[{STATUS_STYLE[m.status]}]{m.status}[/]", p.location, p.function,
+                      p.operator, change, judged)
+    return table
+
+
+def _operator_table(report: Any) -> Table:
+    table = Table(title="per operator")
+    table.add_column("operator")
+    for status in ("killed", "survived", "equivalent", "timeout"):
+        table.add_column(status, justify="right")
+    table.add_column("score", justify="right")
+    for op, counts in report.by_operator().items():
+        scored = counts["killed"] + counts["survived"]
+        score = f"{100 * counts['killed'] / scored:.0f}%" if scored else "-"
+        table.add_row(op, *(str(counts[s]) for s in ("killed", "survived", "equivalent",
+                                                      "timeout")), score)
+    return table
