@@ -216,7 +216,8 @@ class Monitor:
             event.num_tokens, event.prompt_len, set(event.offered_before), event.next_before,
             event.prompt_only, replay,
         )
-        return chosen
+        offers: list[int] = chosen
+        return offers
 
     def _store(self, event: StoreEvent) -> None:
         request, g, status = event.request, event.group, event.status

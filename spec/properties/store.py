@@ -112,7 +112,7 @@ def store_catalog() -> list[tuple[str, Geometry, tuple[int, ...], bool, int]]:
          0),
         ("FA16+SWA4(sw8,eagle),retention0",
          Geometry((fa(16), swa(4, 8, eagle=True)), retention_interval=0), (35, 64), True, 0),
-        ("FA16+SWA4(sw8,e3),decoded", Geometry((fa(16), swa(4, 8, 3))), (33,), False, 0),
+        ("FA16+SWA4(sw8,e3),decoded", Geometry((fa(16), swa(4, 8, 3))), (32, 33), False, 0),
         # A request that found a cached prefix (a consumer continuing a conversation).
         ("FA16+SWA4(sw8),hit32", Geometry((fa(16), swa(4, 8))), (64, 70), True, 32),
     ]

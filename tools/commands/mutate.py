@@ -98,7 +98,10 @@ def mutate(target: str, sample: int | None, seed: int, jobs: int | None,
         sys.exit(EXIT_INTERNAL)
 
     if not quiet:
-        console.print(_mutant_table(report, show_all))
+        if show_all or any(m.status != "killed" for m in report.mutants):
+            console.print(_mutant_table(report, show_all))
+        else:
+            console.print("every mutant was killed")
         console.print(_operator_table(report))
     score = report.score
     shown = "n/a" if score is None else f"{100 * score:.1f}%"
@@ -149,6 +152,10 @@ def _mutant_table(report: Any, show_all: bool) -> Table:
             judged = escape((m.equivalence or {}).get("detail", ""))
         else:
             judged = ", ".join(m.judges.clauses) + ("" if m.judges.mapped else " (unsure)")
+            differs = (m.equivalence or {}).get("distinguishing_input")
+            if differs:
+                shown = ", ".join(f"{k}={v}" for k, v in differs.items())
+                judged += f"\n[dim]differs at {escape(shown)}[/]"
         table.add_row(f"[{STATUS_STYLE[m.status]}]{m.status}[/]", p.location, p.function,
                       p.operator, change, judged)
     return table

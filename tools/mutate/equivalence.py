@@ -53,7 +53,6 @@ KINDS: dict[str, str] = {
     "boundary": TOKENS, "hit": TOKENS, "local_hit": TOKENS, "num_tokens": TOKENS,
     "num_scheduled_tokens": TOKENS, "num_computed": TOKENS, "prompt_len": TOKENS,
     "a": TOKENS, "block": TOKENS, "prompt_horizon_chunks": TOKENS, "current_chunks": TOKENS,
-    "num_computed_tokens_": TOKENS,
     "final_segment_end_block": OPT_TOKENS, "max_offload_tokens": OPT_TOKENS,
     "alignment_tokens": ALIGN,
     "retention_interval": INTERVAL,
@@ -145,8 +144,6 @@ def _run(fn: Callable[..., Any], args: Sequence[Any]) -> tuple[str, Any]:
         value = fn(*args)
     except Exception as exc:  # a crash is a behaviour too
         return ("raises", type(exc).__name__)
-    if isinstance(value, bool):
-        return ("value", value)
     return ("value", value)
 
 
@@ -155,7 +152,7 @@ def _same(a: tuple[str, Any], b: tuple[str, Any]) -> bool:
         return False
     if a[0] == "raises":
         return bool(a[1] == b[1])
-    return _normal(a[1]) == _normal(b[1])
+    return bool(_normal(a[1]) == _normal(b[1]))
 
 
 def _normal(value: Any) -> Any:
@@ -410,7 +407,7 @@ def _scan_grid(original: Callable[..., Any], mutant: Callable[..., Any],
 
             for extra in itertools.product(range(1, 5), repeat=len(others)):
                 it = iter(extra)
-                args = []
+                args: list[Any] = []
                 for _, kind in kinds:
                     if kind == LOOKUP:
                         args.append(lookup)

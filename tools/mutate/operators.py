@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import ast
 import copy
+import functools
 import re
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
@@ -186,77 +187,87 @@ def _is_text(node: ast.AST) -> bool:
     )
 
 
+def _constant(node: ast.Constant, delta: int) -> ast.AST:
+    return ast.Constant(value=node.value + delta)
+
+
+def _flip_compare(node: ast.Compare, i: int, new: type[ast.cmpop]) -> ast.AST:
+    changed: ast.Compare = _copy(node)
+    changed.ops[i] = new()
+    return changed
+
+
+def _left(node: ast.BinOp) -> ast.AST:
+    left: ast.AST = _copy(node.left)
+    return left
+
+
+def _swap_extreme(node: ast.Call) -> ast.AST:
+    changed: ast.Call = _copy(node)
+    assert isinstance(node.func, ast.Name) and isinstance(changed.func, ast.Name)
+    changed.func.id = "min" if node.func.id == "max" else "max"
+    return changed
+
+
+def _negate(test: ast.expr) -> ast.AST:
+    return ast.UnaryOp(op=ast.Not(), operand=_copy(test))
+
+
+def _pass() -> ast.AST:
+    return ast.Pass()
+
+
+def _flip_boolop(node: ast.BoolOp) -> ast.AST:
+    changed: ast.BoolOp = _copy(node)
+    changed.op = ast.Or() if isinstance(node.op, ast.And) else ast.And()
+    return changed
+
+
 def _candidates(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> list[_Candidate]:
     found: list[_Candidate] = []
     ceil_inner: set[int] = set()
+
+    def add(node: ast.AST, operator: str, build: Callable[..., ast.AST], *args: Any) -> None:
+        found.append(_Candidate(node, operator, functools.partial(build, *args)))
+
     for node in _body_nodes(fn):
         pair = _is_ceil(node)
         if pair is not None:
-            a, b = pair
             if isinstance(node, ast.UnaryOp):
                 ceil_inner.add(id(node.operand))
-            found.append(_Candidate(node, "floor-ceil", lambda a=a, b=b: _floordiv(a, b)))
-        elif isinstance(node, ast.BinOp) and isinstance(node.op, ast.FloorDiv):
-            if id(node) not in ceil_inner:
-                found.append(_Candidate(
-                    node, "floor-ceil", lambda n=node: _ceildiv(n.left, n.right)
-                ))
+            add(node, "floor-ceil", _floordiv, *pair)
+        elif (isinstance(node, ast.BinOp) and isinstance(node.op, ast.FloorDiv)
+              and id(node) not in ceil_inner):
+            add(node, "floor-ceil", _ceildiv, node.left, node.right)
         if isinstance(node, ast.Constant) and type(node.value) is int:
             for delta in (1, -1):
-                found.append(_Candidate(
-                    node, "int-constant",
-                    lambda n=node, d=delta: ast.Constant(value=n.value + d),
-                ))
+                add(node, "int-constant", _constant, node, delta)
         elif isinstance(node, ast.Compare):
             for i, op in enumerate(node.ops):
                 flipped = _FLIP.get(type(op))
-                if flipped is None:
-                    continue
-
-                def compare(n: ast.Compare = node, i: int = i,
-                            new: type[ast.cmpop] = flipped) -> ast.AST:
-                    changed = _copy(n)
-                    changed.ops[i] = new()
-                    return changed  # type: ignore[no-any-return]
-
-                found.append(_Candidate(node, "comparison", compare))
+                if flipped is not None:
+                    add(node, "comparison", _flip_compare, node, i, flipped)
         elif (
             isinstance(node, ast.BinOp)
             and isinstance(node.op, (ast.Add, ast.Sub))
             and not (_is_text(node.left) or _is_text(node.right))
         ):
-            found.append(_Candidate(node, "drop-term", lambda n=node: _copy(n.left)))
+            add(node, "drop-term", _left, node)
         elif (
             isinstance(node, ast.Call)
             and isinstance(node.func, ast.Name)
             and node.func.id in ("max", "min")
         ):
-            def swap(n: ast.Call = node) -> ast.AST:
-                changed = _copy(n)
-                changed.func.id = "min" if n.func.id == "max" else "max"  # type: ignore[attr-defined]
-                return changed  # type: ignore[no-any-return]
-
-            found.append(_Candidate(node, "max-min", swap))
+            add(node, "max-min", _swap_extreme, node)
         elif isinstance(node, (ast.If, ast.IfExp)):
-            found.append(_Candidate(
-                node.test, "negate-if",
-                lambda t=node.test: ast.UnaryOp(op=ast.Not(), operand=_copy(t)),
-            ))
+            add(node.test, "negate-if", _negate, node.test)
         elif isinstance(node, ast.comprehension):
             for cond in node.ifs:
-                found.append(_Candidate(
-                    cond, "negate-if",
-                    lambda t=cond: ast.UnaryOp(op=ast.Not(), operand=_copy(t)),
-                ))
+                add(cond, "negate-if", _negate, cond)
         elif isinstance(node, (ast.Break, ast.Continue)):
-            found.append(_Candidate(node, "delete-jump", lambda: ast.Pass()))
+            add(node, "delete-jump", _pass)
         elif isinstance(node, ast.BoolOp):
-            def flip(n: ast.BoolOp = node) -> ast.AST:
-                changed = _copy(n)
-                changed.op = ast.Or() if isinstance(n.op, ast.And) else ast.And()
-                return changed  # type: ignore[no-any-return]
-
-            found.append(_Candidate(node, "and-or", flip))
+            add(node, "and-or", _flip_boolop, node)
     # Source order (line, column), stable for several mutants of one node.
     order = sorted(range(len(found)), key=lambda k: (
         getattr(found[k].node, "lineno", 0), getattr(found[k].node, "col_offset", 0), k,

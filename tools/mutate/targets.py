@@ -280,9 +280,9 @@ class CallGraph:
                     if isinstance(value, ast.Name) and value.id in aliases:
                         if sub.attr in self.defined[aliases[value.id]]:
                             refs.add((aliases[value.id], sub.attr))
-                    elif isinstance(value, ast.Name) and value.id == "self" and cls:
-                        if f"{cls}.{sub.attr}" in self.defined[module]:
-                            refs.add((module, f"{cls}.{sub.attr}"))
+                    elif (isinstance(value, ast.Name) and value.id == "self" and cls
+                          and f"{cls}.{sub.attr}" in self.defined[module]):
+                        refs.add((module, f"{cls}.{sub.attr}"))
                     if sub.attr in self.fields and _is_impl(value):
                         refs.add(self.fields[sub.attr])
             self.edges[(module, qualname)] = refs

@@ -95,3 +95,25 @@ def test_two_pops_per_peek_are_caught() -> None:
                                    {0: 2 * len(honest.popped_at)}, honest.popped_at,
                                    honest.max_hit_trace)
     assert "popped" in (eagle_peek(case, miscounted) or "")
+
+
+def test_storing_the_final_sampled_slot_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A finished request must never store its final sampled slot (its KV was never
+    written). Only ``offload_prompt_only=True`` was in the catalogue, which caps the
+    stored tokens at the prompt and hides the mutant."""
+    from kvcontract.impl import reference
+
+    original = reference.get_num_offloadable_tokens
+
+    def mutant(status: object, computed: int, scheduled: int, num_tokens: int,
+               prompt_len: int, max_offload: int | None, prompt_only: bool) -> int:
+        tokens = original(status, computed, scheduled, num_tokens, prompt_len, max_offload,
+                          prompt_only)
+        if str(getattr(status, "value", status)) == "finished" and not prompt_only:
+            return num_tokens  # the final sampled slot too
+        return tokens
+
+    monkeypatch.setattr(scheduler, "get_num_offloadable_tokens", mutant)
+    result = run_property(get_property("C10/stores-well-formed"), REFERENCE)
+    assert result.verdict is Verdict.COUNTEREXAMPLE, result.message
+    assert result.witness is not None and result.witness.get("prompt_only") is False
