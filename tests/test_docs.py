@@ -85,7 +85,6 @@ def _tracked_files() -> list[Path]:
     return paths
 
 
-@pytest.mark.xfail(strict=True, reason="citations are re-pointed in the same change")
 def test_no_references_outside_the_repository() -> None:
     offenders = []
     for path in _tracked_files():

@@ -11,9 +11,9 @@ any difference in their decision logs (lookup answers, accepted hits, load sets,
 offers, evictions, completions) or any violation either monitor records against the
 formal model and the data oracles (a "not found"/"not ready" crash, a lookup or load set
 that differs from ``spec.multigroup``, stores that differ from ``spec.reachability``, a
-C11 byte or attention mismatch). Programs come from fixed seed scenarios (DOMAIN.md section 8, plus
-the window bound of ``upstream-current``), from the matrix (``matrix=True``: DOMAIN.md
-section 10 and boundary / e / EAGLE / bpc / geometry / left-chunk state / GPU prefix hit
+C11 byte or attention mismatch). Programs come from fixed seed scenarios
+(docs/CONTRACT.md section 8, plus the window bound of ``upstream-current``), from the
+matrix (``matrix=True``: docs/CONTRACT.md section 10 and boundary / e / EAGLE / bpc / geometry / left-chunk state / GPU prefix hit
 combinations; ``matrix_scenarios(quick=True)`` is a fixed sample of it for the test
 suite) and from a Hypothesis state machine whose failures shrink to a short printed
 program. Exit semantics for the CLI: 0 when ``differences`` is empty, 1
@@ -255,7 +255,7 @@ EVICT_GPU: Op = ("evict_gpu_cache",)
 
 
 def seed_scenarios(salt: int = 0) -> list[Scenario]:
-    """The four historic defects of DOMAIN.md section 8 as concrete programs."""
+    """The four historic defects of docs/CONTRACT.md section 8 as concrete programs."""
     scenarios: list[Scenario] = []
     # seed 000: stale pending flag.
     geo = Geometry((fa(4), swa(4, 8)))
@@ -315,7 +315,7 @@ and the next complete window)."""
 
 
 def _unaligned_matrix(salt: int) -> Iterator[Scenario]:
-    """DOMAIN.md section 10: the upstream unaligned-hit matrix."""
+    """docs/CONTRACT.md section 10: the upstream unaligned-hit matrix."""
     for (sw, extra), boundary, eagle, left in itertools.product(
         ((128, 0), (128, 3), (256, 1), (256, 3)), (3840, 3904, 3968), (False, True),
         ("ready", "absent", "pending", "loading"),
@@ -373,7 +373,7 @@ def _producer_consumer_matrix(salt: int, quick: bool) -> Iterator[Scenario]:
 
 
 def matrix_scenarios(salt: int = 0, quick: bool = False) -> Iterator[Scenario]:
-    """DOMAIN.md section 10 matrices plus boundary / e / EAGLE / bpc / geometry /
+    """docs/CONTRACT.md section 10 matrices plus boundary / e / EAGLE / bpc / geometry /
     left-state / local-hit combinations; ``quick`` is a fixed sample for the test suite."""
     if quick:
         yield from itertools.islice(_unaligned_matrix(salt), 0, None, 16)

@@ -60,11 +60,11 @@ class SystemHarness:
     def perturb_left_chunk(self, tokens: list[int], state: str) -> None:
         """Change the leftmost chunk the contract would read for ``tokens``.
 
-        The chunk is the first of the read range (DOMAIN.md 10, "left chunk") of the
+        The chunk is the first of the read range (docs/CONTRACT.md 10, "left chunk") of the
         SWA group with the largest window at the boundary the contract accepts now, given
         the local hit ``tokens`` would get. ``state``: ``absent`` (evicted), ``pending``
         (a stalled write), ``loading`` (another request is loading it) or ``stale``
-        (absent, and the group's last chunk pending: DOMAIN.md 8, seed 000).
+        (absent, and the group's last chunk pending: docs/CONTRACT.md 8, seed 000).
         """
         if state not in PERTURB_STATES:
             raise UsageError(f"perturb_left_chunk: unknown state {state!r}")

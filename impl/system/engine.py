@@ -37,7 +37,7 @@ attention, ``Ret(L)`` for a sliding window (the out-of-window blocks were freed)
 chunk holding the state for Mamba, plus the block after ``L`` for an EAGLE group (the
 peek, then dropped). The offload lookup then runs from ``L`` and loads ``Load(N, L)``.
 
-Step order (DOMAIN.md 7): submit the previous step's store jobs, poll completions and
+Step order (docs/CONTRACT.md 7): submit the previous step's store jobs, poll completions and
 acknowledge them, schedule waiting requests (local hit, lookup, allocate, load), run the
 forward pass of running requests (allocation frees out-of-window blocks first), build
 this step's store jobs.

@@ -1,4 +1,4 @@
-"""The offload manager state machine and the byte-moving worker (DOMAIN.md 6, 7).
+"""The offload manager state machine and the byte-moving worker (docs/CONTRACT.md 6, 7).
 
 Contract of :class:`ChunkBook` (the bookkeeping both managers share)::
 

@@ -120,20 +120,22 @@ def store_catalog() -> list[tuple[str, Geometry, tuple[int, ...], bool, int]]:
 
 def _compositions(total: int, step: int) -> list[tuple[int, ...]]:
     """Prefill schedules: equal steps of ``step`` tokens, plus the one-shot schedule."""
-    steps = [step] * (total // step) + ([total % step] if total % step else [])
-    return [tuple(steps), (total,)]
+    steps = (step,) * (total // step) + ((total % step,) if total % step else ())
+    return [steps] if steps == (total,) else [steps, (total,)]
 
 
 def store_cases() -> Iterator[StoreCase]:
     for name, geometry, prompts, prompt_only, hit in store_catalog():
         for prompt in prompts:
-            for step in sorted({7, 16, 25, prompt - hit}):
-                for steps in _compositions(prompt - hit, step):
-                    yield StoreCase(name, geometry, prompt, steps, "finished", decode=3,
+            # Distinct schedules only (the one-shot one is shared by every step size).
+            schedules = dict.fromkeys(
+                steps for step in (7, 16, 25) for steps in _compositions(prompt - hit, step))
+            for steps in schedules:
+                yield StoreCase(name, geometry, prompt, steps, "finished", decode=3,
+                                prompt_only=prompt_only, start_hit=hit)
+                for cut in range(1, len(steps)):
+                    yield StoreCase(name, geometry, prompt, steps[:cut], "aborted",
                                     prompt_only=prompt_only, start_hit=hit)
-                    for cut in range(1, len(steps)):
-                        yield StoreCase(name, geometry, prompt, steps[:cut], "aborted",
-                                        prompt_only=prompt_only, start_hit=hit)
 
 
 def store_domain() -> str:

@@ -2,7 +2,8 @@
 
 Proving a whole clause for a variant takes up to a minute on two cores, so the reports
 are built once per session from the few theorems each historic variant violates (plus
-one that it passes), through the same :func:`~kvcontract.proofs.theorem.run_property` the prover uses.
+one that it passes), through the same
+:func:`~kvcontract.proofs.theorem.run_property` the prover uses.
 """
 
 from __future__ import annotations

@@ -18,17 +18,23 @@ from kvcontract.errors import UsageError
 from kvcontract.vocabulary import Verdict
 
 
-def _options(clauses: Sequence[str], call_timeout: float, budget: float,
+THEOREM_TIMEOUT = 600.0
+"""Seconds a theorem's child process may run before it is killed (reported UNKNOWN, never
+a verdict). A safety net only, set far above any measured run: what an audit finds is
+bounded by counted cases (``--budget``), not by time."""
+
+
+def _options(clauses: Sequence[str], call_timeout: float, budget: int,
              jobs: int | None) -> AuditOptions:
     if call_timeout <= 0:
         raise UsageError(f"--timeout must be positive, not {call_timeout:g}")
-    if budget <= 0:
-        raise UsageError(f"--budget must be positive, not {budget:g}")
+    if isinstance(budget, bool) or not isinstance(budget, int) or budget <= 0:
+        raise UsageError(f"--budget must be a positive number of cases, not {budget!r}")
     if jobs is not None and jobs < 1:
         raise UsageError(f"--jobs must be at least 1, not {jobs}")
     return AuditOptions(clauses=list(clauses) or None, call_timeout=call_timeout,
                         budget=budget, jobs=jobs,
-                        theorem_timeout=max(60.0, 6 * budget + 30.0))
+                        theorem_timeout=THEOREM_TIMEOUT)
 
 
 def _run(console: Console, binding: Binding, options: AuditOptions, quiet: bool) -> AuditRun:
@@ -100,7 +106,7 @@ def run_audit_command(
     baseline: str | None = None,
     clauses: Sequence[str] = (),
     call_timeout: float = 2.0,
-    budget: float = 8.0,
+    budget: int = AuditOptions.budget,
     jobs: int | None = None,
     reproducer_dir: str | None = None,
     picture_dir: str | None = None,

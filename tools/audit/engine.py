@@ -11,8 +11,8 @@ For every theorem whose functions are bound (:mod:`.binding`), in a sandbox chil
   draws more and shrinks any failure (evidence ``examples``, with the count);
 * a case property (:class:`~kvcontract.spec.properties.CaseProperty`) enumerates its
   space in
-  increasing size within a time budget (evidence ``exhausted``, or ``examples`` when
-  the budget ends first); scanner theorems also get a Hypothesis search over longer
+  increasing size within a budget of cases (evidence ``exhausted``, or ``examples``
+  when the budget ends first); scanner theorems also get a Hypothesis search over longer
   sequences.
 
 A failure is a minimal witness re-executed on the upstream code, blamed on the bound
@@ -90,8 +90,10 @@ class AuditOptions:
     """Seconds one upstream call may take (a hang becomes a finding of that case)."""
     theorem_timeout: float = 110.0
     """Seconds one theorem's child process may take before it is killed."""
-    budget: float = 8.0
-    """Seconds of concrete search (exhaustive enumeration, sampled cases) per theorem."""
+    budget: int = 50_000
+    """Cases of concrete search per theorem (a family's shared pass counts each case
+    once; Z3-chosen and Hypothesis cases count too). A count, never seconds: the same
+    audit finds the same things on any machine, however loaded."""
     examples: int = 300
     """Hypothesis examples per concretely searched theorem."""
     jobs: int | None = None
@@ -215,13 +217,19 @@ def _z3_models(theorem: FormulaProperty, config: Config, bound: int, count: int,
     return models
 
 
+SHRINK_STEPS = 2_000
+"""Trials of the greedy shrinker (a count, so the witness does not depend on load)."""
+
+
 def _shrink(theorem: FormulaProperty, impl: Implementation, values: dict[str, int],
-            deadline: float) -> dict[str, int]:
+            max_steps: int) -> dict[str, int]:
     """Greedy: lower each free variable while the case stays admissible and failing."""
     current = dict(values)
     improved = True
-    while improved and time.perf_counter() < deadline:
+    steps = 0
+    while improved and steps < max_steps:
         improved = False
+        steps += 1
         for name in theorem.variables:
             for candidate in (0, current[name] // 2, current[name] - 1):
                 if candidate < 0 or candidate >= current[name]:
@@ -267,7 +275,6 @@ def _hypothesis_search(theorem: FormulaProperty, impl: Implementation, configs: 
 def _concrete_z3_theorem(theorem: FormulaProperty, impl: Implementation, options: AuditOptions,
                          why: str) -> TheoremResult:
     started = time.perf_counter()
-    deadline = started + options.budget
     result = TheoremResult(clause=theorem.clause, theorem=theorem.name,
                            verdict=Verdict.PROVED_FOR_DOMAIN, domain="", seconds=0.0,
                            description=theorem.description)
@@ -279,7 +286,7 @@ def _concrete_z3_theorem(theorem: FormulaProperty, impl: Implementation, options
     # Z3-chosen admissible cases: one per configuration and round, small values first.
     for round_index, bound in enumerate((16, 16, 256, 4096)):
         for config in order:
-            if time.perf_counter() > deadline or found is not None:
+            if checked >= options.budget or found is not None:
                 break
             for values in _z3_models(theorem, config, bound, 1 + round_index,
                                      options.seed + round_index):
@@ -289,14 +296,14 @@ def _concrete_z3_theorem(theorem: FormulaProperty, impl: Implementation, options
                     break
     z3_cases = checked
     hypothesis_cases = 0
-    if found is None and time.perf_counter() < deadline:
+    if found is None and checked < options.budget:
         hypothesis_cases, found = _hypothesis_search(theorem, impl, configs, options.examples,
                                                      options.seed)
         checked += hypothesis_cases
     result.queries = checked
     result.details.append(f"symbolic lifting not possible ({why}); searched concretely")
     if found is not None:
-        found = _shrink(theorem, impl, found, time.perf_counter() + 10.0)
+        found = _shrink(theorem, impl, found, max_steps=SHRINK_STEPS)
         message = _violation(theorem, impl, found) or "failure did not replay"
         result.verdict = Verdict.COUNTEREXAMPLE
         result.witness = {"kind": "arith", "theorem": theorem.theorem_id, "values": found}
@@ -352,9 +359,8 @@ def _family(theorems: Sequence[CaseProperty], impl: Implementation,
     family pass costs little more than one theorem. Each theorem stops at its first
     violation (the minimal witness); the budget is the per-theorem budget times the
     family size. Scanner theorems then also get a Hypothesis search over longer sequences.
+    The budget counts cases (``options.budget`` per family pass), never seconds.
     """
-    started = time.perf_counter()
-    deadline = started + options.budget * len(theorems)
     results = [TheoremResult(clause=t.clause, theorem=t.name, verdict=Verdict.PROVED_FOR_DOMAIN,
                              domain=t.domain, seconds=0.0, description=t.description)
                for t in theorems]
@@ -363,13 +369,15 @@ def _family(theorems: Sequence[CaseProperty], impl: Implementation,
     spent = [0.0] * len(theorems)
     open_ = list(range(len(theorems)))
     complete = True
+    seen = 0
     clock = time.perf_counter
     for case in theorems[0].space.cases():
         if not open_:
             break
-        if clock() > deadline:
+        if seen >= options.budget:
             complete = False
             break
+        seen += 1
         for j in tuple(open_):
             theorem = theorems[j]
             begun = clock()
@@ -411,7 +419,7 @@ def _family(theorems: Sequence[CaseProperty], impl: Implementation,
             else:
                 result.domain = (f"tested, not exhausted: the first {counts[j]} cases "
                                  f"(smallest first) of {theorem.domain}; budget "
-                                 f"{options.budget:g}s per theorem")
+                                 f"{options.budget} cases")
         result.seconds = spent[j]
         out.append((result, witnesses[j]))
     return out

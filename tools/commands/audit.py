@@ -19,8 +19,9 @@ from kvcontract.tools.commands._common import emit_reports, report_options
 @click.option("--json", "json_path", metavar="FILE", help="write the JSON report here")
 @click.option("--timeout", type=float, default=2.0, show_default=True,
               help="seconds one upstream call may take (a hang is reported as a finding)")
-@click.option("--budget", type=float, default=8.0, show_default=True,
-              help="seconds of concrete search per theorem (grids, sampled cases)")
+@click.option("--budget", type=int, default=50_000, show_default=True,
+              help="cases of concrete search per theorem (enumeration, sampled cases): a "
+                   "count, so the same audit finds the same things on any machine")
 @click.option("--jobs", type=int, default=None, help="worker processes (default: one per core)")
 @click.option("--reproducers", "reproducer_dir", metavar="DIR", default=None,
               help="write a pytest reproducer per counterexample into DIR")
@@ -29,7 +30,7 @@ from kvcontract.tools.commands._common import emit_reports, report_options
 @click.option("--quiet", is_flag=True, help="no tables, only the summary line")
 @report_options  # type: ignore[untyped-decorator]  # mypy sees the package as Any
 def audit(target: str, baseline: str | None, clauses: tuple[str, ...], json_path: str | None,
-          timeout: float, budget: float, jobs: int | None, reproducer_dir: str | None,
+          timeout: float, budget: int, jobs: int | None, reproducer_dir: str | None,
           picture_dir: str | None, quiet: bool, formats: tuple[str, ...],
           outputs: tuple[str, ...]) -> None:
     """Audit real vLLM code (or a patched file) against the contract."""

@@ -188,6 +188,7 @@ def _is_text(node: ast.AST) -> bool:
 
 
 def _constant(node: ast.Constant, delta: int) -> ast.AST:
+    assert type(node.value) is int
     return ast.Constant(value=node.value + delta)
 
 

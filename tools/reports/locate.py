@@ -5,6 +5,7 @@ fallback every renderer can use)."""
 from __future__ import annotations
 
 import inspect
+import re
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -86,8 +87,12 @@ def clause_location(clause: str) -> dict[str, Any]:
     line = 1
     try:
         lines, _ = inspect.getsourcelines(catalogue)
-        needle = f'Clause("{clause}"'
-        line = next((i + 1 for i, text in enumerate(lines) if needle in text), 1)
+        # The entry may be written on one line or with its arguments on the next ones.
+        needle = re.compile(rf'Clause\(\s*"{re.escape(clause)}"')
+        source = "".join(lines)
+        found = needle.search(source)
+        if found is not None:
+            line = source.count("\n", 0, found.start()) + 1
     except OSError:
         pass
     return {"path": display_path(path), "line": line}

@@ -20,7 +20,7 @@ def _run(argv: list[str]) -> int:
     return int(info.value.code or 0)
 
 
-FAST = ["--clause", "C3", "--budget", "1", "--jobs", "2", "--quiet"]
+FAST = ["--clause", "C3", "--budget", "1000", "--jobs", "2", "--quiet"]
 
 
 def test_counterexample_report_formats(write_module: Callable[..., Path], tmp_path: Path,
@@ -90,7 +90,7 @@ def test_nothing_checkable_is_exit_3(tmp_path: Path) -> None:
 @pytest.mark.parametrize("argv, message", [
     (["--target", "vllm:/definitely/not/here"], "no such file or directory"),
     (["--target", "nonsense"], "unknown implementation"),
-    (["--target", "reference", "--budget", "0"], "--budget must be positive"),
+    (["--target", "reference", "--budget", "0"], "--budget must be a positive number of cases"),
     (["--target", "reference", "--clause", "C99"], "unknown clause"),
     (["--target", "reference", "--timeout", "0"], "--timeout must be positive"),
     (["--target", "reference", "--jobs", "0"], "--jobs must be at least 1"),

@@ -46,7 +46,7 @@ def _audit(version: str, clauses: list[str]) -> tuple[Binding, AuditRun]:
     if key not in _RUNS:
         binding = bind(resolve_target(f"vllm:{release_tree(version)}"))
         _RUNS[key] = binding, run_audit(
-            binding, AuditOptions(clauses=clauses, budget=4.0, examples=50, jobs=2))
+            binding, AuditOptions(clauses=clauses, examples=50, jobs=2))
     return _RUNS[key]
 
 

@@ -22,7 +22,7 @@ from kvcontract.tools.audit.binding import bind
 from kvcontract.tools.audit.engine import AuditOptions, AuditRun, run_audit
 from kvcontract.tools.audit.targets import resolve_target
 
-FAST = {"budget": 1.0, "examples": 20, "jobs": 2}
+FAST = {"budget": 1000, "examples": 20, "jobs": 2}
 
 
 def _audit(path: Path, clauses: list[str], **options: float) -> AuditRun:
@@ -69,7 +69,7 @@ def test_stubborn_hang_is_killed(write_module: Callable[..., Path]) -> None:
 
 def test_missing_functions_are_listed(write_module: Callable[..., Path]) -> None:
     run = _audit(write_module("scan_only.py", FIXED_SCAN), ["C3", "C11"])
-    # The 1 s budget covers only a prefix of the scan domain: evidence, not a proof.
+    # A budget of 1000 cases covers only a prefix of the scan domain: evidence, not a proof.
     assert _only(run, "scan-defers-only-in-scope")["verdict"] == "TESTED"
     unchecked = {u["theorem"]: u["reason"] for u in run.unchecked}
     assert "lookup-defers-only-in-scope" in unchecked

@@ -82,8 +82,6 @@ def test_clause_location(clause: str) -> None:
     assert _source_line(location).strip().startswith(f'Clause("{clause}"')
 
 
-@pytest.mark.xfail(strict=True, reason="clause_location only finds Clause(\"Cn\" on one "
-                   "line; the entries of C3-C11 are split over lines, so they get line 1")
 @pytest.mark.parametrize("clause", ["C3", "C11"])
 def test_clause_location_of_a_multiline_entry(clause: str) -> None:
     location = clause_location(clause)
