@@ -243,7 +243,7 @@ def exit_code_for(verdicts: Iterable[Verdict | str], *, empty: int = EXIT_OK) ->
 
 # -- impact of a finding ----------------------------------------------------------------
 class Impact(str, enum.Enum):
-    """What a finding does to a serving system, most severe first. Not wired yet."""
+    """What a finding does to a serving system, most severe first."""
 
     CRASH = "crash"
     """A load of an absent or still-pending chunk: the worker fails the request."""
@@ -259,7 +259,48 @@ class Impact(str, enum.Enum):
     """The defect needs a geometry vLLM does not build today: no effect yet."""
 
 
+DEFAULT_FAIL_ON: frozenset[Impact] = frozenset(
+    {Impact.CRASH, Impact.CORRUPTION, Impact.LOST_HIT}
+)
+"""The impacts that fail a run unless ``--fail-on`` says otherwise."""
+
+
+def parse_impacts(text: str) -> frozenset[Impact]:
+    """``--fail-on crash,lost-hit`` (``all`` names every impact); raises ValueError
+    naming the unknown word and the known ones."""
+    words = [w.strip().lower() for w in text.split(",") if w.strip()]
+    if not words:
+        raise ValueError("--fail-on needs at least one impact")
+    if words == ["all"]:
+        return frozenset(Impact)
+    known = {i.value: i for i in Impact}
+    unknown = [w for w in words if w not in known]
+    if unknown:
+        raise ValueError(f"unknown impact {unknown[0]!r} in --fail-on; choose from "
+                         f"{', '.join(known)} (or all)")
+    return frozenset(known[w] for w in words)
+
+
+def finding_exit_code(
+    findings: Iterable[tuple[Verdict | str, Impact | str | None]],
+    fail_on: frozenset[Impact] = DEFAULT_FAIL_ON,
+    *,
+    empty: int = EXIT_OK,
+) -> int:
+    """The exit-code policy with impacts: a counterexample fails the run only when its
+    impact is in ``fail_on`` (one without an impact always fails); otherwise it is
+    reported and passes. Unknown and vacuous stay 3 whatever ``fail_on`` says."""
+    codes = []
+    for verdict, impact in findings:
+        code = Verdict(verdict).exit_code
+        if code == EXIT_COUNTEREXAMPLE and impact is not None and Impact(impact) not in fail_on:
+            code = EXIT_OK
+        codes.append(code)
+    return worst_exit_code(codes, empty=empty)
+
+
 __all__ = [
+    "DEFAULT_FAIL_ON",
     "ENDED_STATUSES",
     "EXIT_COUNTEREXAMPLE",
     "EXIT_FINDING",
@@ -275,5 +316,7 @@ __all__ = [
     "RequestStatus",
     "Verdict",
     "exit_code_for",
+    "finding_exit_code",
+    "parse_impacts",
     "worst_exit_code",
 ]

@@ -22,7 +22,8 @@ from kvcontract.proofs.theorem import (
     run_family,
     run_property,
 )
-from kvcontract.proofs.verdicts import TheoremResult, exit_code_for
+from kvcontract.proofs.verdicts import TheoremResult
+from kvcontract.vocabulary import DEFAULT_FAIL_ON, Impact, finding_exit_code
 from kvcontract.spec.clauses import get_clause
 from kvcontract.spec.properties import CaseProperty, FormulaProperty, Property, properties
 
@@ -99,10 +100,14 @@ class ProveReport:
     results: list[TheoremResult]
     seconds: float
     clauses: list[str] = field(default_factory=list)
+    fail_on: frozenset[Impact] = DEFAULT_FAIL_ON
+    """The impacts whose counterexamples fail the run (``--fail-on``)."""
 
     @property
     def exit_code(self) -> int:
-        return int(exit_code_for(self.results))
+        """0 nothing fails; 1 a counterexample whose impact is in ``fail_on``; 3 unknown
+        or vacuous (:func:`kvcontract.vocabulary.finding_exit_code`)."""
+        return finding_exit_code(((r.verdict, r.impact) for r in self.results), self.fail_on)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -111,6 +116,7 @@ class ProveReport:
             "target": self.target,
             "clauses": self.clauses,
             "seconds": round(self.seconds, 3),
+            "fail_on": sorted(i.value for i in self.fail_on),
             "exit_code": self.exit_code,
             "results": [r.to_json() for r in self.results],
         }
@@ -121,6 +127,7 @@ def prove(
     clauses: Sequence[str] | None = None,
     jobs: int | None = None,
     on_result: Callable[[TheoremResult, int, int], None] | None = None,
+    fail_on: frozenset[Impact] = DEFAULT_FAIL_ON,
 ) -> ProveReport:
     """Run the selected theorems against a registered implementation."""
     get_implementation(impl_name)  # validate early: a clear error before any work
@@ -167,4 +174,5 @@ def prove(
         results=ordered,
         seconds=time.perf_counter() - started,
         clauses=sorted({r.clause for r in ordered}, key=lambda c: int(c[1:])),
+        fail_on=fail_on,
     )

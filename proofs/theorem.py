@@ -262,6 +262,7 @@ def _report_counterexample(
     result.domain = label or "all values"
     result.witness = prop.witness(values)
     result.message = replay
+    result.impact = prop.impact_of(replay).value
     return True
 
 
@@ -341,6 +342,7 @@ def finish_family(
             result.verdict = Verdict.COUNTEREXAMPLE
             result.witness = witness
             result.message = message
+            result.impact = theorem.impact_of(message).value
             result.domain = theorem.domain
         elif count == 0:
             result.verdict = Verdict.VACUOUS

@@ -39,6 +39,8 @@ class TheoremResult:
     """What the witness violates, or why the verdict is UNKNOWN/VACUOUS."""
     description: str = ""
     details: list[str] = field(default_factory=list)
+    impact: str | None = None
+    """For a COUNTEREXAMPLE: what it costs a user (:class:`kvcontract.vocabulary.Impact`)."""
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)

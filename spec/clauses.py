@@ -42,6 +42,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from kvcontract.errors import UnknownClauseError
+from kvcontract.vocabulary import Impact
 
 
 @dataclass(frozen=True)
@@ -51,6 +52,12 @@ class Clause:
     statement: str
     proved_by: str
     """``prover`` or ``system`` (C11 is checked by executing the tensor-backed system)."""
+
+    @property
+    def impact(self) -> Impact:
+        """What a violation of the clause costs a user, unless the finding says more
+        precisely (a property may give each violation its own impact)."""
+        return CLAUSE_IMPACT[self.id]
 
 
 CLAUSES: tuple[Clause, ...] = (
@@ -105,6 +112,22 @@ CLAUSES: tuple[Clause, ...] = (
         "system",
     ),
 )
+
+
+CLAUSE_IMPACT: dict[str, Impact] = {
+    "C1": Impact.CORRUPTION,  # a position the model attends is not retained
+    "C2": Impact.CRASH,  # "not found in cache" / "not ready for reading" at load
+    "C3": Impact.DELAY,  # the request waits for a store it does not need
+    "C4": Impact.LOST_HIT,  # a servable prefix is recomputed
+    "C5": Impact.LOST_HIT,  # an EAGLE hit one chunk short, or a chunk popped twice
+    "C6": Impact.CRASH,  # the final hit reads a chunk only an earlier candidate checked
+    "C7": Impact.LOST_HIT,  # a demanded chunk was never stored
+    "C8": Impact.WASTE,  # stored, never demanded (CPU memory, PCIe bandwidth)
+    "C9": Impact.WASTE,  # intermediate tails (a missing final tail is a lost hit)
+    "C10": Impact.CORRUPTION,  # a stored chunk holds freed or uncommitted slots
+    "C11": Impact.CORRUPTION,  # loaded bytes differ from the producer's
+}
+"""The default impact of each clause's findings."""
 
 
 def clause_ids() -> list[str]:

@@ -13,11 +13,12 @@ formal model and the data oracles (a "not found"/"not ready" crash, a lookup or 
 that differs from ``spec.multigroup``, stores that differ from ``spec.reachability``, a
 C11 byte or attention mismatch). Programs come from fixed seed scenarios
 (docs/CONTRACT.md section 8, plus the window bound of ``upstream-current``), from the
-matrix (``matrix=True``: docs/CONTRACT.md section 10 and boundary / e / EAGLE / bpc / geometry / left-chunk state / GPU prefix hit
-combinations; ``matrix_scenarios(quick=True)`` is a fixed sample of it for the test
-suite) and from a Hypothesis state machine whose failures shrink to a short printed
-program. Exit semantics for the CLI: 0 when ``differences`` is empty, 1
-otherwise; bad input raises :mod:`kvcontract.errors` exceptions.
+matrix (``matrix=True``: docs/CONTRACT.md section 10 and boundary / e / EAGLE / bpc /
+geometry / left-chunk state / GPU prefix hit combinations;
+``matrix_scenarios(quick=True)`` is a fixed sample of it for the test suite) and from a
+Hypothesis state machine whose failures shrink to a short printed program. Exit
+semantics for the CLI: 0 when ``differences`` is empty, 1 otherwise; bad input raises
+:mod:`kvcontract.errors` exceptions.
 """
 
 from __future__ import annotations
@@ -48,6 +49,8 @@ from kvcontract.tools.harness import FIXTURE_OPERATIONS, SystemHarness
 from kvcontract.tools.monitor import Monitor
 
 from kvcontract.errors import GeometryError, UsageError
+from kvcontract.spec.clauses import get_clause
+from kvcontract.vocabulary import DEFAULT_FAIL_ON, Impact, Verdict, finding_exit_code
 
 Op = tuple[Any, ...]
 
@@ -60,6 +63,11 @@ class Difference:
     program: list[str]
     witness: dict[str, Any] = field(default_factory=dict)
 
+    @property
+    def impact(self) -> Impact:
+        """A crash of the manager is a crash; otherwise what the clause's findings cost."""
+        return Impact.CRASH if self.kind == "crash" else get_clause(self.clause).impact
+
 
 @dataclass
 class FuzzReport:
@@ -69,10 +77,13 @@ class FuzzReport:
     steps: int = 0
     per_clause: dict[str, int] = field(default_factory=dict)
     differences: list[Difference] = field(default_factory=list)
+    fail_on: frozenset[Impact] = DEFAULT_FAIL_ON
 
     @property
     def exit_code(self) -> int:
-        return 1 if self.differences else 0
+        """1 when a difference's impact is in ``fail_on``, else 0."""
+        return finding_exit_code(
+            ((Verdict.COUNTEREXAMPLE, d.impact) for d in self.differences), self.fail_on)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -83,7 +94,9 @@ class FuzzReport:
             "cases": self.cases,
             "steps": self.steps,
             "per_clause": dict(sorted(self.per_clause.items())),
-            "differences": [_jsonable(asdict(d)) for d in self.differences],
+            "fail_on": sorted(i.value for i in self.fail_on),
+            "differences": [_jsonable({**asdict(d), "impact": d.impact.value})
+                            for d in self.differences],
         }
 
 
@@ -523,13 +536,14 @@ def run_fuzz(
     matrix: bool = False,
     seed: int = 0,
     scenarios: list[Scenario] | None = None,
+    fail_on: frozenset[Impact] = DEFAULT_FAIL_ON,
 ) -> FuzzReport:
     """Fuzz one implementation; see the module docstring for what counts as a finding."""
     impl = get_implementation(impl_name)
     device = _check_device(device)
     if isinstance(examples, bool) or not isinstance(examples, int) or examples < 0:
         raise UsageError(f"examples must be a non-negative integer, got {examples!r}")
-    report = FuzzReport(target=impl.name, device=device)
+    report = FuzzReport(target=impl.name, device=device, fail_on=fail_on)
     checks: Counter[str] = Counter()
     threads = torch.get_num_threads()
     if device == "cpu":

@@ -29,7 +29,24 @@ from kvcontract.errors import KvContractError, WitnessError
 from kvcontract.impl.bundle import Implementation
 from kvcontract.spec.arith import Bool, Num
 from kvcontract.spec.geometry import Geometry
+from kvcontract.spec.clauses import get_clause
 from kvcontract.spec.lookup import LookupResult
+from kvcontract.vocabulary import Impact
+
+
+class Violation(str):
+    """A judge's violation message with the impact of this particular finding (a plain
+    ``str`` from a judge takes its property's impact)."""
+
+    impact: Impact
+
+    def __new__(cls, message: str, impact: Impact) -> Violation:
+        made = super().__new__(cls, message)
+        made.impact = impact
+        return made
+
+    def __reduce__(self) -> tuple[Any, ...]:  # survives the prover's worker processes
+        return (Violation, (str(self), self.impact))
 
 
 class Env:
@@ -137,7 +154,12 @@ class FormulaProperty:
     symbolic_rlimit: int = 3_000_000
     rlimit: int | None = None
     """Z3 resource budget per query of the case split (``None``: the solver's default)."""
+    impact: Impact | None = None
+    """What a violation costs a user (``None``: its clause's impact)."""
     kind: ClassVar[str] = "arith"
+
+    def impact_of(self, message: str) -> Impact:
+        return _impact_of(self, message)
 
     @property
     def theorem_id(self) -> str:
@@ -248,7 +270,13 @@ class CaseProperty:
     judge: Judge
     uses: tuple[str, ...]
     picture: Callable[[Any, Implementation], Picture] | None = None
+    impact: Impact | None = None
+    """What a violation costs a user (``None``: its clause's impact, unless the judge
+    returns a :class:`Violation` with its own)."""
     kind: ClassVar[str] = "exhaustive"
+
+    def impact_of(self, message: str) -> Impact:
+        return _impact_of(self, message)
 
     @property
     def theorem_id(self) -> str:
@@ -280,6 +308,17 @@ class CaseProperty:
 
 
 Property = FormulaProperty | CaseProperty
+
+
+def _impact_of(prop: FormulaProperty | CaseProperty, message: str) -> Impact:
+    """The impact of one finding: the judge's own, else the property's, else the
+    clause's."""
+    if isinstance(message, Violation):
+        return message.impact
+    if prop.impact is not None:
+        return prop.impact
+    default: Impact = get_clause(prop.clause).impact
+    return default
 
 
 ResultT = TypeVar("ResultT")

@@ -22,7 +22,14 @@ from kvcontract.spec import multigroup
 from kvcontract.spec.arith import cdiv
 from kvcontract.spec.geometry import Geometry, fa, mamba, swa
 from kvcontract.spec.lookup import HIT, HIT_PENDING, LookupResult
-from kvcontract.spec.properties.base import CaseProperty, CaseSpace, LastCase, Picture
+from kvcontract.spec.properties.base import (
+    CaseProperty,
+    CaseSpace,
+    LastCase,
+    Picture,
+    Violation,
+)
+from kvcontract.vocabulary import Impact
 
 
 @dataclass(frozen=True)
@@ -229,8 +236,10 @@ def loads_only_hit(case: LookupCase, observation: LookupObservation) -> str | No
         crash = _first_not_hit(case, g, range(got_lo, got_hi))
         if crash is not None:
             return f"hit {hit} accepted and the implementation's load set says {crash}"
-        return (f"hit {hit} accepted but the implementation loads chunks [{got_lo}, {got_hi}) "
-                f"of group {g}, the allocation needs [{lo}, {hi})")
+        found: str = Violation(
+            f"hit {hit} accepted but the implementation loads chunks [{got_lo}, {got_hi}) "
+            f"of group {g}, the allocation needs [{lo}, {hi})", Impact.CORRUPTION)
+        return found
     return None
 
 

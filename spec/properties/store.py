@@ -13,7 +13,14 @@ from typing import Any
 from kvcontract.impl.bundle import Implementation
 from kvcontract.impl.scheduler import StoreTracker
 from kvcontract.spec.geometry import Geometry, GroupSpec, fa, swa
-from kvcontract.spec.properties.base import CaseProperty, CaseSpace, LastCase, Picture
+from kvcontract.spec.properties.base import (
+    CaseProperty,
+    CaseSpace,
+    LastCase,
+    Picture,
+    Violation,
+)
+from kvcontract.vocabulary import Impact
 from kvcontract.spec.reachability import (
     RequestStatus,
     final_segment_end_chunk,
@@ -347,12 +354,19 @@ def stores_only_demanded(case: StoreCase, run: StoreRun) -> str | None:
 
 
 def store_horizon(case: StoreCase, run: StoreRun) -> str | None:
-    """C9: the union of offers is the mask at the real horizon (no intermediate tails)."""
+    """C9: the union of offers is the mask at the real horizon (no intermediate tails).
+    A chunk too many wastes memory; a chunk too few is a consumer's lost hit."""
     for g, extra, missing in _offer_difference(case, run):
         if extra:
-            return f"group {g} offered chunks {extra} that no reachable boundary demands"
+            found: str = Violation(
+                f"group {g} offered chunks {extra} that no reachable boundary demands",
+                Impact.WASTE)
+            return found
         if missing:
-            return f"group {g} never offered chunks {missing} the real horizon demands"
+            found = Violation(
+                f"group {g} never offered chunks {missing} the real horizon demands",
+                Impact.LOST_HIT)
+            return found
     return None
 
 

@@ -199,3 +199,13 @@ def test_module_file_stands_in_for_the_reference(tmp_path: Path) -> None:
     not_python.write_text("x = 1\n")
     with pytest.raises(Exception, match="must define functions"):
         resolve_target(f"module:{not_python}")
+
+
+def test_a_module_file_that_does_not_import_is_a_usage_error(tmp_path: Path) -> None:
+    patch = tmp_path / "broken.py"
+    patch.write_text("import kvcontract_no_such_module\n\n"
+                     "def store_final_segment_end(status, prompt_horizon_chunks, current_chunks):\n"
+                     "    return current_chunks\n")
+    run = _kvcontract("--impl", f"module:{patch}", "--no-fuzz", "--jobs", "1")
+    assert run.returncode == 2, run.stdout + run.stderr
+    assert "kvcontract_no_such_module" in run.stderr

@@ -66,7 +66,12 @@ def test_json_is_versioned_and_locates_the_defect(variant_reports: dict[str, Any
     for name, report in variant_reports.items():
         data = json.loads(render(report, "json"))
         assert data["version"] == 1 and data["command"] == "prove" and data["target"] == name
-        assert data["exit_code"] == 1
+        # Every variant's counterexample is a finding with an impact; the run fails when
+        # one of them is in the default --fail-on (crash, corruption, lost-hit).
+        impacts = {r["impact"] for r in counterexamples(data)}
+        assert impacts and None not in impacts
+        failing = impacts & {"crash", "corruption", "lost-hit"}
+        assert data["exit_code"] == (1 if failing else 0), (name, impacts)
         for result in counterexamples(data):
             location = result["location"]
             source = (ROOT / location["path"]).read_text().splitlines()
@@ -274,7 +279,7 @@ def test_prove_cli_formats_and_outputs(
     junit_schema: xmlschema.XMLSchema,
 ) -> None:
     stdout_run = _kvcontract("prove", "--impl", "prefill-horizon", "--clause", "C9",
-                             "--jobs", "1", "--format", "sarif", cwd=ROOT)
+                             "--jobs", "1", "--format", "sarif", "--fail-on", "all", cwd=ROOT)
     assert stdout_run.returncode == 1, stdout_run.stderr
     sarif_validator.validate(json.loads(stdout_run.stdout))
     files = _kvcontract("prove", "--impl", "prefill-horizon", "--clause", "C9", "--jobs", "1",
@@ -284,7 +289,7 @@ def test_prove_cli_formats_and_outputs(
     assert files.returncode == 2  # one --format for two --output files
     assert "1 --format options but 2 --output options" in files.stderr
     files = _kvcontract("prove", "--impl", "prefill-horizon", "--clause", "C9", "--jobs", "1",
-                        "--quiet", "--output", str(tmp_path / "r.xml"),
+                        "--quiet", "--fail-on", "waste", "--output", str(tmp_path / "r.xml"),
                         "--output", str(tmp_path / "r.md"),
                         "--json", str(tmp_path / "r.json"), cwd=ROOT)
     assert files.returncode == 1, files.stderr

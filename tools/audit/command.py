@@ -15,7 +15,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from kvcontract.errors import UsageError
-from kvcontract.vocabulary import Verdict
+from kvcontract.vocabulary import DEFAULT_FAIL_ON, Impact, Verdict
 
 
 THEOREM_TIMEOUT = 600.0
@@ -112,6 +112,7 @@ def run_audit_command(
     picture_dir: str | None = None,
     quiet: bool = False,
     to_stderr: bool = False,
+    fail_on: frozenset[Impact] = DEFAULT_FAIL_ON,
 ) -> dict[str, Any]:
     """Bind, check, compare and print; returns the versioned report (with ``exit_code``)."""
     options = _options(clauses, call_timeout, budget, jobs)
@@ -131,7 +132,7 @@ def run_audit_command(
             print_bindings(console, build_report(base_binding, AuditRun([], [], 0.0)))
         base_run = _run(console, base_binding, options, quiet)
         comparison = compare(base_binding, base_run, binding, run, options)
-    report: dict[str, Any] = build_report(binding, run, comparison)
+    report: dict[str, Any] = build_report(binding, run, comparison, fail_on)
     if reproducer_dir:
         from kvcontract.tools.audit.reproduce import write_reproducers
 

@@ -308,6 +308,7 @@ def _concrete_z3_theorem(theorem: FormulaProperty, impl: Implementation, options
         result.verdict = Verdict.COUNTEREXAMPLE
         result.witness = {"kind": "arith", "theorem": theorem.theorem_id, "values": found}
         result.message = message
+        result.impact = theorem.impact_of(message).value
         result.domain = theorem.domain
     else:
         result.domain = (f"tested, not proved: {z3_cases} Z3-chosen admissible cases over "
@@ -369,15 +370,13 @@ def _family(theorems: Sequence[CaseProperty], impl: Implementation,
     spent = [0.0] * len(theorems)
     open_ = list(range(len(theorems)))
     complete = True
-    seen = 0
     clock = time.perf_counter
-    for case in theorems[0].space.cases():
+    for seen, case in enumerate(theorems[0].space.cases()):
         if not open_:
             break
         if seen >= options.budget:
             complete = False
             break
-        seen += 1
         for j in tuple(open_):
             theorem = theorems[j]
             begun = clock()
@@ -392,6 +391,7 @@ def _family(theorems: Sequence[CaseProperty], impl: Implementation,
                 results[j].witness = {"kind": "exhaustive", "theorem": theorem.theorem_id,
                                       **theorem.space.to_json(case)}
                 results[j].message = violation
+                results[j].impact = theorem.impact_of(violation).value
                 witnesses[j] = case
                 open_.remove(j)
     out = []
@@ -411,6 +411,7 @@ def _family(theorems: Sequence[CaseProperty], impl: Implementation,
                     result.message = theorem.check(longer, impl) or ""
                 except Exception as exc:
                     result.message = f"the implementation raised {type(exc).__name__}: {exc}"
+                result.impact = theorem.impact_of(result.message).value
         result.queries = counts[j] + extra
         if witnesses[j] is None:
             if complete:

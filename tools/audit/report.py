@@ -18,18 +18,28 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from kvcontract.vocabulary import EXIT_UNKNOWN, Verdict, exit_code_for, worst_exit_code
+from kvcontract.vocabulary import (
+    DEFAULT_FAIL_ON,
+    EXIT_UNKNOWN,
+    Impact,
+    Verdict,
+    finding_exit_code,
+    worst_exit_code,
+)
 
 
-def exit_code(report: dict[str, Any]) -> int:
-    """0 every checked theorem holds; 1 a counterexample; 3 unknown, or nothing checked
-    (the policy of :func:`kvcontract.vocabulary.exit_code_for`, with an empty audit
-    undecided)."""
-    return exit_code_for((r["verdict"] for r in report["results"]), empty=EXIT_UNKNOWN)
+def exit_code(report: dict[str, Any],
+              fail_on: frozenset[Impact] = DEFAULT_FAIL_ON) -> int:
+    """0 every checked theorem holds (or fails only with an impact outside ``fail_on``);
+    1 a counterexample whose impact is in ``fail_on``; 3 unknown, or nothing checked
+    (:func:`kvcontract.vocabulary.finding_exit_code`, an empty audit undecided)."""
+    return finding_exit_code(((r["verdict"], r.get("impact")) for r in report["results"]),
+                             fail_on, empty=EXIT_UNKNOWN)
 
 
 def build_report(binding: Binding, run: AuditRun,
-                 comparison: dict[str, Any] | None = None) -> dict[str, Any]:
+                 comparison: dict[str, Any] | None = None,
+                 fail_on: frozenset[Impact] = DEFAULT_FAIL_ON) -> dict[str, Any]:
     target = binding.target
     report: dict[str, Any] = {
         "version": 1,
@@ -53,7 +63,8 @@ def build_report(binding: Binding, run: AuditRun,
     }
     if comparison is not None:
         report["comparison"] = comparison
-    report["exit_code"] = exit_code(report)
+    report["fail_on"] = sorted(i.value for i in fail_on)
+    report["exit_code"] = exit_code(report, fail_on)
     if comparison is not None:
         # A regression (the comparison's exit 1) is a finding; findings beat undecided.
         report["exit_code"] = worst_exit_code([report["exit_code"],

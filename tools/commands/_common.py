@@ -8,13 +8,16 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 import click
+from kvcontract.errors import UsageError
 from kvcontract.proofs.verdicts import TheoremResult, Verdict
+from kvcontract.vocabulary import Impact, parse_impacts
 from rich.table import Table
 
 STYLE = {
     Verdict.PROVED: "green",
     Verdict.PROVED_FOR_DOMAIN: "green",
     Verdict.TESTED: "cyan",
+    Verdict.PASSED: "cyan",
     Verdict.COUNTEREXAMPLE: "bold red",
     Verdict.UNKNOWN: "yellow",
     Verdict.VACUOUS: "yellow",
@@ -22,6 +25,35 @@ STYLE = {
 """The rich style of each verdict in tables and messages."""
 
 F = TypeVar("F", bound=Callable[..., Any])
+
+
+def fail_on_option(fn: F) -> F:
+    """``--fail-on IMPACT,...``: which findings fail the run (the others are reported)."""
+    return click.option(
+        "--fail-on", "fail_on", default="crash,corruption,lost-hit", show_default=True,
+        metavar="IMPACT,...",
+        help="impacts whose findings fail the run (exit 1): crash, corruption, lost-hit, "
+             "delay, waste, latent, or all; other findings are reported and pass",
+    )(fn)
+
+
+def parse_fail_on(text: str) -> frozenset[Impact]:
+    """The ``--fail-on`` value, validated (a UsageError names the bad word)."""
+    try:
+        return parse_impacts(text)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def finding_line(result: TheoremResult, fail_on: frozenset[Impact]) -> str:
+    """``C2/x: COUNTEREXAMPLE [crash] message`` (``not failing`` below ``--fail-on``)."""
+    from rich.markup import escape
+
+    impact = escape(f" [{result.impact}]") if result.impact else ""
+    passes = result.impact is not None and Impact(result.impact) not in fail_on
+    note = " (reported, not failing: outside --fail-on)" if passes else ""
+    return (f"[{STYLE[result.verdict]}]{result.clause}/{result.theorem}: "
+            f"{result.verdict.value}[/]{impact}{note} {escape(result.message)}")
 
 
 def report_options(fn: F) -> F:

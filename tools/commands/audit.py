@@ -5,7 +5,12 @@ from __future__ import annotations
 import sys
 
 import click
-from kvcontract.tools.commands._common import emit_reports, report_options
+from kvcontract.tools.commands._common import (
+    emit_reports,
+    fail_on_option,
+    parse_fail_on,
+    report_options,
+)
 
 
 @click.command()
@@ -28,10 +33,11 @@ from kvcontract.tools.commands._common import emit_reports, report_options
 @click.option("--pictures", "picture_dir", metavar="DIR", default=None,
               help="draw each counterexample into DIR (PNG and SVG)")
 @click.option("--quiet", is_flag=True, help="no tables, only the summary line")
+@fail_on_option  # type: ignore[untyped-decorator]  # mypy sees the package as Any
 @report_options  # type: ignore[untyped-decorator]  # mypy sees the package as Any
 def audit(target: str, baseline: str | None, clauses: tuple[str, ...], json_path: str | None,
           timeout: float, budget: int, jobs: int | None, reproducer_dir: str | None,
-          picture_dir: str | None, quiet: bool, formats: tuple[str, ...],
+          picture_dir: str | None, quiet: bool, fail_on: str, formats: tuple[str, ...],
           outputs: tuple[str, ...]) -> None:
     """Audit real vLLM code (or a patched file) against the contract."""
     from kvcontract.tools.audit.command import run_audit_command
@@ -42,6 +48,7 @@ def audit(target: str, baseline: str | None, clauses: tuple[str, ...], json_path
         pairs.append(("json", json_path))
     data = run_audit_command(
         target, baseline=baseline, clauses=clauses, call_timeout=timeout, budget=budget,
+        fail_on=parse_fail_on(fail_on),
         jobs=jobs, reproducer_dir=reproducer_dir, picture_dir=picture_dir, quiet=quiet,
         to_stderr=any(path is None for _, path in pairs),
     )

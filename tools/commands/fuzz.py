@@ -5,8 +5,14 @@ from __future__ import annotations
 import sys
 
 import click
-from kvcontract.tools.commands._common import emit_reports, report_options
+from kvcontract.tools.commands._common import (
+    emit_reports,
+    fail_on_option,
+    parse_fail_on,
+    report_options,
+)
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from kvcontract.errors import UsageError
@@ -20,18 +26,22 @@ from kvcontract.errors import UsageError
               help="Hypothesis state-machine examples")
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--json", "json_path", metavar="FILE", help="write the JSON report here")
+@fail_on_option  # type: ignore[untyped-decorator]  # mypy sees the package as Any
 @report_options  # type: ignore[untyped-decorator]  # mypy sees the package as Any
 def fuzz(impl_name: str, matrix: bool, device: str, examples: int, seed: int,
-         json_path: str | None, formats: tuple[str, ...], outputs: tuple[str, ...]) -> None:
+         json_path: str | None, fail_on: str, formats: tuple[str, ...],
+         outputs: tuple[str, ...]) -> None:
     """Differential fuzzing: mocked vs tensor-backed managers, against the spec."""
     from kvcontract.tools.fuzz import run_fuzz
     from kvcontract.tools.reports import pair_outputs
 
     if examples < 0:
         raise UsageError(f"--examples must be >= 0, not {examples}")
+    failing = parse_fail_on(fail_on)
     pairs = pair_outputs(formats, outputs)
     console = Console(stderr=any(path is None for _, path in pairs))
-    report = run_fuzz(impl_name, device=device, examples=examples, matrix=matrix, seed=seed)
+    report = run_fuzz(impl_name, device=device, examples=examples, matrix=matrix, seed=seed,
+                      fail_on=failing)
     data = report.to_json()
     table = Table(title=f"kvcontract fuzz --impl {impl_name}")
     table.add_column("clause")
@@ -40,7 +50,8 @@ def fuzz(impl_name: str, matrix: bool, device: str, examples: int, seed: int,
         table.add_row(clause, str(count))
     console.print(table)
     for diff in data["differences"]:
-        console.print(f"[bold red]{diff['clause']}[/] {diff['kind']}: {diff['message']}")
+        console.print(f"[bold red]{diff['clause']}[/] {diff['kind']} "
+                      f"{escape('[' + diff['impact'] + ']')}: {escape(diff['message'])}")
         for line in diff.get("program", [])[:20]:
             console.print(f"    {line}")
     console.print(

@@ -8,7 +8,14 @@ import sys
 import click
 from kvcontract.impl.variants import variant_names
 from kvcontract.proofs.verdicts import TheoremResult, Verdict
-from kvcontract.tools.commands._common import STYLE, emit_reports, report_options, results_table
+from kvcontract.tools.commands._common import (
+    emit_reports,
+    fail_on_option,
+    finding_line,
+    parse_fail_on,
+    report_options,
+    results_table,
+)
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -21,15 +28,17 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 @click.option("--json", "json_path", metavar="FILE", help="write the JSON report here")
 @click.option("--jobs", type=int, default=None, help="worker processes (default: one per core)")
 @click.option("--quiet", is_flag=True, help="no table, only the summary line")
+@fail_on_option  # type: ignore[untyped-decorator]  # mypy sees the package as Any
 @report_options  # type: ignore[untyped-decorator]  # mypy sees the package as Any
 def prove(impl_name: str, clauses: tuple[str, ...], json_path: str | None,
-          jobs: int | None, quiet: bool, formats: tuple[str, ...],
+          jobs: int | None, quiet: bool, fail_on: str, formats: tuple[str, ...],
           outputs: tuple[str, ...]) -> None:
     """Prove every clause for an implementation (the reference by default)."""
     from kvcontract.proofs.runner import prove as run_prove
     from kvcontract.proofs.runner import select
     from kvcontract.tools.reports import pair_outputs
 
+    failing = parse_fail_on(fail_on)
     pairs = pair_outputs(formats, outputs)
     to_stdout = any(path is None for _, path in pairs)
     console = Console(width=None if sys.stdout.isatty() else 200, stderr=to_stdout)
@@ -44,15 +53,13 @@ def prove(impl_name: str, clauses: tuple[str, ...], json_path: str | None,
         def advance(result: TheoremResult, done: int, _total: int) -> None:
             progress.update(task, completed=done, description=f"{result.clause}/{result.theorem}")
 
-        report = run_prove(impl_name, clauses or None, jobs=jobs, on_result=advance)
+        report = run_prove(impl_name, clauses or None, jobs=jobs, on_result=advance,
+                           fail_on=failing)
     if not quiet:
         console.print(results_table(report.results, f"kvcontract prove --impl {impl_name}"))
         for r in report.results:
             if r.verdict is not Verdict.PROVED and not r.verdict.passed:
-                console.print(
-                    f"[{STYLE[r.verdict]}]{r.clause}/{r.theorem}: {r.verdict.value}[/] "
-                    f"{r.message}"
-                )
+                console.print(finding_line(r, failing))
                 if r.witness:
                     console.print(f"  witness: {json.dumps(r.witness, sort_keys=True)}")
     counts: dict[str, int] = {}

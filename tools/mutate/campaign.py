@@ -266,6 +266,8 @@ def run_baseline(plan_: Plan, fuzz: bool, safety_timeout: float) -> Baseline:
         out.get("reason") == "crash" and not out.get("theorems")
     ):
         message = (out.get("killed_by") or {}).get("message", "unknown failure")
+        if out.get("import_error") and plan_.target.label.startswith("module:"):
+            raise UsageError(f"{plan_.target.label}: {message}")  # the user's file
         raise CampaignError(f"the unmutated target {plan_.target.label} does not run: "
                             f"{message}")
     verdicts = {r["theorem"]: r["verdict"] for r in out["theorems"]}

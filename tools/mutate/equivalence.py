@@ -199,7 +199,7 @@ def _choices(kind: str) -> list[Any]:
 def _z3(original: Callable[..., Any], mutant: Callable[..., Any],
         kinds: Sequence[tuple[str, str]]) -> Equivalence:
     import z3
-    from kvcontract.proofs.symbolic import LiftError, PathExplorer
+    from kvcontract.proofs.symbolic import LiftError
 
     alternatives = [_choices(k) for _, k in kinds]
     combos = list(itertools.product(*alternatives))
@@ -221,8 +221,7 @@ def _z3(original: Callable[..., Any], mutant: Callable[..., Any],
             else:
                 args.append(choice)
         try:
-            left = PathExplorer(domain, prune=True).lift(original, args)
-            right = PathExplorer(domain, prune=True).lift(mutant, args)
+            left, right = _lift(original, args, domain), _lift(mutant, args, domain)
             differ = _differs(left, right)
         except (LiftError, z3.Z3Exception, RecursionError, ZeroDivisionError) as exc:
             return Equivalence(None, "z3", f"cannot lift or compare: {exc}",
@@ -251,6 +250,17 @@ def _z3(original: Callable[..., Any], mutant: Callable[..., Any],
                            notes=["z3: model did not replay"])
     return Equivalence(True, "z3", f"proved equal for all values of the domain "
                        f"({len(combos)} argument shapes)", evaluations=queries)
+
+
+def _lift(fn: Callable[..., Any], args: Sequence[Any], domain: Sequence[Any]) -> Any:
+    """Lift without feasibility queries (fast: a dead branch only adds an If), and with
+    them when that yields too many paths."""
+    from kvcontract.proofs.symbolic import LiftError, PathExplorer
+
+    try:
+        return PathExplorer(domain).lift(fn, args)
+    except LiftError:
+        return PathExplorer(domain, prune=True).lift(fn, args)
 
 
 def _differs(left: Any, right: Any) -> Any:

@@ -26,3 +26,10 @@ def title(normalized: Mapping[str, Any]) -> str:
 def witness_text(witness: Mapping[str, Any] | None) -> str:
     """A witness as one line of JSON (empty when there is none)."""
     return json.dumps(witness, sort_keys=True) if witness else ""
+
+
+def finding_message(result: Mapping[str, Any]) -> str:
+    """A result's message, led by its impact when it is a finding: ``[crash] ...``."""
+    message = " ".join(str(result.get("message") or "").split())
+    impact = result.get("impact")
+    return f"[{impact}] {message}" if impact and message else message

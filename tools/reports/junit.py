@@ -7,7 +7,7 @@ import xml.etree.ElementTree as ET
 from collections.abc import Mapping
 from typing import Any
 
-from kvcontract.tools.reports.common import witness_text
+from kvcontract.tools.reports.common import witness_text, finding_message
 from kvcontract.tools.reports.locate import result_location
 from kvcontract.tools.reports.model import ERROR, FAIL, PASS, normalize
 
@@ -40,13 +40,13 @@ def render_junit(report: Mapping[str, Any]) -> str:
         )
         if r["status"] != PASS:
             loc = result_location(r)
-            body = [r["message"], f"at {loc['path']}:{loc['line']}", f"domain: {r['domain']}"]
+            body = [finding_message(r), f"at {loc['path']}:{loc['line']}", f"domain: {r['domain']}"]
             if r["witness"]:
                 body.append(f"witness: {witness_text(r['witness'])}")
             tag = "failure" if r["status"] == FAIL else "error"
             element = ET.SubElement(
                 case, tag,
-                {"message": _xml_safe(" ".join(r["message"].split())[:1000] or r["verdict"]),
+                {"message": _xml_safe(finding_message(r)[:1000] or r["verdict"]),
                  "type": r["verdict"]},
             )
             element.text = _xml_safe("\n".join(body))

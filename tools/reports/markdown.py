@@ -6,7 +6,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from kvcontract.tools.reports.common import counts, title
+from kvcontract.tools.reports.common import counts, title, finding_message
 from kvcontract.tools.reports.locate import result_location
 from kvcontract.tools.reports.model import PASS, exit_code, normalize
 
@@ -44,7 +44,7 @@ def render_markdown(report: Mapping[str, Any]) -> str:
             loc = result_location(r)
             out.append(
                 f"| {r['clause']} | `{r['theorem']}` | **{r['verdict']}** | "
-                f"`{loc['path']}:{loc['line']}` | {_md_cell(r['message'])} |"
+                f"`{loc['path']}:{loc['line']}` | {_md_cell(finding_message(r))} |"
             )
         out.append("")
         for r in failing:

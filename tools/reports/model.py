@@ -14,6 +14,7 @@ from kvcontract.spec.clauses import CLAUSES
 from kvcontract.tools.reports.locate import locate
 
 from kvcontract.errors import InputFileError, KvContractError
+from kvcontract.vocabulary import Impact
 
 REPORT_VERSION = 1
 
@@ -108,6 +109,7 @@ def _normalize_result(raw: Any, index: int, target: str) -> dict[str, Any]:
         "witness": dict(witness) if witness is not None else None,
         "message": str(raw.get("message", "")),
         "description": str(raw.get("description", "")),
+        "impact": _impact(raw, where, status),
     }
     location = raw.get("location")
     if location is not None:
@@ -117,6 +119,21 @@ def _normalize_result(raw: Any, index: int, target: str) -> dict[str, Any]:
         if found is not None:
             result["location"] = found
     return result
+
+
+def _impact(raw: Mapping[str, Any], where: str, status: str) -> str | None:
+    """A finding's impact: its own, else its clause's; None for what is not a finding."""
+    impact = raw.get("impact")
+    if impact is not None:
+        if impact not in {i.value for i in Impact}:
+            raise ReportError(f"{where}.impact must be one of "
+                              f"{', '.join(i.value for i in Impact)}, not {impact!r}")
+        return str(impact)
+    if status != FAIL:
+        return None
+    known = {c.id: c for c in CLAUSES}
+    clause = known.get(raw["clause"])
+    return clause.impact.value if clause is not None else None
 
 
 def _check_location(location: Any, where: str) -> dict[str, Any]:
@@ -164,6 +181,7 @@ def _fuzz_results(report: Mapping[str, Any]) -> list[dict[str, Any]]:
                 "seconds": 0.0,
                 "witness": witness,
                 "message": str(diff.get("message", "")),
+                "impact": diff.get("impact"),
             }
         )
     for clause, count in per_clause.items():

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from kvcontract.tools.reports.common import witness_text
+from kvcontract.tools.reports.common import witness_text, finding_message
 from kvcontract.tools.reports.locate import result_location
 from kvcontract.tools.reports.model import PASS, normalize
 
@@ -20,7 +20,7 @@ def render_mypy(report: Mapping[str, Any]) -> str:
             continue
         loc = result_location(r)
         files.add(loc["path"])
-        message = " ".join(r["message"].split()) or r["description"] or r["verdict"]
+        message = finding_message(r) or r["description"] or r["verdict"]
         lines.append(
             f"{loc['path']}:{loc['line']}: error: [{r['clause']}] {r['id']} "
             f"{r['verdict']}: {message}  [kvcontract-{r['clause']}]"

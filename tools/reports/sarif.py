@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from kvcontract.tools.reports.common import finding_message
+
 import json
 from collections.abc import Mapping
 from typing import Any
@@ -44,7 +46,7 @@ def render_sarif(report: Mapping[str, Any]) -> str:
         if r["status"] == PASS:
             continue
         loc = result_location(r)
-        message = r["message"] or r["description"] or r["verdict"]
+        message = finding_message(r) or r["description"] or r["verdict"]
         properties: dict[str, Any] = {
             "theorem": r["id"], "verdict": r["verdict"], "domain": r["domain"],
         }

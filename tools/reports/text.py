@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from kvcontract.tools.reports.common import counts, title, witness_text
+from kvcontract.tools.reports.common import counts, title, witness_text, finding_message
 from kvcontract.tools.reports.model import PASS, normalize
 
 
@@ -27,7 +27,7 @@ def render_text(report: Mapping[str, Any]) -> str:
     for r in results:
         if r["status"] != PASS:
             lines.append("")
-            lines.append(f"{r['id']}: {r['verdict']}: {r['message']}")
+            lines.append(f"{r['id']}: {r['verdict']}: {finding_message(r)}")
             if r["witness"]:
                 lines.append(f"  witness: {witness_text(r['witness'])}")
     summary = ", ".join(f"{n} {v}" for v, n in counts(results).items())

@@ -27,14 +27,18 @@ def test_counterexample_report_formats(write_module: Callable[..., Path], tmp_pa
                                        capsys: pytest.CaptureFixture[str]) -> None:
     path = write_module("stale.py", STALE_PENDING_SCAN)
     out = tmp_path / "out"
-    code = _run(["audit", "--target", f"module:{path}", *FAST,
+    # A needless deferral is a delay: it fails the run only when --fail-on names it.
+    assert _run(["audit", "--target", f"module:{path}", *FAST]) == 0
+    code = _run(["audit", "--target", f"module:{path}", *FAST, "--fail-on", "delay,crash",
                  "--json", str(tmp_path / "r.json"),
                  "--output", str(tmp_path / "r.sarif"), "--output", str(tmp_path / "r.xml"),
                  "--output", str(tmp_path / "r.md"), "--reproducers", str(out)])
     assert code == 1
     report = json.loads((tmp_path / "r.json").read_text())
     assert report["command"] == "audit"
-    assert report["exit_code"] == 1
+    assert report["exit_code"] == 1 and report["fail_on"] == ["crash", "delay"]
+    assert {r["impact"] for r in report["results"] if r["verdict"] == "COUNTEREXAMPLE"} == \
+        {"delay"}
     assert {b["role"] for b in report["bindings"]} >= {"sw_scan", "window", "store_mask"}
     assert any(u["theorem"] == "lookup-defers-only-in-scope" for u in report["unchecked"])
     failing = [r for r in report["results"] if r["verdict"] == "COUNTEREXAMPLE"]

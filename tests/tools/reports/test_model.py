@@ -43,7 +43,17 @@ def test_normalized_row_shape() -> None:
     assert row == {"clause": "C2", "theorem": "first-run-covers-load",
                    "id": "C2/first-run-covers-load", "verdict": "PROVED", "status": PASS,
                    "domain": "7", "seconds": 2.0, "witness": None, "message": "None",
-                   "description": ""}
+                   "description": "", "impact": None}
+
+
+def test_a_finding_carries_its_impact() -> None:
+    """Its own impact, else its clause's; an unknown impact is a report error."""
+    own = normalize(_report(_result("COUNTEREXAMPLE", impact="waste")))["results"][0]
+    assert own["impact"] == "waste"
+    default = normalize(_report(_result("COUNTEREXAMPLE")))["results"][0]
+    assert default["impact"] == "crash"  # C2's findings crash the load
+    with pytest.raises(ReportError, match="impact must be one of"):
+        normalize(_report(_result("COUNTEREXAMPLE", impact="meh")))
 
 
 def test_input_is_not_changed() -> None:
