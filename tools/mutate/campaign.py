@@ -253,30 +253,61 @@ def _job(plan_: Plan, point: MutationPoint | None, theorems: Iterable[str], *,
     }
 
 
-def run_baseline(plan_: Plan, fuzz: bool, safety_timeout: float) -> Baseline:
-    """The unmutated target on every theorem some mutant needs (and the fuzzer)."""
+def _baseline_parts(theorems: Sequence[str], parts: int) -> list[list[str]]:
+    """Split the theorems into at most ``parts`` lists; a case family stays whole (it is
+    one pass over its cases), the biggest units first onto the lightest list."""
+    from kvcontract.proofs.runner import catalog
+    from kvcontract.spec.properties import CaseProperty
+
+    wanted = set(theorems)
+    units: dict[str, list[str]] = {}
+    for prop in catalog():
+        if prop.theorem_id in wanted:
+            key = (f"family:{prop.family}" if isinstance(prop, CaseProperty)
+                   else prop.theorem_id)
+            units.setdefault(key, []).append(prop.theorem_id)
+    weight = {k: len(v) * (4 if k.startswith("family:") else 1) for k, v in units.items()}
+    buckets: list[tuple[int, list[str]]] = [(0, []) for _ in range(max(1, parts))]
+    for key in sorted(units, key=lambda k: -weight[k]):
+        load, members = min(buckets, key=lambda b: b[0])
+        buckets.remove((load, members))
+        buckets.append((load + weight[key], members + units[key]))
+    return [members for _, members in buckets if members] or [[]]
+
+
+def run_baseline(plan_: Plan, fuzz: bool, safety_timeout: float, jobs: int = 1) -> Baseline:
+    """The unmutated target on every theorem some mutant needs (and the fuzzer), split
+    over ``jobs`` child processes."""
     theorems = sorted({t for p in plan_.points for t in plan_.judges_of(p).theorems})
     started = time.perf_counter()
-    out, _ = run_job(_job(plan_, None, theorems, baseline=None, fuzz=fuzz, limit=None),
-                     safety_timeout)
-    if out is None:
-        raise CampaignError(f"the unmutated target ran past the safety limit "
-                            f"({safety_timeout:.0f} s)")
-    if out.get("import_error") or out.get("child_failed") or out.get("traceback") or (
-        out.get("reason") == "crash" and not out.get("theorems")
-    ):
-        message = (out.get("killed_by") or {}).get("message", "unknown failure")
-        if out.get("import_error") and plan_.target.label.startswith("module:"):
-            raise UsageError(f"{plan_.target.label}: {message}")  # the user's file
-        raise CampaignError(f"the unmutated target {plan_.target.label} does not run: "
-                            f"{message}")
-    verdicts = {r["theorem"]: r["verdict"] for r in out["theorems"]}
+    parts = _baseline_parts(theorems, jobs)
+    jobs_ = [_job(plan_, None, part, baseline=None, fuzz=fuzz and i == len(parts) - 1,
+                  limit=None) for i, part in enumerate(parts)]
+    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+        outs = [out for out, _ in pool.map(lambda j: run_job(j, safety_timeout), jobs_)]
+    merged: list[dict[str, Any]] = []
+    findings: list[list[str]] = []
+    for out in outs:
+        if out is None:
+            raise CampaignError(f"the unmutated target ran past the safety limit "
+                                f"({safety_timeout:.0f} s)")
+        if out.get("import_error") or out.get("child_failed") or out.get("traceback") or (
+            out.get("reason") == "crash" and not out.get("theorems")
+        ):
+            message = (out.get("killed_by") or {}).get("message", "unknown failure")
+            if out.get("import_error") and plan_.target.label.startswith("module:"):
+                raise UsageError(f"{plan_.target.label}: {message}")  # the user's file
+            raise CampaignError(f"the unmutated target {plan_.target.label} does not run: "
+                                f"{message}")
+        merged.extend(out["theorems"])
+        findings.extend(f[:3] for f in out["fuzz"].get("findings", []))
+    verdicts = {r["theorem"]: r["verdict"] for r in merged}
     passing = {"PROVED", "PROVED-FOR-DOMAIN"}
     return Baseline(
         verdicts=verdicts,
-        rlimit={r["theorem"]: int(r["rlimit"]) for r in out["theorems"]},
+        rlimit={r["theorem"]: int(r["rlimit"]) for r in merged},
         failing=sorted(t for t, v in verdicts.items() if v not in passing),
-        fuzz_findings=[f[:3] for f in out["fuzz"].get("findings", [])],
+        fuzz_findings=findings,
         seconds=time.perf_counter() - started,
     )
 
@@ -325,7 +356,7 @@ def run_campaign(
         raise UsageError(f"the safety timeout must be positive, not {safety_timeout}")
     plan_ = prepared or plan(target_spec, sample, seed, functions)
     started = time.perf_counter()
-    baseline = run_baseline(plan_, fuzz, safety_timeout)
+    baseline = run_baseline(plan_, fuzz, safety_timeout, jobs)
     results: dict[int, MutantResult] = {}
 
     def one(index: int) -> tuple[int, MutantResult]:
