@@ -432,6 +432,7 @@ def formula_properties() -> list[FormulaProperty]:
             domains.CHUNK_DOMAIN,
             uses=SWA_LOAD,
             picture=_picture_load_set,
+            symbolic_sizes=("bs", "bpc"),
         ),
         FormulaProperty(
             "C1",
@@ -443,6 +444,7 @@ def formula_properties() -> list[FormulaProperty]:
             domains.CHUNK_DOMAIN,
             uses=("get_sliding_window_size_in_chunks",),
             picture=_picture_allocation,
+            symbolic_sizes=("bs", "bpc"),
         ),
         FormulaProperty(
             "C2",
@@ -454,6 +456,7 @@ def formula_properties() -> list[FormulaProperty]:
             domains.CHUNK_DOMAIN,
             uses=("load_window_size_in_chunks", "load_chunk_range"),
             picture=_picture_covers(first_run=True),
+            symbolic_sizes=("bs", "bpc"),
         ),
         FormulaProperty(
             "C2",
@@ -465,6 +468,7 @@ def formula_properties() -> list[FormulaProperty]:
             domains.CHUNK_DOMAIN,
             uses=("get_sliding_window_size_in_chunks", "load_chunk_range"),
             picture=_picture_covers(first_run=False),
+            symbolic_sizes=("bs", "bpc"),
         ),
         FormulaProperty(
             "C4",
@@ -476,6 +480,7 @@ def formula_properties() -> list[FormulaProperty]:
             domains.CHUNK_DOMAIN,
             uses=("load_window_size_in_chunks",),
             picture=_picture_window(load_window=True),
+            symbolic_sizes=("bs", "bpc"),
         ),
         FormulaProperty(
             "C4",
@@ -487,6 +492,7 @@ def formula_properties() -> list[FormulaProperty]:
             domains.CHUNK_DOMAIN,
             uses=("get_sliding_window_size_in_chunks",),
             picture=_picture_window(load_window=False),
+            symbolic_sizes=("bs", "bpc"),
         ),
     ]
     for eagle in (False, True):
