@@ -31,6 +31,7 @@ from kvcontract.proofs.verdicts import TheoremResult, Verdict
 from kvcontract.spec.arith import Bool, Num
 from kvcontract.spec.properties.base import (
     CaseProperty,
+    raised,
     Env,
     FormulaProperty,
     Property,
@@ -309,7 +310,7 @@ def run_family(
             try:
                 violation = theorem.check(case, impl)
             except Exception as exc:  # a crash of the implementation is a finding too
-                violation = f"the implementation raised {type(exc).__name__}: {exc}"
+                violation = raised(exc)
             outcome.seconds[j] += clock() - started
             outcome.checked[j] += 1
             if violation is not None:

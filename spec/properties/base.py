@@ -49,6 +49,12 @@ class Violation(str):
         return (Violation, (str(self), self.impact))
 
 
+def raised(exc: BaseException) -> Violation:
+    """The finding of an implementation that raised on a case: the serving code would
+    fail the request (or the scheduler step) there, whatever the clause."""
+    return Violation(f"the implementation raised {type(exc).__name__}: {exc}", Impact.CRASH)
+
+
 class Env:
     """The variables of one evaluation of a statement, on plain ints.
 

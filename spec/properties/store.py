@@ -120,8 +120,14 @@ def store_catalog() -> list[tuple[str, Geometry, tuple[int, ...], bool, int]]:
         ("FA16+SWA4(sw8,eagle),retention0",
          Geometry((fa(16), swa(4, 8, eagle=True)), retention_interval=0), (35, 64), True, 0),
         ("FA16+SWA4(sw8,e3),decoded", Geometry((fa(16), swa(4, 8, 3))), (32, 33), False, 0),
+        ("FA16+SWA4(sw8,eagle),decoded", Geometry((fa(16), swa(4, 8, eagle=True))), (31, 32),
+         False, 0),
         # A request that found a cached prefix (a consumer continuing a conversation).
         ("FA16+SWA4(sw8),hit32", Geometry((fa(16), swa(4, 8))), (64, 70), True, 32),
+        # No mask: A is not a multiple of the SWA block, or the FA groups disagree (no A).
+        ("FA10+SWA4(sw5),store-all", Geometry((fa(10), swa(4, 5))), (33,), True, 0),
+        ("FA4+FA8+SWA4(sw8),no-alignment", Geometry((fa(4), fa(8), swa(4, 8))), (33,), True,
+         0),
     ]
 
 
@@ -159,6 +165,8 @@ class StoreRun:
     """What the producer did on one case: per group, its tracker (offers per step)."""
 
     trackers: list[StoreTracker]
+    next_indices: list[list[int]]
+    """Per group, ``next_stored_chunk_idx`` after each step."""
     frontiers: list[int]
     """Computed tokens before each prefill step."""
     computed: int
@@ -166,31 +174,23 @@ class StoreRun:
 
 
 def simulate_store_case(case: StoreCase, impl: Implementation) -> StoreRun:
-    """Run the producer through the case's schedule, finish or abort."""
+    """Run the producer through the case's schedule (:func:`schedule_steps`)."""
     trackers = [StoreTracker(impl, case.geometry, g, case.prompt_len,
                              offload_prompt_only=case.prompt_only,
                              replay_boundaries=case.replay_boundaries)
                 for g in range(len(case.geometry.groups))]
     for tracker in trackers:
         tracker.mark_computed(case.start_hit // case.geometry.chunk_tokens(tracker.group))
-    computed = case.start_hit
+    next_indices: list[list[int]] = [[] for _ in trackers]
     frontiers = []
-    for scheduled in case.steps:
-        for tracker in trackers:
-            tracker.step(RequestStatus.PREFILLING, computed, scheduled, case.prompt_len)
-        frontiers.append(computed)
-        computed += scheduled
-    if case.ending == "finished":
-        for _ in range(case.decode):
-            for tracker in trackers:
-                tracker.step(RequestStatus.DECODING, computed, 1, computed + 1)
-            computed += 1
-        for tracker in trackers:
-            tracker.step(RequestStatus.FINISHED, computed, 0, computed + 1)
-    else:
-        for tracker in trackers:
-            tracker.step(RequestStatus.ABORTED, computed, 0, computed)
-    return StoreRun(trackers, frontiers, computed)
+    for step in schedule_steps(case):
+        if step.status == RequestStatus.PREFILLING:
+            frontiers.append(step.num_computed)
+        for g, tracker in enumerate(trackers):
+            tracker.step(step.status, step.num_computed, step.num_scheduled, step.num_tokens)
+            next_indices[g].append(tracker.next_stored_chunk_idx)
+    steps = schedule_steps(case)
+    return StoreRun(trackers, next_indices, frontiers, steps[-1].num_computed)
 
 
 run_store = LastCase(simulate_store_case)
@@ -306,10 +306,16 @@ def schedule_steps(case: StoreCase) -> list[StoreStep]:
 
 def spec_offers(case: StoreCase, group_index: int) -> list[list[int]]:
     """What a correct producer offers for one group, step by step (the spec's run)."""
+    return _spec_run(case, group_index)[0]
+
+
+def _spec_run(case: StoreCase, group_index: int) -> tuple[list[list[int]], list[int]]:
+    """The spec's run of one group: offers and stored index after each step."""
     cached = case.start_hit // case.geometry.chunk_tokens(case.geometry.groups[group_index])
     offered: set[int] = set(range(cached))  # chunks of a hit are never offered
     next_index = cached
     per_step = []
+    indices = []
     for step in schedule_steps(case):
         chosen, next_index = spec_step_offers(
             case.geometry, group_index, step.status, step.num_computed, step.num_scheduled,
@@ -318,7 +324,8 @@ def spec_offers(case: StoreCase, group_index: int) -> list[list[int]]:
         )
         offered.update(chosen)
         per_step.append(chosen)
-    return per_step
+        indices.append(next_index)
+    return per_step, indices
 
 
 def store_expected_offers(case: StoreCase, group_index: int) -> set[int]:
@@ -412,6 +419,37 @@ def stores_well_formed(case: StoreCase, run: StoreRun) -> str | None:
     return None
 
 
+def store_steps(case: StoreCase, run: StoreRun) -> str | None:
+    """C9, step by step: each step offers exactly the chunks the spec's step offers, and
+    the stored index after it is the spec's (it never moves back). An offer earlier than
+    the spec allows stores a chunk that is not final yet (an EAGLE group's volatile last
+    chunk while decoding): corruption; a later one delays the hit; a missing one loses it.
+    """
+    steps = schedule_steps(case)
+    for g, tracker in enumerate(run.trackers):
+        want_offers, want_indices = _spec_run(case, g)
+        for index, step in enumerate(steps):
+            got = tracker.offers[index] if index < len(tracker.offers) else []
+            want = want_offers[index]
+            if sorted(got) != sorted(want):
+                early = sorted(set(got) - set(want))
+                later = {c for offers in want_offers[index + 1:] for c in offers}
+                impact = (Impact.CORRUPTION if early and set(early) <= later
+                          else Impact.WASTE if early else Impact.LOST_HIT)
+                found: str = Violation(
+                    f"group {g} offered {sorted(got)} at step {index} ({step.status.value}, "
+                    f"{step.num_computed}+{step.num_scheduled} tokens); the spec's step offers "
+                    f"{sorted(want)}", impact)
+                return found
+            got_index = run.next_indices[g][index]
+            if got_index != want_indices[index]:
+                found = Violation(
+                    f"group {g}: next_stored_chunk_idx is {got_index} after step {index}, "
+                    f"the spec's is {want_indices[index]}", Impact.LOST_HIT)
+                return found
+    return None
+
+
 def picture(case: StoreCase, impl: Implementation) -> Picture:
     """What the spec stores per group; offending: offered but not stored by the spec,
     stored by the spec but never offered, or offered twice."""
@@ -455,6 +493,9 @@ def store_properties() -> list[CaseProperty]:
         make("C9", "store-horizon",
              "stores equal the mask at the real horizon: no intermediate final tails",
              store_horizon),
+        make("C9", "store-steps",
+             "each step offers exactly the spec's step, and the stored index follows it",
+             store_steps),
         make("C10", "stores-well-formed",
              "offered chunks are complete and committed (no final sampled slot)",
              stores_well_formed),

@@ -39,7 +39,7 @@ from kvcontract.proofs.uses import LOOKUP_FUNCTIONS, STORE_FUNCTIONS, THEOREM_FU
 from kvcontract.proofs.verdicts import TheoremResult, Verdict
 from kvcontract.spec.clauses import CLAUSES, get_clause
 from kvcontract.spec.properties import CaseProperty, Config, Env, FormulaProperty, Property
-from kvcontract.spec.properties.base import HYPOTHESES_ONLY
+from kvcontract.spec.properties.base import HYPOTHESES_ONLY, raised
 from kvcontract.tools.audit.binding import Binding, UpstreamError
 from kvcontract.tools.audit.sandbox import Outcome, run_jobs
 
@@ -341,7 +341,7 @@ def _scan_hypothesis(theorem: CaseProperty, impl: Implementation, examples: int)
         try:
             violation = theorem.check(case, impl)
         except Exception as exc:
-            violation = f"the implementation raised {type(exc).__name__}: {exc}"
+            violation = raised(exc)
         if violation is not None:
             failing.append(case)
             raise AssertionError(violation)
@@ -383,7 +383,7 @@ def _family(theorems: Sequence[CaseProperty], impl: Implementation,
             try:
                 violation = theorem.check(case, impl)
             except Exception as exc:
-                violation = f"the implementation raised {type(exc).__name__}: {exc}"
+                violation = raised(exc)
             spent[j] += clock() - begun
             counts[j] += 1
             if violation is not None:

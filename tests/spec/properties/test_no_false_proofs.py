@@ -117,3 +117,44 @@ def test_storing_the_final_sampled_slot_is_caught(monkeypatch: pytest.MonkeyPatc
     result = run_property(get_property("C10/stores-well-formed"), REFERENCE)
     assert result.verdict is Verdict.COUNTEREXAMPLE, result.message
     assert result.witness is not None and result.witness.get("prompt_only") is False
+
+
+def _patched_step(monkeypatch: pytest.MonkeyPatch, old: str, new: str) -> None:
+    """Replace ``StoreTracker.step`` by a copy with one expression changed."""
+    import inspect
+    import textwrap
+
+    source = textwrap.dedent(inspect.getsource(scheduler.StoreTracker.step))
+    assert old in source
+    namespace = dict(vars(scheduler))
+    exec(source.replace(old, new), namespace)
+    monkeypatch.setattr(scheduler.StoreTracker, "step", namespace["step"])
+
+
+def test_offering_the_volatile_eagle_chunk_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An EAGLE group's last chunk is volatile while decoding; offering it early passed
+    every union-of-offers property (the spec offers it at finish anyway)."""
+    _patched_step(monkeypatch, "end_chunk -= 1", "end_chunk -= 0")
+    result = run_property(get_property("C9/store-steps"), REFERENCE)
+    assert result.verdict is Verdict.COUNTEREXAMPLE and result.impact == "corruption"
+    assert run_property(get_property("C9/store-horizon"), REFERENCE).verdict.passed
+
+
+def test_a_stored_index_that_never_advances_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    _patched_step(monkeypatch, "if end_chunk > self.next_stored_chunk_idx:",
+                  "if not end_chunk > self.next_stored_chunk_idx:")
+    result = run_property(get_property("C9/store-steps"), REFERENCE)
+    assert result.verdict is Verdict.COUNTEREXAMPLE
+    assert "next_stored_chunk_idx" in result.message
+
+
+def test_store_all_geometries_are_in_the_catalogue() -> None:
+    """A mask that applies where vLLM stores everything (A not a multiple of the SWA
+    block) wastes nothing but loses hits: the store catalogue holds such a geometry."""
+    from kvcontract.impl.reference import is_block_reachable
+    from kvcontract.spec.properties.store import store_catalog
+
+    names = [name for name, *_ in store_catalog()]
+    assert "FA10+SWA4(sw5),store-all" in names and "FA4+FA8+SWA4(sw8),no-alignment" in names
+    # The geometry tells the two rules apart: the reference stores every block there.
+    assert all(is_block_reachable(b, 10, 4, 5, 0, False, None, None) for b in range(8))
