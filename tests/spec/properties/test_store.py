@@ -145,7 +145,7 @@ def _run(offers: list[list[int]], computed: int, case: StoreCase = FINISHED) -> 
     swa_tracker = SimpleNamespace(offers=offers, offered={c for o in offers for c in o},
                                   unstorable=set())
     return StoreRun([reference.trackers[0], swa_tracker],  # type: ignore[list-item]
-                    reference.frontiers, computed)
+                    reference.next_indices, reference.frontiers, computed)
 
 
 def test_store_horizon_reports_a_missing_chunk() -> None:
@@ -210,5 +210,6 @@ def test_catalog_and_cases() -> None:
 def test_properties() -> None:
     assert [p.theorem_id for p in store_properties()] == [
         "C8/offered-at-most-once", "C8/stores-only-demanded", "C9/store-horizon",
+        "C9/store-steps",
         "C10/stores-well-formed"]
     assert all(p.uses == STORE_FUNCTIONS and p.family == "store" for p in store_properties())
