@@ -174,7 +174,7 @@ VARIANTS: dict[str, Implementation] = {
         name="unaligned-hit",
         description="seed 001: unaligned boundaries check only W chunks",
         load_window_size_in_chunks=_unaligned_load_window,
-        violates=("C2",),
+        violates=("C2", "C12"),
     ),
     "mtp-extra-retained": dataclasses.replace(
         REFERENCE,
@@ -185,14 +185,14 @@ VARIANTS: dict[str, Implementation] = {
         is_block_reachable=_mtp_block_reachable,
         # Measured by `kvcontract prove`: a window short by e chunks breaks the
         # allocation bound, coverage, maximality, convergence, and the store mask.
-        violates=("C1", "C2", "C3", "C4", "C6", "C7", "C9"),
+        violates=("C1", "C2", "C3", "C4", "C6", "C7", "C9", "C12"),
     ),
     "prefill-horizon": dataclasses.replace(
         REFERENCE,
         name="prefill-horizon",
         description="seed 004: intermediate prefill frontiers create final tails",
         store_final_segment_end=_prefill_horizon_final_end,
-        violates=("C8", "C9"),  # C8/stores-only-demanded and C9/store-horizon
+        violates=("C8", "C9", "C12"),  # stores-only-demanded, store-horizon; C12: waste
     ),
     "upstream-current": dataclasses.replace(
         REFERENCE,
@@ -205,7 +205,7 @@ VARIANTS: dict[str, Implementation] = {
         # The over-demanded chunk defers on a pending key no load reads (C3) and
         # loses the hit when it is missing (C4); an EAGLE peek chunk after an A boundary
         # inside a chunk is never stored (C7).
-        violates=("C3", "C4", "C7"),
+        violates=("C3", "C4", "C7", "C12"),
     ),
 }
 

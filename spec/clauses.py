@@ -31,6 +31,11 @@ C11 data integrity
     After a load, every attended and retained position holds the producer's bytes; a
     decode step over the restored cache equals one over a recomputed cache. (Checked by
     the executable system, not by the prover.)
+C12 no lost hits
+    Once a producer finished or aborted and its stores completed, a consumer that
+    resends its prompt, continues it or shares a prefix gets exactly the hit vLLM's GPU
+    prefix-cache rule serves from the chunks the producer owes by contract
+    (``spec/properties/end_to_end.promised_hit``).
 
 Reachable boundaries (C7, C8): the A-aligned boundaries up to the store horizon, the
 replay boundaries of a retention interval, and the final horizon of a finished or
@@ -111,6 +116,12 @@ CLAUSES: tuple[Clause, ...] = (
         "loaded bytes equal the producer's; decode step matches recompute",
         "system",
     ),
+    Clause(
+        "C12",
+        "no lost hits",
+        "a consumer of an ended producer gets the promised hit, end to end",
+        "prover",
+    ),
 )
 
 
@@ -126,6 +137,7 @@ CLAUSE_IMPACT: dict[str, Impact] = {
     "C9": Impact.WASTE,  # intermediate tails (a missing final tail is a lost hit)
     "C10": Impact.CORRUPTION,  # a stored chunk holds freed or uncommitted slots
     "C11": Impact.CORRUPTION,  # loaded bytes differ from the producer's
+    "C12": Impact.LOST_HIT,  # a consumer recomputes a prefix the producer owed it
 }
 """The default impact of each clause's findings."""
 

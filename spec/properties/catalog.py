@@ -10,6 +10,7 @@ from kvcontract.errors import UnknownPropertyError
 from kvcontract.impl.bundle import Implementation
 from kvcontract.spec.clauses import CLAUSES
 from kvcontract.spec.properties.base import Property
+from kvcontract.spec.properties.end_to_end import end_to_end_properties
 from kvcontract.spec.properties.formulas import formula_properties
 from kvcontract.spec.properties.lookup import lookup_properties
 from kvcontract.spec.properties.scan import scan_properties
@@ -19,10 +20,12 @@ from kvcontract.spec.properties.store import store_properties
 
 @functools.cache
 def properties() -> tuple[Property, ...]:
-    """Every property, in clause order (formulas, then sequences, scans, lookups and
-    stores within a clause). Built once per process: the objects are immutable."""
+    """Every property, in clause order (formulas, then sequences, scans, lookups,
+    stores and end-to-end runs within a clause). Built once per process: the objects
+    are immutable."""
     every: list[Property] = [*formula_properties(), *sequence_properties(),
-                             *scan_properties(), *lookup_properties(), *store_properties()]
+                             *scan_properties(), *lookup_properties(), *store_properties(),
+                             *end_to_end_properties()]
     order = {c.id: i for i, c in enumerate(CLAUSES)}
     return tuple(sorted(every, key=lambda p: order[p.clause]))
 
