@@ -44,7 +44,9 @@ def retained_blocks_exact(env: Env, impl: Implementation) -> tuple[list[Bool], B
     first, end = env.call(impl.retained_block_range, n, bs, sw, e)
     kept_from, kept_to = spec_ret.retained_token_range(n, sw, e)
     holds_retained_token = and_(i * bs < kept_to, (i + 1) * bs > kept_from)
-    return hyps, in_range(i, first, end) == holds_retained_token
+    # Block indices start at 0: a range starting below it names blocks that do not exist
+    # (the membership test alone only looks at blocks >= 0).
+    return hyps, and_(first >= 0, in_range(i, first, end) == holds_retained_token)
 
 
 def load_set_exact(env: Env, impl: Implementation) -> tuple[list[Bool], Bool]:

@@ -205,7 +205,7 @@ def test_a_module_file_that_does_not_import_is_a_usage_error(tmp_path: Path) -> 
     patch = tmp_path / "broken.py"
     patch.write_text("import kvcontract_no_such_module\n\n"
                      "def store_final_segment_end(status, prompt_horizon_chunks, current_chunks):\n"
-                     "    return current_chunks\n")
+                     "    return current_chunks - 1\n")
     run = _kvcontract("--impl", f"module:{patch}", "--no-fuzz", "--jobs", "1")
     assert run.returncode == 2, run.stdout + run.stderr
     assert "kvcontract_no_such_module" in run.stderr

@@ -10,18 +10,27 @@ from __future__ import annotations
 
 import json
 import sys
-import traceback
 from typing import Any
 
 import click
 from kvcontract.impl.variants import variant_names
-from kvcontract.vocabulary import EXIT_COUNTEREXAMPLE, EXIT_INTERNAL, EXIT_OK
+from kvcontract.tools.commands._common import (
+    check_float,
+    check_jobs,
+    check_output_file,
+    check_seed,
+    internal_error,
+)
+from kvcontract.vocabulary import EXIT_COUNTEREXAMPLE, EXIT_OK
 from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from kvcontract.errors import KvContractError, UsageError
+
+MAX_SAFETY_TIMEOUT = 7 * 24 * 3600.0
+"""The longest ``--safety-timeout`` (a week): past it the limit is no limit at all."""
 
 STATUS_STYLE = {"killed": "green", "survived": "bold red", "equivalent": "cyan",
                 "timeout": "yellow"}
@@ -58,14 +67,14 @@ def mutate(target: str, sample: int | None, seed: int, jobs: int | None,
     # Every argument is validated before any work.
     if sample is not None and sample < 1:
         raise UsageError(f"--sample must be a positive integer, not {sample}")
-    if jobs is not None and jobs < 1:
-        raise UsageError(f"--jobs must be at least 1, not {jobs}")
+    check_seed(seed)
+    check_jobs(jobs)
     if fail_under is not None and not 0 <= fail_under <= 100:
         raise UsageError(f"--fail-under is a percentage in [0, 100], not {fail_under}")
-    if safety_timeout <= 0:
-        raise UsageError(f"--safety-timeout must be positive, not {safety_timeout}")
+    check_float("--safety-timeout", safety_timeout, low=0.0, high=MAX_SAFETY_TIMEOUT,
+                unit="seconds")
     if json_path is not None:
-        _check_writable(json_path)
+        check_output_file("--json", json_path)
     prepared = plan(target, sample, seed, functions)  # UsageError: unknown target/function
     if not prepared.points:
         raise UsageError(f"{target}: no mutation point to run")
@@ -90,12 +99,9 @@ def mutate(target: str, sample: int | None, seed: int, jobs: int | None,
     except (CampaignError, KvContractError) as exc:
         if isinstance(exc, UsageError):
             raise
-        click.echo(f"kvcontract: internal error: {exc}", err=True)
-        sys.exit(EXIT_INTERNAL)
-    except Exception as exc:  # a bug of the campaign itself, never a mutant's fate
-        click.echo(f"kvcontract: internal error: {type(exc).__name__}: {exc}", err=True)
-        click.echo(traceback.format_exc(), err=True)
-        sys.exit(EXIT_INTERNAL)
+        # The campaign itself failed (the unmutated target does not run): never a
+        # mutant's fate. Any other exception is a bug, reported by tools/cli.py (exit 4).
+        sys.exit(internal_error(exc))
 
     if not quiet:
         if show_all or any(m.status != "killed" for m in report.mutants):
@@ -117,21 +123,13 @@ def mutate(target: str, sample: int | None, seed: int, jobs: int | None,
         console.print(f"not counted (they fail for the unmutated target): "
                       f"{', '.join(report.baseline.failing)}")
     if json_path:
-        with open(json_path, "w", encoding="utf-8") as f:
-            json.dump(report.to_json(), f, indent=2)
-            f.write("\n")
+        from kvcontract.tools.reports import write_text
+
+        write_text(json_path, json.dumps(report.to_json(), indent=2) + "\n")
     if fail_under is not None and score is not None and 100 * score < fail_under:
         console.print(f"[bold red]score {shown} is below --fail-under {fail_under:g}%[/]")
         sys.exit(EXIT_COUNTEREXAMPLE)
     sys.exit(EXIT_OK)
-
-
-def _check_writable(path: str) -> None:
-    import os
-
-    folder = os.path.dirname(os.path.abspath(path))
-    if not os.path.isdir(folder) or not os.access(folder, os.W_OK):
-        raise UsageError(f"--json {path}: the folder does not exist or is not writable")
 
 
 def _mutant_table(report: Any, show_all: bool) -> Table:

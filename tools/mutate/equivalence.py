@@ -16,7 +16,8 @@ scheduler's drivers, the store tracker) do not, and their survivors stay survivo
    the prover's families (sizes 1..9, windows 2..9, ``e`` 0..3, token counts 0..200,
    narrowed to fit :data:`GRID_CAP` evaluations but never below :data:`GRID_FLOOR`);
    the scans are compared on every lookup sequence up to length 7 (the prover's scan
-   family stops at 6). A grid that cannot keep its floor shows nothing.
+   family stops at 6). A grid that cannot keep its floor shows nothing; a seeded
+   sample of it is still searched for a distinguishing input (refutation only).
 
 Exceptions are results: a function that raises where the other returns differs.
 """
@@ -77,6 +78,8 @@ GRID_FLOOR = {SIZE: 6, WINDOW: 9, EXTRA: 3, TOKENS: 40}
 """The narrowest grid that may still show equivalence (wider than the prover's
 exhaustive families, whose sequences are at most 6-12 chunks)."""
 SCAN_LENGTH = 7
+SEARCH_SAMPLES = 200_000
+"""Seeded samples of the wide grid tried for a difference when it is too big to exhaust."""
 
 
 @dataclass
@@ -377,8 +380,14 @@ def _grid(original: Callable[..., Any], mutant: Callable[..., Any],
           kinds: Sequence[tuple[str, str]], sanity: bool = False) -> Equivalence:
     plan = _grid_plan(kinds, sanity)
     if plan is None:
+        if sanity:
+            return Equivalence(None, "grid", "no sanity grid (too many arguments)")
+        found = _search(original, mutant, kinds)
+        if found is not None:
+            return found
         return Equivalence(None, "grid", f"the grid would exceed {GRID_CAP:,} tuples even at "
-                           "its floor (not shown)")
+                           f"its floor, and {SEARCH_SAMPLES:,} sampled tuples found no "
+                           "difference (not shown)", evaluations=SEARCH_SAMPLES)
     top, values = plan
     count = 0
     for args in itertools.product(*values):
@@ -389,6 +398,31 @@ def _grid(original: Callable[..., Any], mutant: Callable[..., Any],
                                _describe_args(kinds, args), count)
     return Equivalence(True, "grid", f"equal on every argument tuple of {_grid_text(kinds, top)}"
                        f" ({count:,} tuples)", evaluations=count)
+
+
+def _search(original: Callable[..., Any], mutant: Callable[..., Any],
+            kinds: Sequence[tuple[str, str]]) -> Equivalence | None:
+    """Refutation only: a seeded sample of the wide grid (a difference found is real; no
+    difference shows nothing)."""
+    import random
+
+    values = [_values(k, dict(GRID_FLOOR), sanity=False) for _, k in kinds]
+    sizes = [len(v) for v in values]
+    rng = random.Random(0)
+    total = 1
+    for n in sizes:
+        total *= n
+    for count in range(1, SEARCH_SAMPLES + 1):
+        index = rng.randrange(total)
+        args = []
+        for v, n in zip(values, sizes, strict=True):
+            index, digit = divmod(index, n)
+            args.append(v[digit])
+        a, b = _run(original, args), _run(mutant, args)
+        if not _same(a, b):
+            return Equivalence(False, "sample", f"differs: original {a[1]!r}, mutant {b[1]!r}",
+                               _describe_args(kinds, args), count)
+    return None
 
 
 def _sequences(max_length: int) -> Iterator[tuple[Any, ...]]:

@@ -158,3 +158,24 @@ def test_store_all_geometries_are_in_the_catalogue() -> None:
     assert "FA10+SWA4(sw5),store-all" in names and "FA4+FA8+SWA4(sw8),no-alignment" in names
     # The geometry tells the two rules apart: the reference stores every block there.
     assert all(is_block_reachable(b, 10, 4, 5, 0, False, None, None) for b in range(8))
+
+
+def test_a_retained_range_below_block_zero_is_caught() -> None:
+    """``get_num_skipped_tokens`` returning -1 for a short request made the retained range
+    start at block -1; the membership test alone looks at blocks >= 0 and passed it
+    (a survivor of ``kvcontract mutate``)."""
+    import dataclasses
+
+    from kvcontract.proofs.theorem import prove_formula
+
+    def skipped(num_tokens: int, sliding_window: int, extra: int) -> int:
+        return max(-1, num_tokens - sliding_window + 1 - extra) if num_tokens else -1
+
+    def retained(n: int, block_size: int, sliding_window: int, extra: int) -> tuple[int, int]:
+        return skipped(n, sliding_window, extra) // block_size, -(-n // block_size)
+
+    mutant = dataclasses.replace(REFERENCE, get_num_skipped_tokens=skipped,
+                                 retained_block_range=retained)
+    result = prove_formula(get_property("C1/retained-blocks-exact"), mutant)
+    assert result.verdict is Verdict.COUNTEREXAMPLE
+    assert prove_formula(get_property("C1/retained-blocks-exact"), REFERENCE).verdict.passed
