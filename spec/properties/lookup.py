@@ -11,6 +11,7 @@ judged on what it reports).
 
 from __future__ import annotations
 
+import functools
 import itertools
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -207,6 +208,13 @@ def _first_not_hit(case: LookupCase, g: int, chunks: range) -> str | None:
     return None
 
 
+@functools.lru_cache(maxsize=4096)
+def _spec_loads(geometry: Geometry, hit: int, local_hit: int) -> dict[int, tuple[int, int]]:
+    """``Load(N, L)`` of every group (state-independent: computed once per boundary)."""
+    return {g: multigroup.load_range(geometry, group, hit, local_hit)
+            for g, group in enumerate(geometry.groups)}
+
+
 def loads_only_hit(case: LookupCase, observation: LookupObservation) -> str | None:
     """C2 on what is loaded. The allocation of a hit loads the spec's ``Load(N, L)`` of
     every group, so each of its chunks must be HIT; and the implementation's own load
@@ -219,8 +227,7 @@ def loads_only_hit(case: LookupCase, observation: LookupObservation) -> str | No
     hit = observation.hit_tokens
     if hit is None or hit <= case.local_hit:
         return None
-    expected = {g: multigroup.load_range(case.geometry, group, hit, case.local_hit)
-                for g, group in enumerate(case.geometry.groups)}
+    expected = _spec_loads(case.geometry, hit, case.local_hit)
     for g, (lo, hi) in expected.items():
         crash = _first_not_hit(case, g, range(lo, hi))
         if crash is not None:
