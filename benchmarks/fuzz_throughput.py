@@ -19,10 +19,11 @@ import argparse
 import time
 
 import torch
-from kvcontract.tools.monitor import Monitor
+
 from kvcontract.impl.system import OffloadSystem, SystemConfig
 from kvcontract.impl.variants import get_implementation
 from kvcontract.spec.geometry import Geometry, fa, swa
+from kvcontract.tools.monitor import Monitor
 
 
 def steps_per_second(tensor_backed: bool, gpu_prefix_cache: bool, rounds: int) -> float:

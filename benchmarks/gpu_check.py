@@ -26,8 +26,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
-from kvcontract.impl.system.offload import TransferJob, TransferWorker
 
+from kvcontract.impl.system.offload import TransferJob, TransferWorker
 from kvcontract.vocabulary import EXIT_FINDING, EXIT_OK
 
 LAYOUTS: dict[str, tuple[int, int, int]] = {

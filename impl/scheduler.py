@@ -16,7 +16,6 @@ from dataclasses import dataclass, field
 from kvcontract.impl.bundle import Implementation
 from kvcontract.impl.reference import get_num_offloadable_tokens
 from kvcontract.spec.geometry import Geometry, GroupSpec
-
 from kvcontract.vocabulary import GroupKind, LookupResult, RequestStatus
 
 GroupLookup = Callable[[int, int], LookupResult]

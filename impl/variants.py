@@ -24,10 +24,9 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from kvcontract.errors import UnknownTargetError
 from kvcontract.impl import reference as ref
 from kvcontract.impl.bundle import Implementation
-
-from kvcontract.errors import UnknownTargetError
 from kvcontract.vocabulary import LookupResult, RequestStatus
 
 

@@ -2,7 +2,9 @@
 
 Every error a user can trigger derives from :class:`KvContractError` and carries a
 message that says what is wrong and what to do. The command line maps them to exit
-code 2 (usage or input error); see ``tools/cli.py``.
+code 2 (usage or input error) with one line ``kvcontract: error: <message>``; any other
+exception is an internal error (a bug: exit 4, one line, the traceback under
+``--debug``) and Ctrl-C exits 130; see ``tools/cli.py``.
 
     KvContractError
     +-- UsageError            bad command-line arguments or API arguments

@@ -15,6 +15,7 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from typing import Any
 
+from kvcontract.errors import UsageError
 from kvcontract.impl.variants import get_implementation
 from kvcontract.proofs.theorem import (
     ShardOutcome,
@@ -23,11 +24,9 @@ from kvcontract.proofs.theorem import (
     run_property,
 )
 from kvcontract.proofs.verdicts import TheoremResult
-from kvcontract.vocabulary import DEFAULT_FAIL_ON, Impact, finding_exit_code
 from kvcontract.spec.clauses import get_clause
 from kvcontract.spec.properties import CaseProperty, FormulaProperty, Property, properties
-
-from kvcontract.errors import UsageError
+from kvcontract.vocabulary import DEFAULT_FAIL_ON, Impact, finding_exit_code
 
 
 def catalog() -> list[Property]:

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import z3
+
 from kvcontract.impl.bundle import Implementation
 from kvcontract.proofs import solver as z3driver
 from kvcontract.proofs.symbolic import LiftError, PathExplorer, has_symbolic
@@ -31,10 +32,10 @@ from kvcontract.proofs.verdicts import TheoremResult, Verdict
 from kvcontract.spec.arith import Bool, Num
 from kvcontract.spec.properties.base import (
     CaseProperty,
-    raised,
     Env,
     FormulaProperty,
     Property,
+    raised,
 )
 
 

@@ -26,7 +26,6 @@ from kvcontract.spec.arith import (
     not_,
     or_,
 )
-
 from kvcontract.vocabulary import LookupResult as LookupResult  # defined in vocabulary
 
 HIT = LookupResult.HIT

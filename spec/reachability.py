@@ -13,7 +13,6 @@ from dataclasses import dataclass
 from kvcontract.spec.arith import Bool, Num, and_, any_of, cdiv, floordiv, max_, min_, mod, or_
 from kvcontract.spec.geometry import Geometry, GroupSpec
 from kvcontract.spec.lookup import load_window_chunks
-
 from kvcontract.vocabulary import ENDED_STATUSES
 from kvcontract.vocabulary import RequestStatus as RequestStatus  # defined in vocabulary
 

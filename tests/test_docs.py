@@ -8,6 +8,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+
 from kvcontract.spec.clauses import CLAUSES
 
 ROOT = Path(__file__).resolve().parents[1]

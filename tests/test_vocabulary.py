@@ -153,10 +153,9 @@ def test_impact_values() -> None:
 
 
 def test_old_locations_reexport_the_same_objects() -> None:
+    from kvcontract import spec
     from kvcontract.proofs import verdicts
     from kvcontract.spec import geometry, lookup, reachability
-
-    from kvcontract import spec
 
     assert lookup.LookupResult is LookupResult
     assert (lookup.HIT, lookup.MISS, lookup.HIT_PENDING, lookup.RETRY) == (

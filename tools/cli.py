@@ -2,20 +2,34 @@
 the commands (one module each in :mod:`kvcontract.tools.commands`, the only modules
 that parse arguments) and the mapping of errors to exit codes.
 
-Exit codes (every verifying command):
+Exit codes (every command; ``kvcontract.vocabulary.EXIT_*``):
 
-    0  every theorem PROVED or PROVED-FOR-DOMAIN / the fuzzer found nothing
-    1  a COUNTEREXAMPLE (or a fuzzing difference)
-    2  usage or input error (unknown clause or target, bad file, impossible geometry)
-    3  UNKNOWN or VACUOUS somewhere, and no counterexample
+    0    every theorem PROVED or PROVED-FOR-DOMAIN / the fuzzer found nothing / the
+         files were written
+    1    a COUNTEREXAMPLE (or a fuzzing difference, an audit regression)
+    2    usage or input error (unknown clause or target, bad file, impossible geometry,
+         unwritable output): ``kvcontract: error: <message>``, and click's own usage errors
+    3    UNKNOWN or VACUOUS somewhere and no counterexample, or nothing was checked
+    4    internal error of kvcontract (a bug, a killed worker process): one line
+         ``kvcontract: internal error: <Type>: <message>``; ``--debug`` adds the traceback
+    130  interrupted (Ctrl-C): ``kvcontract: interrupted``
 """
 
 from __future__ import annotations
 
+import os
+import signal
 import sys
+import threading
+import traceback
+from collections.abc import Sequence
+from concurrent.futures.process import BrokenProcessPool
+from typing import Any
 
 import click
-from kvcontract.proofs.verdicts import EXIT_USAGE
+
+from kvcontract.errors import KvContractError
+from kvcontract.tools.commands._common import SESSION, internal_error
 from kvcontract.tools.commands.audit import audit
 from kvcontract.tools.commands.explain import explain
 from kvcontract.tools.commands.fuzz import fuzz
@@ -23,16 +37,48 @@ from kvcontract.tools.commands.gen_tests import gen_tests
 from kvcontract.tools.commands.list import list_command
 from kvcontract.tools.commands.mutate import mutate
 from kvcontract.tools.commands.prove import prove
-
-from kvcontract.errors import KvContractError
+from kvcontract.vocabulary import EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE
 
 COMMANDS: tuple[click.Command, ...] = (prove, fuzz, gen_tests, explain, audit, list_command,
                                        mutate)
 """Every command of the group, in registration order (help lists them by name)."""
 
+DEBUG_ENV = "KVCONTRACT_DEBUG"
+"""Environment variable that turns ``--debug`` on (``1``)."""
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+
+class KvContractGroup(click.Group):
+    """The group; its :meth:`main` maps every outcome to one exit code (also under
+    ``click.testing.CliRunner``, which calls ``main``)."""
+
+    def main(self, args: Sequence[str] | None = None, prog_name: str | None = None,
+             complete_var: str | None = None, standalone_mode: bool = True,
+             windows_expand_args: bool = True, **extra: Any) -> Any:
+        code = run(self, args, prog_name, complete_var, windows_expand_args, **extra)
+        if standalone_mode:
+            sys.exit(code)
+        return code
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except KeyboardInterrupt:
+            raise _Interrupted() from None  # past click's Abort (and its blank line)
+
+
+class _Interrupted(BaseException):
+    """Ctrl-C inside a command, carried past click's own handling to :func:`run`."""
+
+
+def _set_debug(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
+    SESSION.debug = SESSION.debug or bool(value)
+
+
+@click.group(cls=KvContractGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="kvcontract")
+@click.option("--debug", is_flag=True, expose_value=False, is_eager=True, envvar=DEBUG_ENV,
+              callback=_set_debug,
+              help=f"print the traceback of an internal error (or set {DEBUG_ENV}=1)")
 def cli() -> None:
     """Prove and test the KV-offloading coverage contract of sliding-window attention."""
 
@@ -41,21 +87,84 @@ for _command in COMMANDS:
     cli.add_command(_command)
 
 
-def main(argv: list[str] | None = None) -> None:
-    """Entry point: maps kvcontract errors to exit code 2 with a one-line message."""
+def _sigint(_signum: int, _frame: Any) -> None:
+    SESSION.interrupted = True
+    raise KeyboardInterrupt
+
+
+def _quiet_child_sigint() -> None:
+    """In a forked worker (prover pool, audit sandbox): Ctrl-C reaches the whole process
+    group, and the parent reports it; the child dies of the signal without a traceback."""
+    if signal.getsignal(signal.SIGINT) is _sigint:
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+_FORK_HOOK: list[bool] = []
+
+
+def _install_signal_handling() -> Any:
+    """SIGINT sets :data:`SESSION.interrupted` (a worker killed by the same Ctrl-C is then
+    an interruption, not an internal error); returns the previous handler."""
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    if signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+        return None  # ignored (a background job) or handled by an embedding program
+    if not _FORK_HOOK and hasattr(os, "register_at_fork"):
+        os.register_at_fork(after_in_child=_quiet_child_sigint)
+        _FORK_HOOK.append(True)
+    return signal.signal(signal.SIGINT, _sigint)
+
+
+def run(group: click.Group, args: Sequence[str] | None, prog_name: str | None,
+        complete_var: str | None = None, windows_expand_args: bool = True,
+        **extra: Any) -> int:
+    """Run the group once; the exit code of what happened (see the module docstring)."""
+    SESSION.debug = os.environ.get(DEBUG_ENV, "") not in ("", "0")
+    SESSION.interrupted = False
+    previous = _install_signal_handling()
     try:
-        cli.main(args=argv, prog_name="kvcontract", standalone_mode=False)
-    except click.exceptions.Exit as exc:
-        sys.exit(exc.exit_code)
+        result = click.Group.main(
+            group, args=list(args) if args is not None else None, prog_name=prog_name,
+            complete_var=complete_var, standalone_mode=False,
+            windows_expand_args=windows_expand_args, **extra,
+        )
+    except SystemExit as exc:  # the commands exit with their verdict's code
+        code = exc.code
+        if code is None:
+            return EXIT_OK
+        if isinstance(code, int):
+            return code
+        click.echo(str(code), err=True)
+        return EXIT_USAGE
     except click.ClickException as exc:
         exc.show()
-        sys.exit(EXIT_USAGE)
-    except click.exceptions.Abort:
-        sys.exit(EXIT_USAGE)
+        return EXIT_USAGE
+    except (click.exceptions.Abort, KeyboardInterrupt, _Interrupted):
+        return _interrupted()
     except KvContractError as exc:
+        if SESSION.debug:
+            click.echo(traceback.format_exc().rstrip(), err=True)
         click.echo(f"kvcontract: error: {exc}", err=True)
-        sys.exit(EXIT_USAGE)
-    sys.exit(0)
+        return EXIT_USAGE
+    except Exception as exc:  # a bug, a killed worker, a pickling error: never a verdict
+        if SESSION.interrupted and isinstance(exc, BrokenProcessPool):
+            return _interrupted()  # the workers died of the same Ctrl-C
+        return int(internal_error(exc))
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGINT, previous)
+    return int(result) if isinstance(result, int) and not isinstance(result, bool) else EXIT_OK
+
+
+def _interrupted() -> int:
+    click.echo("kvcontract: interrupted", err=True)
+    return EXIT_INTERRUPTED
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point (``kvcontract``, ``python -m kvcontract``): exits with the code of
+    :func:`run`."""
+    cli.main(args=argv, prog_name="kvcontract")
 
 
 if __name__ == "__main__":

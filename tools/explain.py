@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from kvcontract.errors import InputFileError, UsageError
 from kvcontract.impl.bundle import Implementation
 from kvcontract.spec import multigroup
 from kvcontract.spec import reachability as spec_reach
@@ -33,10 +34,10 @@ from kvcontract.spec.geometry import Geometry, GroupSpec
 from kvcontract.spec.lookup import HIT, HIT_PENDING, MISS, RETRY, LookupResult
 from kvcontract.spec.properties import Picture, UnknownPropertyError, WitnessError, get_property
 
-from kvcontract.errors import InputFileError, UsageError
-
 MAX_DRAWN_CHUNKS = 96
 """Rows longer than this are cropped to the interesting region (pictures stay legible)."""
+MAX_SCENE_CHUNKS = 1_000_000
+"""The most chunks a scene spans (the store mask is evaluated per chunk: ~4 s)."""
 
 
 @dataclass
@@ -130,6 +131,13 @@ def build_scene(
         raise UsageError("token counts cannot be negative")
     if hit is not None and hit < local_hit:
         raise UsageError(f"the hit {hit} is below the local hit {local_hit}")
+    longest = max([num_tokens, hit or 0]) // min(geometry.chunk_tokens(g) for g in geometry.groups)
+    if longest > MAX_SCENE_CHUNKS:
+        raise UsageError(
+            f"{max([num_tokens, hit or 0])} tokens are {longest} chunks of the finest group: "
+            f"a scene covers at most {MAX_SCENE_CHUNKS:,} chunks (the spec's store mask is "
+            "evaluated per chunk); use fewer tokens"
+        )
     rows = []
     for g, group in enumerate(geometry.groups):
         tpc = geometry.chunk_tokens(group)
@@ -465,11 +473,32 @@ def parse_geometry(text: str) -> Geometry:
         data = json.loads(stripped)
     except json.JSONDecodeError as exc:
         raise InputFileError(source, f"not valid JSON: {exc.msg} (line {exc.lineno})") from None
+    except RecursionError:
+        raise InputFileError(source, "its JSON is nested too deeply (not a geometry)") from None
+    except ValueError as exc:  # e.g. an integer of more than 4300 digits
+        raise InputFileError(source, f"not a geometry: {exc}") from None
     if isinstance(data, dict) and "geometry" in data and "groups" not in data:
         data = data["geometry"]
     if not isinstance(data, dict):
         raise InputFileError(source, "a geometry is a JSON object with a 'groups' list")
+    problem = geometry_problem(data)
+    if problem is not None:
+        raise InputFileError(source, problem)
     return Geometry.from_dict(data)
+
+
+def geometry_problem(data: Any) -> str | None:
+    """What :meth:`Geometry.from_dict` would accept but no geometry means (a non-boolean
+    ``eagle``, an ``extra`` that is not an object), or None."""
+    if not isinstance(data, Mapping):
+        return None  # from_dict reports it
+    groups = data.get("groups")
+    for index, group in enumerate(groups if isinstance(groups, list) else []):
+        if isinstance(group, Mapping) and not isinstance(group.get("eagle", False), bool):
+            return f"groups[{index}].eagle must be true or false, not {group['eagle']!r}"
+    if "extra" in data and not isinstance(data["extra"], Mapping):
+        return f"'extra' must be an object, not {data['extra']!r}"
+    return None
 
 
 _STATE_LETTERS = {"H": HIT, "P": HIT_PENDING, "M": MISS, "R": RETRY}
@@ -488,6 +517,8 @@ def parse_states(specs: Sequence[str]) -> dict[int, list[LookupResult]]:
                 f"--states {spec!r}: unknown letters {bad}; use H (hit), P (pending), "
                 "M (miss), R (retry)"
             )
+        if int(group) in states:
+            raise UsageError(f"--states {spec!r}: group {int(group)} is given twice")
         states[int(group)] = [_STATE_LETTERS[ch] for ch in letters.upper()]
     return states
 

@@ -40,16 +40,16 @@ from hypothesis.stateful import (
     rule,
     run_state_machine_as_test,
 )
+
+from kvcontract.errors import GeometryError, UsageError
 from kvcontract.impl.bundle import Implementation
 from kvcontract.impl.system.engine import OffloadSystem, SystemConfig
 from kvcontract.impl.system.offload import ChunkState
 from kvcontract.impl.variants import get_implementation
+from kvcontract.spec.clauses import get_clause
 from kvcontract.spec.geometry import Geometry, fa, mamba, swa
 from kvcontract.tools.harness import FIXTURE_OPERATIONS, SystemHarness
 from kvcontract.tools.monitor import Monitor
-
-from kvcontract.errors import GeometryError, UsageError
-from kvcontract.spec.clauses import get_clause
 from kvcontract.vocabulary import DEFAULT_FAIL_ON, Impact, Verdict, finding_exit_code
 
 Op = tuple[Any, ...]

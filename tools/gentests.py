@@ -218,6 +218,7 @@ def boundary_class_witnesses(theorem: FormulaProperty, max_classes: int) -> list
     ``max_classes`` leaves are returned, each as the variable values of a Z3 model.
     """
     import z3
+
     from kvcontract.impl.variants import REFERENCE
     from kvcontract.proofs.theorem import SymbolicEnv
     from kvcontract.spec.arith import recording_branches

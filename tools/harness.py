@@ -16,12 +16,12 @@ stay comparable. The fuzzer's programs name these as operations
 from __future__ import annotations
 
 import torch
+
+from kvcontract.errors import UsageError
 from kvcontract.impl.system.engine import OffloadSystem
 from kvcontract.impl.system.offload import ChunkState, TensorOffloadManager
 from kvcontract.impl.system.oracle import expected_kv
 from kvcontract.spec import multigroup
-
-from kvcontract.errors import UsageError
 from kvcontract.vocabulary import GroupKind
 
 FIXTURE_OPERATIONS = frozenset({

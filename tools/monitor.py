@@ -57,7 +57,6 @@ from kvcontract.impl.system.events import (
 )
 from kvcontract.spec import multigroup, retention
 from kvcontract.spec.geometry import Geometry
-from kvcontract.spec.properties.store import spec_step_offers
 from kvcontract.spec.properties.lookup import (
     LookupCase,
     LookupObservation,
@@ -67,7 +66,7 @@ from kvcontract.spec.properties.lookup import (
     is_maximal,
     loads_only_hit,
 )
-
+from kvcontract.spec.properties.store import spec_step_offers
 from kvcontract.vocabulary import GroupKind, LookupResult, RequestStatus
 
 

@@ -52,20 +52,13 @@ from collections import Counter, OrderedDict
 from dataclasses import dataclass, field
 
 import torch
+
+from kvcontract.errors import GeometryError, UsageError
 from kvcontract.impl.bundle import Implementation
 from kvcontract.impl.scheduler import (
     StoreTracker,
     group_first_live_block,
     lookup_complete_chunks,
-)
-from kvcontract.impl.system.offload import (
-    ChunkKey,
-    ChunkNotFoundError,
-    ChunkNotReadyError,
-    MockedOffloadManager,
-    TensorOffloadManager,
-    TransferJob,
-    TransferWorker,
 )
 from kvcontract.impl.system.events import (
     AllocationEvent,
@@ -79,6 +72,15 @@ from kvcontract.impl.system.events import (
     RestoreEvent,
     StoreEvent,
 )
+from kvcontract.impl.system.offload import (
+    ChunkKey,
+    ChunkNotFoundError,
+    ChunkNotReadyError,
+    MockedOffloadManager,
+    TensorOffloadManager,
+    TransferJob,
+    TransferWorker,
+)
 from kvcontract.impl.system.oracle import (
     KVLayout,
     attention_window_start,
@@ -87,8 +89,6 @@ from kvcontract.impl.system.oracle import (
     window_decode_attention,
 )
 from kvcontract.spec.geometry import Geometry, GroupSpec
-
-from kvcontract.errors import GeometryError, UsageError
 from kvcontract.vocabulary import GroupKind, LookupResult, RequestStatus
 
 NULL_BLOCK = 0

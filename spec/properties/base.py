@@ -28,8 +28,8 @@ from typing import Any, ClassVar, Generic, TypeVar
 from kvcontract.errors import KvContractError, WitnessError
 from kvcontract.impl.bundle import Implementation
 from kvcontract.spec.arith import Bool, Num
-from kvcontract.spec.geometry import Geometry
 from kvcontract.spec.clauses import get_clause
+from kvcontract.spec.geometry import Geometry
 from kvcontract.spec.lookup import LookupResult
 from kvcontract.vocabulary import Impact
 

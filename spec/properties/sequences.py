@@ -13,9 +13,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from kvcontract.impl.bundle import Implementation
-from kvcontract.spec.geometry import Geometry, swa
-from kvcontract.spec.properties.base import Config, Env, FormulaProperty, Picture, Statement
 from kvcontract.spec.arith import Bool, and_, any_of, implies
+from kvcontract.spec.geometry import Geometry, swa
 from kvcontract.spec.lookup import (
     HIT_PENDING,
     RETRY,
@@ -24,6 +23,7 @@ from kvcontract.spec.lookup import (
     is_present,
     sliding_window_answer,
 )
+from kvcontract.spec.properties.base import Config, Env, FormulaProperty, Picture, Statement
 
 SEQUENCE_MAX_LENGTH = 12
 SEQUENCE_WINDOWS = (1, 2, 3, 4)

@@ -20,7 +20,6 @@ from kvcontract.spec.properties.base import (
     Picture,
     Violation,
 )
-from kvcontract.vocabulary import Impact
 from kvcontract.spec.reachability import (
     RequestStatus,
     final_segment_end_chunk,
@@ -29,6 +28,7 @@ from kvcontract.spec.reachability import (
     stored_token_count,
 )
 from kvcontract.spec.retention import skipped_tokens
+from kvcontract.vocabulary import Impact
 
 ENDINGS = ("finished", "aborted")
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
+
 from kvcontract.impl.bundle import Implementation
 from kvcontract.impl.variants import REFERENCE
 

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import pytest
+
+from kvcontract.errors import UnknownTargetError
 from kvcontract.impl import get_implementation
 from kvcontract.impl.scheduler import StoreTracker, lookup_complete_chunks
 from kvcontract.spec import HIT, HIT_PENDING, MISS, RETRY, Geometry, LookupResult, fa, swa
-
-from kvcontract.errors import UnknownTargetError
 
 REFERENCE = get_implementation("reference")
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
 from kvcontract.impl.scheduler import (
     StoreTracker,
     group_first_live_block,

@@ -8,6 +8,8 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+
+from kvcontract.errors import UnknownTargetError
 from kvcontract.impl import variants
 from kvcontract.impl.bundle import Implementation
 from kvcontract.impl.variants import (
@@ -18,8 +20,6 @@ from kvcontract.impl.variants import (
 )
 from kvcontract.spec.clauses import clause_ids
 from kvcontract.spec.lookup import HIT, HIT_PENDING, MISS
-
-from kvcontract.errors import UnknownTargetError
 
 WINDOW = "get_sliding_window_size_in_chunks"
 LOAD_WINDOW = "load_window_size_in_chunks"

@@ -5,6 +5,7 @@ from __future__ import annotations
 from importlib import metadata
 
 import pytest
+
 import kvcontract
 from kvcontract import errors
 from kvcontract.errors import (

@@ -4,6 +4,7 @@ budget, model extraction and lexicographic minimization."""
 from __future__ import annotations
 
 import z3
+
 from kvcontract.proofs.solver import (
     ATTEMPTS,
     DEFAULT_RLIMIT,

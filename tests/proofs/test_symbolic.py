@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 import z3
+
 from kvcontract.impl import reference as ref
 from kvcontract.proofs.symbolic import (
     LiftError,

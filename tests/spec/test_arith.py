@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 import z3
+
 from kvcontract.spec import arith
 from kvcontract.spec.arith import (
     all_of,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from kvcontract.errors import GeometryError
 from kvcontract.spec.build import (
     CacheLayers,

@@ -5,10 +5,10 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
-from kvcontract.spec import clauses
-from kvcontract.spec.clauses import CLAUSES, Clause, clause_ids, get_clause
 
 from kvcontract.errors import UnknownClauseError, UsageError
+from kvcontract.spec import clauses
+from kvcontract.spec.clauses import CLAUSES, Clause, clause_ids, get_clause
 
 
 def test_catalogue_in_order() -> None:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import pytest
 import z3
+
+from kvcontract.errors import GeometryError
 from kvcontract.spec import (
     HIT,
     HIT_PENDING,
@@ -18,8 +20,6 @@ from kvcontract.spec import (
 )
 from kvcontract.spec.reachability import chunk_is_stored, mask_rule, store_need_blocks
 from kvcontract.spec.retention import load_chunk_range, skipped_tokens
-
-from kvcontract.errors import GeometryError
 
 
 def test_unaligned_hit_numbers() -> None:

@@ -9,6 +9,8 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+
+from kvcontract.errors import GeometryError, KvContractError
 from kvcontract.spec.geometry import (
     Geometry,
     GroupKind,
@@ -18,8 +20,6 @@ from kvcontract.spec.geometry import (
     require_tokens,
     swa,
 )
-
-from kvcontract.errors import GeometryError, KvContractError
 
 
 @pytest.mark.parametrize(

@@ -9,6 +9,7 @@ import itertools
 
 import pytest
 import z3
+
 from kvcontract.spec.lookup import (
     HIT,
     HIT_PENDING,

@@ -8,6 +8,7 @@ from importlib import resources
 
 import pytest
 from click.testing import CliRunner
+
 from kvcontract.errors import UsageError
 from kvcontract.spec.build import buildable
 from kvcontract.spec.geometry import Geometry, GroupKind

@@ -8,6 +8,7 @@ import itertools
 
 import pytest
 import z3
+
 from kvcontract.impl.reference import is_block_reachable as reference_is_block_reachable
 from kvcontract.spec import reachability as reach
 from kvcontract.spec.geometry import Geometry, fa, swa

@@ -8,6 +8,7 @@ from __future__ import annotations
 import itertools
 
 import z3
+
 from kvcontract.spec.retention import (
     allocation_block_span,
     allocation_bound_holds,

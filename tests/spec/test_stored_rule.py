@@ -8,6 +8,7 @@ independently; for the reference they must agree, Mamba included.
 from __future__ import annotations
 
 import pytest
+
 from kvcontract.impl.scheduler import StoreTracker, group_first_live_block
 from kvcontract.impl.variants import get_implementation
 from kvcontract.spec import multigroup

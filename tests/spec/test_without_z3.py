@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 import pytest
+
 from kvcontract.spec import _without_z3 as stand_in
 
 

@@ -12,6 +12,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from rich.console import Console
+
+from kvcontract.errors import UsageError
 from kvcontract.impl.variants import get_implementation
 from kvcontract.spec.geometry import Geometry, fa, swa
 from kvcontract.spec.lookup import HIT, HIT_PENDING, MISS
@@ -23,9 +26,6 @@ from kvcontract.tools.explain import (
     render_terminal,
     scene_from_result,
 )
-from rich.console import Console
-
-from kvcontract.errors import UsageError
 
 ROOT = Path(__file__).resolve().parents[2]
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"

@@ -3,15 +3,15 @@
 from __future__ import annotations
 
 import dataclasses
-
 import importlib.util
 import json
 import sys
 from pathlib import Path
 
 import pytest
-from kvcontract.vocabulary import DEFAULT_FAIL_ON, Impact
 import torch
+
+from kvcontract.errors import GeometryError, UnknownTargetError, UsageError
 from kvcontract.impl.system import ChunkState, LookupEvent, OffloadSystem, SystemConfig
 from kvcontract.impl.system.events import AllocationEvent, StoreEvent
 from kvcontract.impl.variants import get_implementation
@@ -20,8 +20,7 @@ from kvcontract.spec.lookup import LookupResult
 from kvcontract.spec.reachability import RequestStatus
 from kvcontract.tools.fuzz import Lockstep, Scenario, matrix_scenarios, run_fuzz, seed_scenarios
 from kvcontract.tools.monitor import Monitor
-
-from kvcontract.errors import GeometryError, UnknownTargetError, UsageError
+from kvcontract.vocabulary import DEFAULT_FAIL_ON, Impact
 
 VARIANTS = [
     "stale-pending", "unaligned-hit", "mtp-extra-retained", "prefill-horizon",

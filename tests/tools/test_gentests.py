@@ -13,6 +13,8 @@ from typing import Any
 
 import pytest
 from _variant_reports import SLOW_THEOREMS, build_report
+
+from kvcontract.errors import UsageError
 from kvcontract.impl.variants import get_implementation
 from kvcontract.proofs.runner import catalog
 from kvcontract.spec.properties import CaseProperty, FormulaProperty
@@ -23,8 +25,6 @@ from kvcontract.tools.gentests import (
     reproducers,
     write_tests,
 )
-
-from kvcontract.errors import UsageError
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -13,6 +13,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+
 from kvcontract.tools.mutate.campaign import _job, plan, run_job
 from kvcontract.tools.mutate.equivalence import compare
 from kvcontract.tools.mutate.operators import (

@@ -14,6 +14,8 @@ from typing import Any
 import jsonschema
 import pytest
 import xmlschema
+
+from kvcontract.errors import InputFileError, UsageError
 from kvcontract.tools.fuzz import Difference, FuzzReport
 from kvcontract.tools.reports import (
     FORMATS,
@@ -25,8 +27,6 @@ from kvcontract.tools.reports import (
     pair_outputs,
     render,
 )
-
-from kvcontract.errors import InputFileError, UsageError
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 ROOT = Path(__file__).resolve().parents[2]

@@ -23,13 +23,13 @@ from collections.abc import Callable
 from typing import Any
 
 import z3
+
 from kvcontract.impl.bundle import Implementation
 from kvcontract.proofs.symbolic import LiftError, PathExplorer
 from kvcontract.spec.properties.domains import BLOCK_SIZES, BLOCKS_PER_CHUNK
 from kvcontract.tools.audit.binding import Binding, UpstreamError
 from kvcontract.tools.audit.engine import THEOREM_FIELDS, AuditOptions, AuditRun, clause_summary
 from kvcontract.tools.audit.sandbox import run_jobs
-
 from kvcontract.vocabulary import EXIT_FINDING, EXIT_OK, LookupResult, RequestStatus, Verdict
 
 _ARITH: dict[str, tuple[tuple[str, ...], Callable[[dict[str, Any]], tuple[Any, ...]]]] = {

@@ -36,12 +36,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from kvcontract.errors import InputFileError
 from kvcontract.impl.bundle import Implementation
 from kvcontract.impl.variants import REFERENCE, VARIANTS
 from kvcontract.proofs import symbolic
 from kvcontract.tools.audit.targets import MANAGER, OFFLOAD_CONFIG, SCHEDULER, Target
-
-from kvcontract.errors import InputFileError
 from kvcontract.vocabulary import ENDED_STATUSES, LookupResult
 
 SCHED_CLS = "OffloadingConnectorScheduler"

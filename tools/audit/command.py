@@ -6,17 +6,16 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from kvcontract.tools.audit.binding import Binding, bind
-from kvcontract.tools.audit.engine import AuditOptions, AuditRun, run_audit
-from kvcontract.tools.audit.report import build_report, print_bindings, print_report
-from kvcontract.tools.audit.targets import resolve_target
 from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from kvcontract.errors import UsageError
+from kvcontract.tools.audit.binding import Binding, bind
+from kvcontract.tools.audit.engine import AuditOptions, AuditRun, run_audit
+from kvcontract.tools.audit.report import build_report, print_bindings, print_report
+from kvcontract.tools.audit.targets import resolve_target
 from kvcontract.vocabulary import DEFAULT_FAIL_ON, Impact, Verdict
-
 
 THEOREM_TIMEOUT = 600.0
 """Seconds a theorem's child process may run before it is killed (reported UNKNOWN, never

@@ -31,6 +31,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import z3
+
+from kvcontract.errors import UsageError
 from kvcontract.impl.bundle import Implementation
 from kvcontract.impl.variants import REFERENCE
 from kvcontract.proofs.runner import catalog
@@ -42,8 +44,6 @@ from kvcontract.spec.properties import CaseProperty, Config, Env, FormulaPropert
 from kvcontract.spec.properties.base import HYPOTHESES_ONLY, raised
 from kvcontract.tools.audit.binding import Binding, UpstreamError
 from kvcontract.tools.audit.sandbox import Outcome, run_jobs
-
-from kvcontract.errors import UsageError
 
 _LOOKUP_FIELDS: tuple[str, ...] = LOOKUP_FUNCTIONS
 _STORE_FIELDS: tuple[str, ...] = STORE_FUNCTIONS
@@ -324,6 +324,7 @@ def _scan_hypothesis(theorem: CaseProperty, impl: Implementation, examples: int)
     """Longer lookup-state sequences (7 to 14 keys) than the exhaustive domain."""
     from hypothesis import HealthCheck, given, settings
     from hypothesis import strategies as st
+
     from kvcontract.spec.properties.scan import ALL_STATES, ScanCase
 
     if examples < 1:

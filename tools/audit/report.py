@@ -12,12 +12,12 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from kvcontract.tools.audit.binding import Binding
-from kvcontract.tools.audit.engine import AuditRun, clause_summary
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from kvcontract.tools.audit.binding import Binding
+from kvcontract.tools.audit.engine import AuditRun, clause_summary
 from kvcontract.vocabulary import (
     DEFAULT_FAIL_ON,
     EXIT_UNKNOWN,

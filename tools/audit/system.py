@@ -14,9 +14,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from kvcontract.tools.audit.binding import Binding
-
 from kvcontract.errors import KvContractError
+from kvcontract.tools.audit.binding import Binding
 from kvcontract.vocabulary import Verdict
 
 SYSTEM_PREFIX = "system["

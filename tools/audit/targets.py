@@ -20,9 +20,8 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kvcontract.impl.variants import VARIANTS
-
 from kvcontract.errors import InputFileError, UnknownTargetError
+from kvcontract.impl.variants import VARIANTS
 
 SCHEDULER = "distributed/kv_transfer/kv_connector/v1/offloading/scheduler.py"
 OFFLOAD_CONFIG = "distributed/kv_transfer/kv_connector/v1/offloading/config.py"
@@ -125,6 +124,9 @@ def resolve_target(spec: str) -> Target:
         return _resolve_vllm(text, rest)
     if sep and kind == "module":
         path = Path(rest).expanduser()
+        if path.is_dir():
+            raise InputFileError(rest, "a folder; module:FILE.py names one Python file "
+                                       "(use vllm:PATH for a checkout or a wheel)")
         if not path.is_file():
             raise InputFileError(rest, "no such file")
         if path.suffix != ".py":

@@ -5,12 +5,22 @@ from __future__ import annotations
 import sys
 
 import click
+
+from kvcontract.errors import UsageError
 from kvcontract.tools.commands._common import (
+    check_clauses,
+    check_float,
+    check_jobs,
+    check_output_folder,
+    check_report_outputs,
     emit_reports,
     fail_on_option,
     parse_fail_on,
     report_options,
 )
+
+MIN_TIMEOUT = 0.001
+"""The shortest ``--timeout`` (seconds): a shorter interval timer does not fire reliably."""
 
 
 @click.command()
@@ -40,15 +50,32 @@ def audit(target: str, baseline: str | None, clauses: tuple[str, ...], json_path
           picture_dir: str | None, quiet: bool, fail_on: str, formats: tuple[str, ...],
           outputs: tuple[str, ...]) -> None:
     """Audit real vLLM code (or a patched file) against the contract."""
-    from kvcontract.tools.audit.command import run_audit_command
+    from kvcontract.tools.audit.command import THEOREM_TIMEOUT, run_audit_command
+    from kvcontract.tools.audit.targets import resolve_target
     from kvcontract.tools.reports import pair_outputs
 
+    # Every input is validated before any binding or check (issue #11).
+    resolve_target(target)
+    if baseline is not None:
+        resolve_target(baseline)
+    check_clauses(clauses)
+    check_float("--timeout", timeout, low=0.0, high=THEOREM_TIMEOUT, unit="seconds")
+    if timeout < MIN_TIMEOUT:
+        raise UsageError(f"--timeout must be at least {MIN_TIMEOUT:g} seconds, not {timeout:g}")
+    if budget < 1:
+        raise UsageError(f"--budget must be a positive number of cases, not {budget}")
+    check_jobs(jobs)
+    failing = parse_fail_on(fail_on)
     pairs = pair_outputs(formats, outputs)
+    check_report_outputs(pairs, json_path)
+    for option, folder in (("--reproducers", reproducer_dir), ("--pictures", picture_dir)):
+        if folder is not None:
+            check_output_folder(option, folder)
     if json_path:
         pairs.append(("json", json_path))
     data = run_audit_command(
         target, baseline=baseline, clauses=clauses, call_timeout=timeout, budget=budget,
-        fail_on=parse_fail_on(fail_on),
+        fail_on=failing,
         jobs=jobs, reproducer_dir=reproducer_dir, picture_dir=picture_dir, quiet=quiet,
         to_stderr=any(path is None for _, path in pairs),
     )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import sys
 from pathlib import Path
 from typing import Any
@@ -10,6 +11,12 @@ import click
 from rich.console import Console
 
 from kvcontract.errors import UsageError
+from kvcontract.tools.commands._common import (
+    check_int,
+    check_output_file,
+    check_output_folder,
+    check_report_witnesses,
+)
 
 
 @click.command()
@@ -52,6 +59,33 @@ def explain(report_path: str | None, theorems: tuple[str, ...], draw_all: bool,
     """Draw a scenario or a counterexample on the token axis (terminal, PNG, SVG)."""
     from kvcontract.tools.explain import draw, render_terminal, slug
 
+    # Every input is validated before anything is drawn (issue #11).
+    for option, path, suffix in (("--png", png_path, ".png"), ("--svg", svg_path, ".svg")):
+        if path is not None:
+            check_output_file(option, path)
+            if Path(path).suffix.lower() != suffix:
+                raise UsageError(f"{option} {path}: the file name must end in {suffix}")
+    if out_dir is not None:
+        check_output_folder("--out", out_dir)
+    geometry_given = [name for name, value in (
+        ("--geometry", geometry_text), ("--fa-block", fa_block), ("--swa-block", swa_block),
+        ("--sliding-window", sliding_window), ("--retention", retention),
+        ("--tokens", tokens), ("--hit", hit), ("--states", states or None),
+    ) if value is not None] + [name for name, given in (
+        ("--e", extra != 0), ("--bpc", bpc != 1), ("--eagle", eagle),
+        ("--local", local_hit != 0),
+    ) if given]
+    if report_path and geometry_given:
+        raise UsageError(
+            f"--report draws the report's witnesses; {', '.join(geometry_given)} describe "
+            "a scenario of your own: give one or the other"
+        )
+    if not report_path:
+        stray = [name for name, given in (("--theorem", bool(theorems)), ("--all", draw_all),
+                                          ("--impl", impl_name is not None)) if given]
+        if stray:
+            raise UsageError(f"{', '.join(stray)}: only with --report FILE (they choose "
+                             "which results of a report to draw, and on what)")
     scenes: list[tuple[str, Any]]
     if report_path:
         scenes = _report_scenes(report_path, theorems, impl_name)
@@ -82,16 +116,20 @@ def _report_scenes(report_path: str, theorems: tuple[str, ...],
                    impl_name: str | None) -> list[tuple[str, Any]]:
     """The scenes of a report's results: the named theorems, else every counterexample
     with a witness (an empty list when there is none)."""
-    from kvcontract.impl.variants import get_implementation
-    from kvcontract.tools.explain import scene_from_result
-    from kvcontract.tools.reports import load_report
-
     from kvcontract.errors import InputFileError
+    from kvcontract.impl.variants import VARIANTS, get_implementation
+    from kvcontract.tools.explain import scene_from_result
+    from kvcontract.tools.reports import load_report, normalize
 
     scenes: list[tuple[str, Any]] = []
     data = load_report(report_path)
+    if impl_name is None and str(data["target"]) not in VARIANTS:
+        raise UsageError(
+            f"the report's target {data['target']!r} is not a registered implementation; "
+            f"give --impl NAME ({', '.join(VARIANTS)}) to re-run its witnesses on"
+        )
     impl = get_implementation(impl_name or str(data["target"]))
-    results = data.get("results", [])
+    results = normalize(data)["results"]  # a fuzz report's differences as results too
     if theorems:
         for wanted in theorems:
             match = [r for r in results
@@ -104,11 +142,13 @@ def _report_scenes(report_path: str, theorems: tuple[str, ...],
                     f"no result for theorem {wanted!r}; results with a witness: "
                     + (", ".join(known) or "none"),
                 )
+            check_report_witnesses(data, report_path, match)
             scenes += [(f"{r['clause']}/{r['theorem']}", scene_from_result(r, impl))
                        for r in match]
     else:
         drawable = [r for r in results
                     if r.get("verdict") == "COUNTEREXAMPLE" and r.get("witness")]
+        check_report_witnesses(data, report_path, drawable)
         for r in drawable:
             scenes.append((f"{r['clause']}/{r['theorem']}", scene_from_result(r, impl)))
     return scenes
@@ -121,8 +161,23 @@ def _flag_scene(geometry_text: str | None, fa_block: int | None, swa_block: int 
     """The scene the geometry and lookup options describe."""
     from kvcontract.spec.geometry import Geometry, fa, swa
     from kvcontract.tools.explain import build_scene, parse_geometry, parse_states
+    from kvcontract.vocabulary import GroupKind
 
+    for option, value, low in (("--fa-block", fa_block, 1), ("--swa-block", swa_block, 1),
+                               ("--sliding-window", sliding_window, 1), ("--e", extra, 0),
+                               ("--bpc", bpc, 1), ("--retention", retention, 0),
+                               ("--tokens", tokens, 0), ("--hit", hit, 0),
+                               ("--local", local_hit, 0)):
+        check_int(option, value, low=low)
     if geometry_text:
+        flags = [name for name, value in (
+            ("--fa-block", fa_block), ("--swa-block", swa_block),
+            ("--sliding-window", sliding_window), ("--retention", retention),
+        ) if value is not None] + [name for name, given in (
+            ("--e", extra != 0), ("--bpc", bpc != 1), ("--eagle", eagle)) if given]
+        if flags:
+            raise UsageError(f"--geometry describes the whole geometry; drop "
+                             f"{', '.join(flags)} (or drop --geometry)")
         geometry = parse_geometry(geometry_text)
     else:
         if swa_block is None or sliding_window is None:
@@ -137,10 +192,27 @@ def _flag_scene(geometry_text: str | None, fa_block: int | None, swa_block: int 
                             retention_interval=retention)
     if tokens is None:
         raise UsageError("--tokens N is required with a geometry")
+    if hit is not None and hit > tokens:
+        raise UsageError(f"--hit {hit} is larger than the prompt (--tokens {tokens}): a hit "
+                         "covers at most the prompt's tokens")
+    if local_hit > tokens:
+        raise UsageError(f"--local {local_hit} is larger than the prompt (--tokens {tokens})")
+    if hit is not None and local_hit > hit:
+        raise UsageError(f"--local {local_hit} is larger than --hit {hit}: the boundary N "
+                         "includes the local hit")
+    step = math.lcm(*(geometry.block_tokens(g) for g in geometry.groups),
+                    *(geometry.chunk_tokens(g) for g in geometry.groups
+                      if g.kind is GroupKind.MAMBA))
+    if local_hit % step:
+        raise UsageError(
+            f"--local {local_hit} is not a multiple of {step} tokens: a GPU prefix-cache "
+            "hit ends on a block boundary of every group (and on a chunk of a Mamba group)"
+        )
     parsed = parse_states(states)
     for g in parsed:
         if g >= len(geometry.groups):
             raise UsageError(
-                f"--states {g}=...: the geometry has {len(geometry.groups)} groups"
+                f"--states {g}=...: the geometry has {len(geometry.groups)} groups "
+                f"(0 to {len(geometry.groups) - 1})"
             )
     return build_scene(geometry, tokens, hit, local_hit, states=parsed or None)

@@ -5,17 +5,23 @@ from __future__ import annotations
 import sys
 
 import click
-from kvcontract.tools.commands._common import (
-    emit_reports,
-    fail_on_option,
-    parse_fail_on,
-    report_options,
-)
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
 from kvcontract.errors import UsageError
+from kvcontract.tools.commands._common import (
+    check_int,
+    check_report_outputs,
+    check_seed,
+    emit_reports,
+    fail_on_option,
+    parse_fail_on,
+    report_options,
+)
+
+MAX_EXAMPLES = 10_000_000
+"""The most Hypothesis examples one run accepts (a typo guard, far above any campaign)."""
 
 
 @click.command()
@@ -32,13 +38,23 @@ def fuzz(impl_name: str, matrix: bool, device: str, examples: int, seed: int,
          json_path: str | None, fail_on: str, formats: tuple[str, ...],
          outputs: tuple[str, ...]) -> None:
     """Differential fuzzing: mocked vs tensor-backed managers, against the spec."""
+    from kvcontract.impl.variants import get_implementation
     from kvcontract.tools.fuzz import run_fuzz
     from kvcontract.tools.reports import pair_outputs
 
+    # Every input is validated before any scenario runs (issue #11).
+    get_implementation(impl_name)
     if examples < 0:
         raise UsageError(f"--examples must be >= 0, not {examples}")
+    check_int("--examples", examples, high=MAX_EXAMPLES, what="Hypothesis examples")
+    check_seed(seed)
+    if device == "cuda":
+        from kvcontract.tools.fuzz import _check_device
+
+        _check_device(device)
     failing = parse_fail_on(fail_on)
     pairs = pair_outputs(formats, outputs)
+    check_report_outputs(pairs, json_path)
     console = Console(stderr=any(path is None for _, path in pairs))
     report = run_fuzz(impl_name, device=device, examples=examples, matrix=matrix, seed=seed,
                       fail_on=failing)

@@ -5,10 +5,20 @@ from __future__ import annotations
 from pathlib import Path
 
 import click
-from kvcontract.impl.variants import VARIANTS
 from rich.console import Console
 
 from kvcontract.errors import UsageError
+from kvcontract.impl.variants import VARIANTS
+from kvcontract.tools.commands._common import (
+    check_clauses,
+    check_int,
+    check_jobs,
+    check_output_folder,
+    check_report_witnesses,
+)
+
+MAX_CLASSES = 10_000
+"""The most boundary classes per theorem (``--max-classes``): each is a Z3 query."""
 
 
 @click.command(name="gen-tests")
@@ -30,7 +40,7 @@ def gen_tests(impl_name: str | None, clauses: tuple[str, ...], report_path: str 
               out_dir: str, boundary_classes: bool, max_classes: int,
               jobs: int | None) -> None:
     """Write standalone pytest reproducers, one per counterexample."""
-    from kvcontract.spec.clauses import get_clause
+    from kvcontract.impl.variants import get_implementation
     from kvcontract.tools.gentests import (
         boundary_class_tests,
         index_json,
@@ -39,7 +49,14 @@ def gen_tests(impl_name: str | None, clauses: tuple[str, ...], report_path: str 
     )
     from kvcontract.tools.reports import load_report, write_text
 
-    wanted = {get_clause(c).id for c in clauses}
+    # Every input is validated before any proof runs (issue #11).
+    check_output_folder("--out", out_dir)
+    check_int("--max-classes", max_classes, low=1, high=MAX_CLASSES,
+              what="boundary classes per theorem")
+    check_jobs(jobs)
+    if impl_name is not None:
+        get_implementation(impl_name)
+    wanted = set(check_clauses(clauses, prover=not report_path or boundary_classes))
     err = Console(stderr=True)
     if report_path:
         data = load_report(report_path)
@@ -54,6 +71,7 @@ def gen_tests(impl_name: str | None, clauses: tuple[str, ...], report_path: str 
                 f"the report's target {target!r} is not a registered implementation "
                 f"({', '.join(VARIANTS)}): the reproducers call it by name"
             )
+        check_report_witnesses(data, report_path)
     else:
         from kvcontract.proofs.runner import prove as run_prove
 

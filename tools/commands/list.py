@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import click
-from kvcontract.impl.variants import VARIANTS
 from rich.console import Console
 from rich.table import Table
+
+from kvcontract.impl.variants import VARIANTS
 
 
 @click.command(name="list")
@@ -46,8 +47,9 @@ def list_command(models: bool) -> None:
 
 def _list_models() -> None:
     """The model presets (spec/presets): each built at bpc 1, then their sources."""
-    from kvcontract.spec.models import get_preset, list_presets
     from rich.markup import escape
+
+    from kvcontract.spec.models import get_preset, list_presets
 
     console = Console()
     table = Table(title="model presets (vLLM 0.33.0 planning; bpc 1, retention 0)")

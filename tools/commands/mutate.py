@@ -13,6 +13,12 @@ import sys
 from typing import Any
 
 import click
+from rich.console import Console
+from rich.markup import escape
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from kvcontract.errors import KvContractError, UsageError
 from kvcontract.impl.variants import variant_names
 from kvcontract.tools.commands._common import (
     check_float,
@@ -22,12 +28,6 @@ from kvcontract.tools.commands._common import (
     internal_error,
 )
 from kvcontract.vocabulary import EXIT_COUNTEREXAMPLE, EXIT_OK
-from rich.console import Console
-from rich.markup import escape
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table
-
-from kvcontract.errors import KvContractError, UsageError
 
 MAX_SAFETY_TIMEOUT = 7 * 24 * 3600.0
 """The longest ``--safety-timeout`` (a week): past it the limit is no limit at all."""

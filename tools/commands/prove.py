@@ -6,9 +6,15 @@ import json
 import sys
 
 import click
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
 from kvcontract.impl.variants import variant_names
 from kvcontract.proofs.verdicts import TheoremResult, Verdict
 from kvcontract.tools.commands._common import (
+    check_clauses,
+    check_jobs,
+    check_report_outputs,
     emit_reports,
     fail_on_option,
     finding_line,
@@ -16,8 +22,6 @@ from kvcontract.tools.commands._common import (
     report_options,
     results_table,
 )
-from rich.console import Console
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 
 @click.command()
@@ -34,12 +38,18 @@ def prove(impl_name: str, clauses: tuple[str, ...], json_path: str | None,
           jobs: int | None, quiet: bool, fail_on: str, formats: tuple[str, ...],
           outputs: tuple[str, ...]) -> None:
     """Prove every clause for an implementation (the reference by default)."""
+    from kvcontract.impl.variants import get_implementation
     from kvcontract.proofs.runner import prove as run_prove
     from kvcontract.proofs.runner import select
     from kvcontract.tools.reports import pair_outputs
 
+    # Every input is validated before any proof runs (issue #11).
+    get_implementation(impl_name)
+    check_clauses(clauses, prover=True)
+    check_jobs(jobs)
     failing = parse_fail_on(fail_on)
     pairs = pair_outputs(formats, outputs)
+    check_report_outputs(pairs, json_path)
     to_stdout = any(path is None for _, path in pairs)
     console = Console(width=None if sys.stdout.isatty() else 200, stderr=to_stdout)
     total = len(select(clauses or None))

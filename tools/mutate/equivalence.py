@@ -202,6 +202,7 @@ def _choices(kind: str) -> list[Any]:
 def _z3(original: Callable[..., Any], mutant: Callable[..., Any],
         kinds: Sequence[tuple[str, str]]) -> Equivalence:
     import z3
+
     from kvcontract.proofs.symbolic import LiftError
 
     alternatives = [_choices(k) for _, k in kinds]

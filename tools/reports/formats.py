@@ -6,14 +6,13 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from kvcontract.errors import UsageError
 from kvcontract.tools.reports.json_format import render_json
 from kvcontract.tools.reports.junit import render_junit
 from kvcontract.tools.reports.markdown import render_markdown
 from kvcontract.tools.reports.mypy_lines import render_mypy
 from kvcontract.tools.reports.sarif import render_sarif
 from kvcontract.tools.reports.text import render_text
-
-from kvcontract.errors import UsageError
 
 FORMATS: tuple[str, ...] = ("json", "junit", "sarif", "markdown", "mypy", "text")
 """Formats :func:`render` accepts."""

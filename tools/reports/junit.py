@@ -7,7 +7,7 @@ import xml.etree.ElementTree as ET
 from collections.abc import Mapping
 from typing import Any
 
-from kvcontract.tools.reports.common import witness_text, finding_message
+from kvcontract.tools.reports.common import finding_message, witness_text
 from kvcontract.tools.reports.locate import result_location
 from kvcontract.tools.reports.model import ERROR, FAIL, PASS, normalize
 

@@ -6,7 +6,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from kvcontract.tools.reports.common import counts, title, finding_message
+from kvcontract.tools.reports.common import counts, finding_message, title
 from kvcontract.tools.reports.locate import result_location
 from kvcontract.tools.reports.model import PASS, exit_code, normalize
 

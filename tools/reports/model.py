@@ -10,10 +10,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from kvcontract.errors import InputFileError, KvContractError
 from kvcontract.spec.clauses import CLAUSES
 from kvcontract.tools.reports.locate import locate
-
-from kvcontract.errors import InputFileError, KvContractError
 from kvcontract.vocabulary import Impact
 
 REPORT_VERSION = 1
@@ -230,6 +229,11 @@ def load_report(path: str | os.PathLike[str]) -> dict[str, Any]:
         raise InputFileError(
             name, f"not valid JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}"
         ) from None
+    except RecursionError:
+        raise InputFileError(name, "its JSON is nested too deeply (not a kvcontract "
+                                   "report)") from None
+    except ValueError as exc:  # e.g. an integer of more than 4300 digits
+        raise InputFileError(name, f"not a kvcontract report: {exc}") from None
     try:
         normalize(data)
     except ReportError as exc:

@@ -5,9 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from kvcontract.tools.reports.formats import FORMATS
-
 from kvcontract.errors import UsageError
+from kvcontract.tools.reports.formats import FORMATS
 
 FORMAT_SUFFIXES: dict[str, str] = {
     ".json": "json",

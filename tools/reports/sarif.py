@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-from kvcontract.tools.reports.common import finding_message
-
 import json
 from collections.abc import Mapping
 from typing import Any
 
 from kvcontract.spec.clauses import CLAUSES
+from kvcontract.tools.reports.common import finding_message
 from kvcontract.tools.reports.locate import result_location
 from kvcontract.tools.reports.model import FAIL, PASS, exit_code, normalize
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from kvcontract.tools.reports.common import counts, title, witness_text, finding_message
+from kvcontract.tools.reports.common import counts, finding_message, title, witness_text
 from kvcontract.tools.reports.model import PASS, normalize
 
 

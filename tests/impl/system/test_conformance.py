@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 import z3
+
 from kvcontract.impl import reference
 from kvcontract.impl.system.events import Event, LookupEvent
 from kvcontract.impl.system.offload import ChunkState

@@ -16,13 +16,15 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
+from kvcontract.errors import GeometryError, KvContractError, UsageError
 from kvcontract.impl.system import (
     ChunkBook,
     ChunkNotFoundError,
     ChunkNotReadyError,
     ChunkState,
-    KVLayout,
     Event,
+    KVLayout,
     LoadCrashEvent,
     LoadError,
     LookupEvent,
@@ -42,8 +44,6 @@ from kvcontract.spec.lookup import LookupResult
 from kvcontract.spec.reachability import RequestStatus
 from kvcontract.tools.harness import SystemHarness
 from kvcontract.tools.monitor import Monitor
-
-from kvcontract.errors import GeometryError, KvContractError, UsageError
 
 REFERENCE = get_implementation("reference")
 

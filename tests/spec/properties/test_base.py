@@ -8,6 +8,8 @@ from collections.abc import Mapping
 from typing import Any
 
 import pytest
+
+from kvcontract.errors import KvContractError
 from kvcontract.impl.variants import REFERENCE
 from kvcontract.spec.arith import Bool, max_
 from kvcontract.spec.properties import (
@@ -21,8 +23,6 @@ from kvcontract.spec.properties import (
     get_property,
 )
 from kvcontract.spec.properties.base import HYPOTHESES_ONLY, LastCase
-
-from kvcontract.errors import KvContractError
 
 # -- a formula property: skipped tokens for sw 2, e 0 --------------------------------------
 CALLS: list[tuple[Any, ...]] = []

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+
+from kvcontract.errors import UsageError
 from kvcontract.impl.variants import get_implementation
 from kvcontract.spec.clauses import CLAUSES
 from kvcontract.spec.properties import (
@@ -14,8 +16,6 @@ from kvcontract.spec.properties import (
     properties,
     replay,
 )
-
-from kvcontract.errors import UsageError
 
 CLAUSE_ORDER = [c.id for c in CLAUSES]
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from kvcontract.spec.properties.domains import (
     BLOCK_DOMAIN,
     BLOCK_SIZES,

@@ -13,6 +13,7 @@ import dataclasses
 from typing import Any
 
 import pytest
+
 from kvcontract.impl import reference as ref
 from kvcontract.impl.variants import REFERENCE, get_implementation
 from kvcontract.proofs.theorem import run_property

@@ -8,6 +8,7 @@ import dataclasses
 from typing import Any
 
 import pytest
+
 from kvcontract.impl.bundle import Implementation
 from kvcontract.impl.variants import REFERENCE, get_implementation
 from kvcontract.spec.geometry import Geometry, fa, swa

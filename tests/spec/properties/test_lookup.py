@@ -8,6 +8,8 @@ import itertools
 from typing import Any
 
 import pytest
+
+from kvcontract.errors import GeometryError
 from kvcontract.impl.variants import REFERENCE, get_implementation
 from kvcontract.spec.geometry import Geometry, fa, swa
 from kvcontract.spec.lookup import HIT, HIT_PENDING, MISS, LookupResult
@@ -31,8 +33,6 @@ from kvcontract.spec.properties.lookup import (
     lookup_properties,
     run_lookup,
 )
-
-from kvcontract.errors import GeometryError
 
 FA_SWA = Geometry((fa(4), swa(4, 8)))
 # 8.1: FA chunks 0-3 ready; SWA 0 and 1 ready, 2 absent, 3 pending.

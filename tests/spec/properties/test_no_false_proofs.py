@@ -5,6 +5,7 @@ now judges what the implementation itself returns, against the spec."""
 from __future__ import annotations
 
 import pytest
+
 from kvcontract.impl import scheduler
 from kvcontract.impl.variants import REFERENCE
 from kvcontract.proofs.theorem import run_property

@@ -7,6 +7,7 @@ import dataclasses
 from typing import Any
 
 import pytest
+
 from kvcontract.impl.variants import REFERENCE, get_implementation
 from kvcontract.spec.lookup import HIT, HIT_PENDING, MISS, RETRY, LookupResult
 from kvcontract.spec.properties import WitnessError, get_property

@@ -4,6 +4,7 @@ evaluated on concrete lookup-state sequences (the prover decides them for all)."
 from __future__ import annotations
 
 import pytest
+
 from kvcontract.impl.variants import REFERENCE
 from kvcontract.spec.lookup import HIT, HIT_PENDING, MISS, RETRY, LookupResult
 from kvcontract.spec.properties import FormulaProperty, WitnessError, get_property

@@ -8,6 +8,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+
 from kvcontract.impl.variants import REFERENCE, get_implementation
 from kvcontract.spec.geometry import Geometry, fa, swa
 from kvcontract.spec.properties import WitnessError, get_property

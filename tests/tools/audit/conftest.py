@@ -15,6 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+
 from kvcontract.tools.audit.wheels import FetchError, fetch_release
 
 DEFAULT_RELEASES = ("0.29.0", "0.33.0")

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 from conftest import release_params, release_tree
+
 from kvcontract.spec.lookup import LookupResult
 from kvcontract.tools.audit.binding import Binding, bind
 from kvcontract.tools.audit.targets import OFFLOAD_CONFIG, resolve_target

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from conftest import FIXED_SCAN, STALE_PENDING_SCAN
+
 from kvcontract.tools.cli import main
 
 

@@ -17,6 +17,7 @@ from conftest import (
     STALE_PENDING_SCAN,
     STUBBORN_SCAN,
 )
+
 from kvcontract.tools.audit.baseline import compare
 from kvcontract.tools.audit.binding import bind
 from kvcontract.tools.audit.engine import AuditOptions, AuditRun, run_audit

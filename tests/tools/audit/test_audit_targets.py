@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 from conftest import STALE_PENDING_SCAN, release_tree
+
+from kvcontract.errors import InputFileError, UnknownTargetError, UsageError
 from kvcontract.tools.audit.binding import bind
 from kvcontract.tools.audit.targets import MANAGER, SCHEDULER, resolve_target
 from kvcontract.tools.audit.wheels import FetchError, fetch_release
-
-from kvcontract.errors import InputFileError, UnknownTargetError, UsageError
 
 
 def test_builtin_forms() -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+
 import kvcontract
 from kvcontract.impl.variants import REFERENCE
 from kvcontract.tools.reports.locate import (

@@ -7,10 +7,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from kvcontract.tools.reports.formats import FORMATS
-from kvcontract.tools.reports.outputs import FORMAT_SUFFIXES, format_for_path, write_text
 
 from kvcontract.errors import UsageError
+from kvcontract.tools.reports.formats import FORMATS
+from kvcontract.tools.reports.outputs import FORMAT_SUFFIXES, format_for_path, write_text
 
 
 @pytest.mark.parametrize(
