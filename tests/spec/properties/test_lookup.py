@@ -11,7 +11,7 @@ import pytest
 
 from kvcontract.errors import GeometryError
 from kvcontract.impl.variants import REFERENCE, get_implementation
-from kvcontract.spec.geometry import Geometry, fa, swa
+from kvcontract.spec.geometry import Geometry, fa, mamba, swa
 from kvcontract.spec.lookup import HIT, HIT_PENDING, MISS, LookupResult
 from kvcontract.spec.properties import WitnessError, get_property
 from kvcontract.spec.properties.lookup import (
@@ -233,12 +233,27 @@ def test_converges() -> None:
         "maxhit grew: [16, 8, 12]")
     # 16 needs SWA chunks [2, 4): chunk 2 is absent at the final boundary.
     assert converges(STALE, LookupObservation(16, max_hit_trace=[16])) == (
-        "final hit 16 is not servable by group 1 (checked only earlier)")
+        "final hit 16 is not servable by group 1: chunk 2 is not present (checked only at "
+        "an earlier candidate)")
     failed = LookupObservation(None, error="no fixpoint after 64 iterations")
     assert converges(STALE, failed) == "no fixpoint after 64 iterations"
     raised = "the implementation raised ConvergenceError: no fixpoint after 64 iterations"
     for judge in (loads_only_hit, defers_only_in_scope, is_maximal, eagle_peek):
         assert judge(STALE, failed) == raised
+
+
+def test_converges_does_not_ask_for_the_worth_loading_rule() -> None:
+    """A final hit inside a coarser group's chunk is safe when that group's load set is
+    present (the chunk is loaded whole, its tail recomputed): FA bs 8 + SWA bs 4, sw 6,
+    21 tokens, hit 4 (upstream's C6 finding, withdrawn)."""
+    geometry = Geometry((fa(8), swa(4, 6)))
+    case = LookupCase("FA8+SWA4(sw6)", geometry, 21, 0, ((HIT, HIT), (HIT,) * 5))
+    assert converges(case, LookupObservation(4, max_hit_trace=[20, 4])) is None
+    # A Mamba group's state exists only at its chunk ends.
+    mixed = Geometry((swa(4, 8), mamba(8)))
+    at_12 = LookupCase("SWA4(sw8)+Mamba8", mixed, 25, 0, ((HIT,) * 6, (HIT,) * 3))
+    message = converges(at_12, LookupObservation(12, max_hit_trace=[24, 12]))
+    assert message is not None and "not a chunk end of Mamba group 1" in message
 
 
 def test_catalog_and_cases() -> None:
