@@ -39,7 +39,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from kvcontract.errors import GeometryError
-from kvcontract.spec.geometry import Geometry, GroupKind, GroupSpec
+from kvcontract.spec.geometry import Geometry, GroupKind, GroupSpec, group_kind
 
 VLLM_VERSION = "0.33.0"
 """The vLLM release whose planning rules this module restates."""
@@ -90,14 +90,7 @@ class CacheLayers:
     state_bytes: int | None = None
 
     def __post_init__(self) -> None:
-        if not isinstance(self.kind, GroupKind):
-            try:
-                object.__setattr__(self, "kind", GroupKind(self.kind))
-            except ValueError:
-                raise GeometryError(
-                    f"layers[{self.name}].kind", self.kind,
-                    f"must be one of {[k.value for k in GroupKind]}",
-                ) from None
+        object.__setattr__(self, "kind", group_kind(f"layers[{self.name}].kind", self.kind))
         where = f"layers[{self.name}]"
         if self.count is not None:
             _require(f"{where}.count", self.count, 1)

@@ -31,13 +31,7 @@ class GroupSpec:
     eagle: bool = False
 
     def __post_init__(self) -> None:
-        if not isinstance(self.kind, GroupKind):
-            try:
-                object.__setattr__(self, "kind", GroupKind(self.kind))
-            except ValueError:
-                raise GeometryError(
-                    "kind", self.kind, f"must be one of {[k.value for k in GroupKind]}"
-                ) from None
+        object.__setattr__(self, "kind", group_kind("kind", self.kind))
         _require_int("block_size", self.block_size, minimum=1)
         _require_int("extra_retained_tokens", self.extra_retained_tokens, minimum=0)
         if self.kind is GroupKind.SLIDING_WINDOW:
@@ -74,6 +68,19 @@ class GroupSpec:
             return text + (", eagle)" if self.eagle else ")")
         name = "FA" if self.kind is GroupKind.FULL else "Mamba"
         return f"{name}(bs={self.block_size}{', eagle' if self.eagle else ''})"
+
+
+def group_kind(field: str, value: object) -> GroupKind:
+    """``value`` as a :class:`GroupKind` (its string accepted); a GeometryError naming
+    ``field`` otherwise."""
+    if isinstance(value, GroupKind):
+        return value
+    try:
+        return GroupKind(value)
+    except ValueError:
+        raise GeometryError(
+            field, value, f"must be one of {[k.value for k in GroupKind]}"
+        ) from None
 
 
 def _require_int(name: str, value: object, minimum: int) -> None:

@@ -151,6 +151,15 @@ def chunk_is_stored(
 
 
 
+def store_replay_boundaries(geometry: Geometry, prompt_len: int) -> tuple[int, ...]:
+    """The replay boundaries the producer's store path passes to the mask (tokens): the
+    resend's ``P - 1`` (its last prompt token is recomputed), when the geometry has a
+    retention interval (0 included); none otherwise (segments of ``A`` cover it)."""
+    if geometry.retention_interval is None or prompt_len < 1:
+        return ()
+    return (prompt_len - 1,)
+
+
 # -- the store rule of one group of a geometry (concrete ints) ---------------------------
 def group_mask(geometry: Geometry, group: GroupSpec) -> tuple[MaskRule, int]:
     """The mask rule and the needed history (blocks) of an SWA group of ``geometry``."""

@@ -67,6 +67,7 @@ from kvcontract.spec.properties.lookup import (
     loads_only_hit,
 )
 from kvcontract.spec.properties.store import spec_step_offers
+from kvcontract.spec.reachability import store_replay_boundaries
 from kvcontract.vocabulary import GroupKind, LookupResult, RequestStatus
 
 
@@ -208,8 +209,7 @@ class Monitor:
     def spec_offers(self, event: StoreEvent) -> list[int]:
         """What the spec says this step offers, given the tracker's state before it (the
         store properties' own step, :func:`kvcontract.spec.properties.store.spec_step_offers`)."""
-        replay = (event.prompt_len - 1,) if self.geometry.retention_interval is not None \
-            else ()
+        replay = store_replay_boundaries(self.geometry, event.prompt_len)
         chosen, _ = spec_step_offers(
             self.geometry, event.group, event.status, event.before, event.scheduled,
             event.num_tokens, event.prompt_len, set(event.offered_before), event.next_before,

@@ -141,7 +141,7 @@ def gpu_replay_boundaries(prompt_len: int, unit: int, eagle: bool) -> tuple[int,
     unit below the aligned boundary it matched, so the resend's ``(P - 1)`` and a longer
     sibling's ``P``, each aligned down to the unit, minus one unit (not below 0)."""
     if not eagle:
-        return (prompt_len - 1,)
+        return (prompt_len - 1,)  # the store path's boundary (store_replay_boundaries)
     resend = (prompt_len - 1) // unit * unit
     extension = prompt_len // unit * unit
     return tuple(sorted({max(resend - unit, 0), max(extension - unit, 0)}))

@@ -25,6 +25,7 @@ from kvcontract.spec.reachability import (
     final_segment_end_chunk,
     group_marked_blocks,
     storable_chunks,
+    store_replay_boundaries,
     stored_token_count,
 )
 from kvcontract.spec.retention import skipped_tokens
@@ -52,11 +53,10 @@ class StoreCase:
 
     @property
     def replay_boundaries(self) -> tuple[int, ...]:
-        """Where a consumer of this prompt can replay from: ``P - 1`` (the last prompt
-        token is recomputed), when the geometry has a retention interval."""
-        if self.geometry.retention_interval is None or self.prompt_len < 1:
-            return ()
-        return (self.prompt_len - 1,)
+        """Where a consumer of this prompt can replay from
+        (:func:`kvcontract.spec.reachability.store_replay_boundaries`)."""
+        boundaries: tuple[int, ...] = store_replay_boundaries(self.geometry, self.prompt_len)
+        return boundaries
 
     def to_json(self) -> dict[str, Any]:
         data = {
@@ -310,7 +310,23 @@ def spec_offers(case: StoreCase, group_index: int) -> list[list[int]]:
 
 
 def _spec_run(case: StoreCase, group_index: int) -> tuple[list[list[int]], list[int]]:
-    """The spec's run of one group: offers and stored index after each step."""
+    """The spec's run of one group: offers and stored index after each step (computed
+    once per case for all groups: every store judge reads it)."""
+    run: tuple[list[list[int]], list[int]] = _spec_runs(case)[group_index]
+    return run
+
+
+def _spec_runs_of(case: StoreCase, _impl: Any = None) -> list[tuple[list[list[int]], list[int]]]:
+    return [_spec_group_run(case, g) for g in range(len(case.geometry.groups))]
+
+
+_spec_runs: LastCase[StoreCase, list[tuple[list[list[int]], list[int]]]] = LastCase(
+    _spec_runs_of
+)
+
+
+def _spec_group_run(case: StoreCase, group_index: int) -> tuple[list[list[int]], list[int]]:
+    """The spec's run of one group, step after step (:func:`spec_step_offers`)."""
     cached = case.start_hit // case.geometry.chunk_tokens(case.geometry.groups[group_index])
     offered: set[int] = set(range(cached))  # chunks of a hit are never offered
     next_index = cached
