@@ -1,7 +1,9 @@
 """Lost hits per model preset (C12): how often a resend consumer gets less than promised.
 
-Usage: python benchmarks/lost_hits.py [--impl reference --impl upstream-current]
-       [--preset NAME ...] [--lengths N] [--first 4096] [--last 12000]
+Usage: python benchmarks/lost_hits.py [--impl reference --impl upstream-current
+       --impl vllm:~/.cache/kvcontract/vllm/0.33.0]
+       [--preset NAME ...] [--retention 0 ...] [--lengths N] [--first 4096]
+       [--last 12000]
 
 For every preset geometry (``spec/models.py``: ``preset_geometries``, bpc 1, 4, 16), every
 retention interval (0, vLLM's default; None; 32 x the scheduler block size, the LCM of
@@ -9,11 +11,13 @@ the block sizes) and every implementation, a producer prefills each prompt lengt
 shot, decodes 3 tokens and finishes; the consumer resends the prompt. Columns:
 
 * ``lost``: share of the prompt lengths whose accepted hit is below the C12 promise
-  (``spec/properties/end_to_end.promised_hit``, the contract's ``store`` replay rule);
+  (``spec/properties/end_to_end.promised_hit``: vLLM's GPU replay rule, ``P - 1``, or
+  with an EAGLE group the EAGLE replay boundaries; in whole scheduler blocks,
+  ``gpu_hit_unit``: what vLLM's GPU prefix cache itself would serve);
 * ``accepted`` / ``promised``: mean accepted hit and mean promised hit, in tokens;
-* ``gpu`` / ``lost(gpu)``: the mean promise and the share of lengths losing hits when the
-  producer is also owed the EAGLE replay boundaries vLLM's GPU prefix cache retains
-  (``replay_rule="gpu"``): what the store contract leaves out, not a C12 verdict.
+* ``p-1`` / ``lost(p-1)``: the mean promise and the share of lengths losing hits when the
+  producer is owed the replay boundary ``P - 1`` alone (``replay_rule="p-1"``, upstream's
+  store path): what the EAGLE boundaries add, not a C12 verdict.
 
 A geometry vLLM cannot build with a retention interval, or one an implementation fails
 on, is skipped with its reason printed. Nothing here asserts on timing.
@@ -35,6 +39,8 @@ from kvcontract.spec.models import list_presets, preset_geometries
 from kvcontract.spec.properties.end_to_end import (
     Consumer,
     EndToEndCase,
+    gpu_hit_unit,
+    gpu_hit_unit,
     promised_hit,
     run_end_to_end,
 )
@@ -60,11 +66,27 @@ def prompt_lengths(first: int, last: int, count: int) -> list[int]:
     return [first + i * step for i in range(count) if first + i * step <= last]
 
 
+def implementation(name: str) -> Implementation:
+    """A registered implementation, or a vLLM release as an audit target
+    (``vllm:PATH``: an unpacked wheel or a checkout, its functions bound by
+    ``kvcontract audit``'s binder; the store path and the lookup loop are kvcontract's,
+    over the release's primitives and its ``P - 1`` replay boundary)."""
+    if ":" not in name:
+        return get_implementation(name)
+    from kvcontract.tools.audit.binding import bind
+    from kvcontract.tools.audit.targets import resolve_target
+
+    bound = bind(resolve_target(name)).implementation
+    if bound is None:
+        raise SystemExit(f"{name}: the release's functions could not be bound")
+    return dataclasses.replace(bound, name=name.rsplit("/", 1)[-1] or name)
+
+
 def measure(label: str, geometry: Geometry, impl: Implementation,
             lengths: list[int]) -> dict[str, float] | str:
     """One row: the numbers, or why the row was skipped."""
-    lost = lost_gpu = 0
-    accepted_sum = promised_sum = gpu_sum = 0
+    lost = lost_p1 = 0
+    accepted_sum = promised_sum = p1_sum = 0
     for prompt in lengths:
         producer = StoreCase(label, geometry, prompt, (prompt,), "finished", decode=3)
         case = EndToEndCase(producer, Consumer("resend", prompt, prompt))
@@ -76,41 +98,47 @@ def measure(label: str, geometry: Geometry, impl: Implementation,
             return (f"{impl.name} gives no hit at P={prompt}: "
                     f"{observation.error or 'deferred'}")
         hit = observation.hit_tokens
-        promised = promised_hit(geometry, producer, prompt, prompt)
-        gpu = promised_hit(geometry, producer, prompt, prompt, replay_rule="gpu")
+        # C12's measure: what vLLM's GPU prefix cache would serve (whole scheduler
+        # blocks); the offload may accept more (an unaligned boundary), never less.
+        unit = gpu_hit_unit(geometry)
+        promised = promised_hit(geometry, producer, prompt, prompt, unit=unit)
+        p1 = promised_hit(geometry, producer, prompt, prompt, replay_rule="p-1", unit=unit)
         lost += hit < promised
-        lost_gpu += hit < gpu
+        lost_p1 += hit < p1
         accepted_sum += hit
         promised_sum += promised
-        gpu_sum += gpu
+        p1_sum += p1
     n = len(lengths)
     return {"lost": lost / n, "accepted": accepted_sum / n, "promised": promised_sum / n,
-            "gpu": gpu_sum / n, "lost_gpu": lost_gpu / n}
+            "p1": p1_sum / n, "lost_p1": lost_p1 / n}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--impl", action="append", default=None,
-                        help="implementation (repeatable; default reference, upstream-current)")
+                        help="implementation (repeatable; default reference, upstream-current), "
+                             "or a release as vllm:PATH (an unpacked wheel or a checkout)")
     parser.add_argument("--preset", action="append", default=None,
                         help="model preset (repeatable; default every preset)")
+    parser.add_argument("--retention", action="append", default=None, choices=RETENTIONS,
+                        help="retention interval (repeatable; default every one)")
     parser.add_argument("--lengths", type=int, default=83)
     parser.add_argument("--first", type=int, default=4096)
     parser.add_argument("--last", type=int, default=12000)
     args = parser.parse_args()
-    impls = [get_implementation(n) for n in (args.impl or ["reference", "upstream-current"])]
+    impls = [implementation(n) for n in (args.impl or ["reference", "upstream-current"])]
     lengths = prompt_lengths(args.first, args.last, args.lengths)
     print(f"resend consumers of {len(lengths)} prompt lengths in [{lengths[0]}, {lengths[-1]}] "
           "(one-shot prefill, 3 decode steps, finished)")
     header = (f"{'geometry':28} {'retention':>9} {'implementation':17} {'lost':>6} "
-              f"{'accepted':>9} {'promised':>9} {'gpu':>9} {'lost(gpu)':>9}")
+              f"{'accepted':>9} {'promised':>9} {'p-1':>9} {'lost(p-1)':>9}")
     print(header)
     print("-" * len(header))
     started = time.perf_counter()
     for preset in args.preset or list_presets():
         for label, base in preset_geometries(preset):
-            for retention in RETENTIONS:
+            for retention in args.retention or RETENTIONS:
                 try:
                     geometry = dataclasses.replace(
                         base, retention_interval=retention_value(base, retention))
@@ -126,8 +154,8 @@ def main() -> None:
                         print(f"{label:28} {retention:>9} {impl.name:17} skipped: {row}")
                         continue
                     print(f"{label:28} {retention:>9} {impl.name:17} {row['lost']:6.1%} "
-                          f"{row['accepted']:9.0f} {row['promised']:9.0f} {row['gpu']:9.0f} "
-                          f"{row['lost_gpu']:9.1%}")
+                          f"{row['accepted']:9.0f} {row['promised']:9.0f} {row['p1']:9.0f} "
+                          f"{row['lost_p1']:9.1%}")
     print(f"({time.perf_counter() - started:.1f} s)")
 
 

@@ -27,6 +27,10 @@ class Implementation:
     prefix_lookup: Callable[..., int | None]
     is_block_reachable: Callable[..., Any]
     store_final_segment_end: Callable[..., int]
+    store_replay_boundaries: Callable[..., tuple[int, ...]]
+    """``(prompt_len, alignment_tokens, retention_interval, use_eagle)``: the replay
+    boundaries (tokens) the producer's store path passes to its mask; ``use_eagle`` is
+    whether the geometry has an EAGLE group."""
     violates: tuple[str, ...] = ()
     """Clauses the variant is known to violate (empty for the reference)."""
     notes: dict[str, str] = field(default_factory=dict)

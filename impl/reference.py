@@ -153,6 +153,13 @@ def prefix_lookup(lookup: LookupFn, start: int, end: int) -> int | None:
 
 
 # -- store reachability (producer) ---------------------------------------------------
+def segment_blocks(segment_tokens: Any, block_tokens: Any) -> Any:
+    """Blocks per store segment. A segment (the alignment ``A``, or a retention interval,
+    which vLLM makes a multiple of ``A``) is whole blocks wherever the mask applies (it
+    stores everything when ``A`` is not a multiple of the block)."""
+    return segment_tokens // block_tokens
+
+
 def is_block_reachable(
     block: Any,
     alignment_tokens: int | None,
@@ -179,13 +186,16 @@ def is_block_reachable(
     # Offload stores must cover every retained token: widen the window by e.
     need = _cdiv(sliding_window + extra_retained - 1, block_tokens) + shift
     if retention_interval is None:
-        period: int | None = alignment_tokens // block_tokens
+        period: int | None = segment_blocks(alignment_tokens, block_tokens)
     elif retention_interval == 0:
         period = None
     else:
-        period = retention_interval // block_tokens
+        period = segment_blocks(retention_interval, block_tokens)
     if period is not None:
-        if need >= period:
+        # Boundary k * period demands blocks [k * period + shift - need, ...): together
+        # every block from period + shift - need on. Only when that is block 0 is every
+        # block demanded (an EAGLE group's first block is not, at need == period).
+        if need >= period + shift:
             return True
         if block >= shift and (block - shift) % period >= period - need:
             return True
@@ -226,6 +236,34 @@ def store_final_segment_end(
     if status in ENDED_STATUSES:
         return current_chunks
     return prompt_horizon_chunks
+
+
+def store_replay_boundaries(
+    prompt_len: int, alignment_tokens: int | None, retention_interval: int | None,
+    use_eagle: bool,
+) -> tuple[int, ...]:
+    """The replay boundaries (tokens, ascending) the store path passes to the block mask.
+
+    Upstream's ``_build_store_jobs`` passes ``num_prompt_tokens - 1`` only. That is the
+    boundary a resend is served at, except with EAGLE (``use_eagle``: the geometry has an
+    EAGLE group): the GPU prefix cache serves an EAGLE hit one unit below the aligned
+    boundary it matched (the drafter's last unit is volatile), so vLLM's GPU replay rule
+    (``kv_cache_coordinator.replay_boundaries``) keeps the resend's ``P - 1`` and the
+    extension's ``P``, each aligned down to the unit, minus one unit, and with EAGLE only
+    those (no EAGLE hit lands on ``P - 1``). The offload's unit is the alignment ``A``.
+    Without them an EAGLE resend whose peek chunk past ``(P - 1)`` aligned down is
+    incomplete gets no offloaded hit at all. A boundary of 0 is no hit and is not passed.
+    Only with a retention interval (0 included).
+    """
+    if retention_interval is None or prompt_len < 1:
+        return ()
+    if not use_eagle or alignment_tokens is None:
+        return (prompt_len - 1,)
+    resend = (prompt_len - 1) // alignment_tokens * alignment_tokens - alignment_tokens
+    extension = prompt_len // alignment_tokens * alignment_tokens - alignment_tokens
+    if resend < 1:
+        return (extension,) if extension > 0 else ()
+    return (resend,) if extension == resend else (resend, extension)
 
 
 def get_num_offloadable_tokens(

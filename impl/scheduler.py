@@ -43,27 +43,44 @@ class LookupOutcome:
 
 
 def _group_window(impl: Implementation, geometry: Geometry, group: GroupSpec) -> int:
-    tpc = geometry.chunk_tokens(group)
-    if group.kind is GroupKind.SLIDING_WINDOW:
-        assert group.sliding_window is not None
-        return int(
-            impl.get_sliding_window_size_in_chunks(
-                group.sliding_window, group.extra_retained_tokens, tpc
-            )
+    """W of a sliding-window group (the scan's window, and the visiting order)."""
+    assert group.sliding_window is not None
+    return int(
+        impl.get_sliding_window_size_in_chunks(
+            group.sliding_window, group.extra_retained_tokens, geometry.chunk_tokens(group)
         )
-    return 1
+    )
 
 
 def full_attention_load_range(
     hit: int, local_hit: int, block_tokens: int, bpc: int
 ) -> tuple[int, int]:
-    """FA: every chunk from the first block past the local hit to the hit's last chunk."""
+    """FA: every chunk from the first block past the local hit to the hit's last chunk.
+
+    The local hit is a GPU prefix hit, a whole number of blocks of every group
+    (docs/CONTRACT.md 13): a caller that breaks that is stopped, not answered.
+    """
+    assert local_hit % block_tokens == 0, "a local hit is a whole number of blocks"
     return -(-local_hit // block_tokens) // bpc, -(-hit // (block_tokens * bpc))
 
 
+def mamba_state_chunk(num_tokens: int, chunk_tokens: int) -> int:
+    """The chunk holding a Mamba group's state after ``num_tokens`` tokens: the state of
+    the last chunk end at or before them (vLLM keeps Mamba states at block ends in align
+    mode; -1: none yet)."""
+    return num_tokens // chunk_tokens - 1
+
+
 def mamba_load_range(hit: int, local_hit: int, chunk_tokens: int) -> tuple[int, int]:
-    """Mamba: the state lives in the chunk that ends at the boundary (one chunk at most)."""
-    return max(local_hit // chunk_tokens, hit // chunk_tokens - 1), hit // chunk_tokens
+    """Mamba: the state lives in the chunk that ends at the boundary (one chunk at most).
+
+    Accepted hits and local hits with a Mamba group are chunk ends (a state exists
+    nowhere else): a caller that breaks that is stopped, not answered.
+    """
+    assert hit % chunk_tokens == 0 and local_hit % chunk_tokens == 0, (
+        "a Mamba group is loaded at chunk ends only")
+    return max(local_hit // chunk_tokens, mamba_state_chunk(hit, chunk_tokens)), \
+        hit // chunk_tokens
 
 
 def group_load_range(
@@ -106,8 +123,8 @@ def group_first_live_block(
         )
         return int(first)
     if group.kind is GroupKind.MAMBA:
-        start, _ = mamba_load_range(num_computed, 0, geometry.chunk_tokens(group))
-        first_block: int = start * geometry.blocks_per_chunk
+        state = mamba_state_chunk(num_computed, geometry.chunk_tokens(group))
+        first_block: int = max(state, 0) * geometry.blocks_per_chunk
         return first_block
     return 0
 
@@ -128,9 +145,10 @@ def _scan_group(
     start: int,
     end: int,
     max_hit: int,
-    window: int,
+    window: int | None,
 ) -> int | None:
-    """One group's scan at boundary ``max_hit``: the end index it confirms, or None."""
+    """One group's scan at boundary ``max_hit``: the end index it confirms, or None
+    (``window``: W of a sliding-window group, None for the other kinds)."""
     eagle = 1 if group.eagle else 0
     if group.kind is GroupKind.FULL:
         found: int | None = impl.prefix_lookup(lookup, start, end + eagle)
@@ -138,7 +156,7 @@ def _scan_group(
     if group.kind is GroupKind.MAMBA:
         mamba_found: int | None = impl.sliding_window_lookup(lookup, start, end, 1, 1)
         return mamba_found
-    assert group.sliding_window is not None
+    assert group.sliding_window is not None and window is not None
     initial = int(
         impl.load_window_size_in_chunks(
             max_hit, group.sliding_window, group.extra_retained_tokens,
@@ -177,11 +195,14 @@ def lookup_complete_chunks(
     the mark is dropped and the group is re-checked (C3). The loop ends when every group
     confirmed the same boundary; the boundary only decreases, so it terminates (C6).
     """
-    windows = {g: _group_window(impl, geometry, s) for g, s in enumerate(geometry.groups)}
+    windows: dict[int, int | None] = {
+        g: _group_window(impl, geometry, s) if s.kind is GroupKind.SLIDING_WINDOW else None
+        for g, s in enumerate(geometry.groups)
+    }
     fa_groups = [g for g, s in enumerate(geometry.groups) if s.kind is GroupKind.FULL]
     swa_groups = sorted(
         (g for g, s in enumerate(geometry.groups) if s.kind is GroupKind.SLIDING_WINDOW),
-        key=lambda g: -windows[g],
+        key=lambda g: -int(windows[g] or 0),
     )
     other_groups = [g for g, s in enumerate(geometry.groups) if s.kind is GroupKind.MAMBA]
     order = fa_groups + swa_groups + other_groups
@@ -296,6 +317,14 @@ def lookup_complete_chunks(
     return outcome
 
 
+def aligned_replay_block(boundary: int, alignment_tokens: int, block_tokens: int) -> int:
+    """The block where a replay boundary's aligned position starts: the boundary rounded
+    down to the alignment ``A``, in blocks. ``A`` is a multiple of the block (else the
+    mask stores everything and has no replay blocks), so the division is exact."""
+    assert alignment_tokens % block_tokens == 0, "A is a whole number of blocks"
+    return boundary // alignment_tokens * (alignment_tokens // block_tokens)
+
+
 @dataclass
 class StoreTracker:
     """Store jobs of one request for one group, step after step (docs/CONTRACT.md section 5).
@@ -312,11 +341,22 @@ class StoreTracker:
     prompt_len: int
     max_offload_tokens: int | None = None
     offload_prompt_only: bool = True
-    replay_boundaries: tuple[int, ...] = ()
+    replay_boundaries: tuple[int, ...] | None = None
+    """Replay boundaries (tokens) passed to the mask; ``None`` (the store path's
+    default): the implementation's own (``impl.store_replay_boundaries``) for this
+    prompt and geometry. A tuple pins them (tests of the mask alone)."""
     next_stored_chunk_idx: int = 0
     offered: set[int] = field(default_factory=set)
     unstorable: set[int] = field(default_factory=set)
     offers: list[list[int]] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if self.replay_boundaries is None:
+            geometry = self.geometry
+            self.replay_boundaries = tuple(self.impl.store_replay_boundaries(
+                self.prompt_len, geometry.alignment_tokens, geometry.retention_interval,
+                any(group.eagle for group in geometry.groups),
+            ))
 
     @property
     def group(self) -> GroupSpec:
@@ -334,7 +374,8 @@ class StoreTracker:
         replay_blocks: tuple[int, ...] = ()
         if align is not None and align % block_tokens == 0:
             replay_blocks = tuple(
-                (boundary // align) * align // block_tokens for boundary in self.replay_boundaries
+                aligned_replay_block(boundary, align, block_tokens)
+                for boundary in self.replay_boundaries or ()
             )
         return [
             block

@@ -16,7 +16,8 @@ shape the defect had upstream:
   ``W = max(cdiv(sw, tpc), cdiv(sw - 1 + e, tpc))`` (the first term demands a chunk no
   load needs when ``sw = 1 (mod tpc)`` and ``e = 0``: C3, C4) and upstream's block
   mask, which does not store the chunk an EAGLE lookup peeks at when an alignment
-  boundary falls inside a chunk (C7).
+  boundary falls inside a chunk (C7), and upstream's store replay boundary ``P - 1``
+  alone, which leaves out the EAGLE replay boundaries of vLLM's GPU rule (C9, C12).
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ REFERENCE = Implementation(
     prefix_lookup=ref.prefix_lookup,
     is_block_reachable=ref.is_block_reachable,
     store_final_segment_end=ref.store_final_segment_end,
+    store_replay_boundaries=ref.store_replay_boundaries,
 )
 
 
@@ -118,6 +120,16 @@ def _upstream_block_reachable(
         block, alignment_tokens, block_tokens, sliding_window, extra_retained, use_eagle,
         retention_interval, final_segment_end_block, replay_boundary_blocks, 1,
     )
+
+
+def _upstream_replay_boundaries(
+    prompt_len: int, alignment_tokens: int | None, retention_interval: int | None,
+    use_eagle: bool,
+) -> tuple[int, ...]:
+    # vLLM 0.33.0 offloading/scheduler.py:_build_store_jobs passes num_prompt_tokens - 1.
+    if retention_interval is None or prompt_len < 1:
+        return ()
+    return (prompt_len - 1,)
 
 
 # -- mtp-extra-retained -------------------------------------------------------------
@@ -196,15 +208,17 @@ VARIANTS: dict[str, Implementation] = {
     "upstream-current": dataclasses.replace(
         REFERENCE,
         name="upstream-current",
-        description="upstream's current window formula (cdiv(sw, tpc) lower bound) and "
-        "block mask (no EAGLE peek chunk)",
+        description="upstream's current window formula (cdiv(sw, tpc) lower bound), "
+        "block mask (no EAGLE peek chunk) and store replay boundary (P - 1 only)",
         get_sliding_window_size_in_chunks=_upstream_window,
         load_window_size_in_chunks=_upstream_load_window,
         is_block_reachable=_upstream_block_reachable,
+        store_replay_boundaries=_upstream_replay_boundaries,
         # The over-demanded chunk defers on a pending key no load reads (C3) and
         # loses the hit when it is missing (C4); an EAGLE peek chunk after an A boundary
-        # inside a chunk is never stored (C7).
-        violates=("C3", "C4", "C7", "C12"),
+        # inside a chunk is never stored (C7); the EAGLE replay tails are never stored
+        # (C9 store-steps, C12 lost hit).
+        violates=("C3", "C4", "C7", "C9", "C12"),
     ),
 }
 

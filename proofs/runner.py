@@ -25,16 +25,27 @@ from kvcontract.proofs.theorem import (
 )
 from kvcontract.proofs.verdicts import TheoremResult
 from kvcontract.spec.clauses import get_clause
+from kvcontract.spec.geometry import Geometry
 from kvcontract.spec.properties import CaseProperty, FormulaProperty, Property, properties
 from kvcontract.vocabulary import DEFAULT_FAIL_ON, Impact, finding_exit_code
 
+Scope = tuple[tuple[str, Geometry], ...]
+"""``(label, geometry)`` pairs a run is scoped to (``--model``/``--geometry``);
+empty: the full catalogue (:mod:`kvcontract.spec.properties.scoped`)."""
 
-def catalog() -> list[Property]:
-    """Every property, in clause order (:func:`kvcontract.spec.properties.properties`)."""
+
+def catalog(scope: Scope = ()) -> list[Property]:
+    """Every property, in clause order (:func:`kvcontract.spec.properties.properties`);
+    with a ``scope``, the catalogue on those geometries
+    (:func:`kvcontract.spec.properties.scoped.scoped_properties`)."""
+    if scope:
+        from kvcontract.spec.properties.scoped import scoped_properties
+
+        return list(scoped_properties(scope))
     return list(properties())
 
 
-def select(clauses: Sequence[str] | None) -> list[int]:
+def select(clauses: Sequence[str] | None, scope: Scope = ()) -> list[int]:
     """Indices into :func:`catalog` for the requested clauses (validated)."""
     wanted = {get_clause(c).id for c in clauses} if clauses else None
     if wanted is not None:
@@ -44,12 +55,12 @@ def select(clauses: Sequence[str] | None) -> list[int]:
                     f"{clause_id} is checked by executing the system, not by the prover; "
                     "run `kvcontract fuzz` for it"
                 )
-    return [i for i, t in enumerate(catalog()) if wanted is None or t.clause in wanted]
+    return [i for i, t in enumerate(catalog(scope)) if wanted is None or t.clause in wanted]
 
 
-Task = tuple[str, tuple[int, ...], int, int]
-"""``(implementation name, theorem indices, shard, shards)``: one unit of work. A task
-of several indices is an exhaustive family checked in one pass over its cases."""
+Task = tuple[str, tuple[int, ...], int, int, Scope]
+"""``(implementation name, theorem indices, shard, shards, scope)``: one unit of work. A
+task of several indices is an exhaustive family checked in one pass over its cases."""
 
 FAMILY_SHARDS = 4
 """Shards per exhaustive family: the lookup family is the largest single piece of work,
@@ -57,8 +68,8 @@ so it is split to keep both cores busy to the end (and per-case memos still appl
 
 
 def _run_task(task: Task) -> tuple[Task, list[TheoremResult] | ShardOutcome]:
-    impl_name, indices, shard, shards = task
-    theorems = catalog()
+    impl_name, indices, shard, shards, scope = task
+    theorems = catalog(scope)
     impl = get_implementation(impl_name)
     if shards == 1 and len(indices) == 1:
         return task, [run_property(theorems[indices[0]], impl)]
@@ -67,9 +78,10 @@ def _run_task(task: Task) -> tuple[Task, list[TheoremResult] | ShardOutcome]:
     return task, run_family(family, impl, shard, shards)
 
 
-def _tasks(impl_name: str, indices: Sequence[int], shards: int) -> list[Task]:
+def _tasks(impl_name: str, indices: Sequence[int], shards: int,
+           scope: Scope = ()) -> list[Task]:
     """One task per theorem, and ``shards`` tasks per exhaustive family, biggest first."""
-    theorems = catalog()
+    theorems = catalog(scope)
     families: dict[str, list[int]] = {}
     tasks: list[Task] = []
     for index in indices:
@@ -77,9 +89,9 @@ def _tasks(impl_name: str, indices: Sequence[int], shards: int) -> list[Task]:
         if isinstance(theorem, CaseProperty):
             families.setdefault(theorem.family, []).append(index)
         else:
-            tasks.append((impl_name, (index,), 0, 1))
+            tasks.append((impl_name, (index,), 0, 1, scope))
     family_tasks = [
-        (impl_name, tuple(members), shard, shards)
+        (impl_name, tuple(members), shard, shards, scope)
         for members in families.values()
         for shard in range(shards)
     ]
@@ -101,6 +113,9 @@ class ProveReport:
     clauses: list[str] = field(default_factory=list)
     fail_on: frozenset[Impact] = DEFAULT_FAIL_ON
     """The impacts whose counterexamples fail the run (``--fail-on``)."""
+    geometries: list[dict[str, Any]] = field(default_factory=list)
+    """The geometries a scoped run used
+    (:func:`kvcontract.spec.properties.scoped.describe_scope`); empty: the catalogue."""
 
     @property
     def exit_code(self) -> int:
@@ -118,6 +133,7 @@ class ProveReport:
             "fail_on": sorted(i.value for i in self.fail_on),
             "exit_code": self.exit_code,
             "results": [r.to_json() for r in self.results],
+            **({"geometries": self.geometries} if self.geometries else {}),
         }
 
 
@@ -127,21 +143,26 @@ def prove(
     jobs: int | None = None,
     on_result: Callable[[TheoremResult, int, int], None] | None = None,
     fail_on: frozenset[Impact] = DEFAULT_FAIL_ON,
+    geometries: Sequence[tuple[str, Geometry]] = (),
 ) -> ProveReport:
-    """Run the selected theorems against a registered implementation."""
+    """Run the selected theorems against a registered implementation (on ``geometries``,
+    ``(label, geometry)`` pairs, when given: :mod:`kvcontract.spec.properties.scoped`)."""
+    from kvcontract.spec.properties.scoped import describe_scope
+
     get_implementation(impl_name)  # validate early: a clear error before any work
-    indices = select(clauses)
+    scope: Scope = tuple((str(label), geometry) for label, geometry in geometries)
+    indices = select(clauses, scope)
     if jobs is None:
         jobs = max(1, min(len(indices), os.cpu_count() or 1))
     if jobs < 1:
         raise UsageError(f"--jobs must be at least 1, not {jobs}")
     started = time.perf_counter()
-    tasks = _tasks(impl_name, indices, FAMILY_SHARDS if jobs > 1 else 1)
+    tasks = _tasks(impl_name, indices, FAMILY_SHARDS if jobs > 1 else 1, scope)
     results: dict[int, TheoremResult] = {}
     pending_shards: dict[tuple[int, ...], list[ShardOutcome]] = {}
 
     def collect(task: Task, outcome: list[TheoremResult] | ShardOutcome) -> None:
-        _, members, _, shards = task
+        _, members, _, shards, _ = task
         if isinstance(outcome, list):
             finished = list(zip(members, outcome, strict=True))
         else:
@@ -149,7 +170,7 @@ def prove(
             done.append(outcome)
             if len(done) < shards:
                 return
-            theorems = catalog()
+            theorems = catalog(scope)
             family = [t for t in (theorems[i] for i in members) if isinstance(t, CaseProperty)]
             merged = finish_family(family, done)
             finished = list(zip(members, merged, strict=True))
@@ -174,4 +195,5 @@ def prove(
         seconds=time.perf_counter() - started,
         clauses=sorted({r.clause for r in ordered}, key=lambda c: int(c[1:])),
         fail_on=fail_on,
+        geometries=describe_scope(scope) if scope else [],
     )

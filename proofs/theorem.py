@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import z3
@@ -35,6 +35,7 @@ from kvcontract.spec.properties.base import (
     Env,
     FormulaProperty,
     Property,
+    latent_reason,
     raised,
 )
 
@@ -178,6 +179,10 @@ def _query(
 
 
 def _decide(prop: FormulaProperty, impl: Implementation, result: TheoremResult) -> None:
+    # A counterexample on a geometry vLLM does not build is kept aside (``latent``) while
+    # the rest of the domain is searched for one that vLLM builds: the latter decides the
+    # verdict's impact, the former is reported only when nothing else is found.
+    latent: tuple[dict[str, int], str, str] | None = None
     if prop.symbolic_sizes:
         free = list(prop.symbolic_sizes) + list(prop.variables)
         outcome, hyps, goal, variables = _query(prop, impl, {}, free, prop.symbolic_rlimit)
@@ -192,16 +197,18 @@ def _decide(prop: FormulaProperty, impl: Implementation, result: TheoremResult) 
             result.domain = "all values"
             result.message = outcome.reason
             return
-        if (
-            outcome.status is z3driver.QueryStatus.REFUTED
-            and outcome.model is not None
-            and _report_counterexample(prop, impl, result, {}, hyps, goal, variables,
-                                       outcome.model)
-        ):
-            return
+        found = None
+        if outcome.status is z3driver.QueryStatus.REFUTED and outcome.model is not None:
+            found = _counterexample(prop, impl, result, {}, hyps, goal, variables,
+                                    outcome.model)
+            if found is not None and prop.grade(*found).latent is None:
+                _fill(prop, result, found[0], found[1], "all values")
+                return
         result.details.append(
             f"symbolic sizes: {outcome.status.value} within rlimit {prop.symbolic_rlimit}"
             + (f" ({outcome.reason})" if outcome.reason else "")
+            + ("; its counterexample needs a geometry vLLM does not build"
+               if found is not None else "")
             + "; case split instead"
         )
     configs = prop.configs()
@@ -216,14 +223,27 @@ def _decide(prop: FormulaProperty, impl: Implementation, result: TheoremResult) 
             vacuous += 1
             continue
         if outcome.status is z3driver.QueryStatus.UNKNOWN:
+            # Unknown is never a pass, and outranks a latent finding: a counterexample
+            # vLLM builds may hide in the undecided configuration.
             result.verdict = Verdict.UNKNOWN
             result.domain = prop.domain
             result.message = f"Z3 said unknown for {config.label}: {outcome.reason}"
+            if latent is not None:
+                result.details.append(f"also a latent counterexample: {latent[1]}")
             return
         if outcome.status is z3driver.QueryStatus.REFUTED and outcome.model is not None:
-            _report_counterexample(prop, impl, result, config.values, hyps, goal, variables,
-                                   outcome.model, label=config.label)
-            return
+            found = _counterexample(prop, impl, result, config.values, hyps, goal, variables,
+                                    outcome.model)
+            if found is None:
+                return  # did not replay: UNKNOWN, filled by _counterexample
+            if prop.grade(*found).latent is None:
+                _fill(prop, result, found[0], found[1], config.label)
+                return
+            if latent is None:
+                latent = (found[0], found[1], config.label)
+    if latent is not None:
+        _fill(prop, result, *latent)
+        return
     if vacuous == len(configs):
         result.verdict = Verdict.VACUOUS
         result.domain = prop.domain
@@ -235,7 +255,7 @@ def _decide(prop: FormulaProperty, impl: Implementation, result: TheoremResult) 
         result.details.append(f"{vacuous} configurations have no admissible values")
 
 
-def _report_counterexample(
+def _counterexample(
     prop: FormulaProperty,
     impl: Implementation,
     result: TheoremResult,
@@ -244,9 +264,9 @@ def _report_counterexample(
     goal: Bool,
     variables: list[z3.ArithRef],
     model: dict[str, int],
-    label: str = "",
-) -> bool:
-    """Minimize, re-execute on ints, and fill ``result``. False if it did not replay."""
+) -> tuple[dict[str, int], str] | None:
+    """Minimize a model and re-execute it on ints: ``(values, violation)``, or None (and
+    ``result`` UNKNOWN) when it does not replay."""
     goal_term = z3.BoolVal(goal) if isinstance(goal, bool) else goal
     hyp_terms = [h for h in hyps if isinstance(h, z3.BoolRef)]
     small, used = z3driver.minimize(hyp_terms, goal_term, variables, model, _rlimit(prop))
@@ -259,13 +279,19 @@ def _report_counterexample(
             f"solver model {values} did not reproduce on plain Python ints "
             "(an encoding gap, not a verdict)"
         )
-        return False
+        return None
+    return values, replay
+
+
+def _fill(prop: FormulaProperty, result: TheoremResult, values: dict[str, int],
+          replay: str, label: str) -> None:
+    graded = prop.grade(values, replay)
     result.verdict = Verdict.COUNTEREXAMPLE
     result.domain = label or "all values"
     result.witness = prop.witness(values)
-    result.message = replay
-    result.impact = prop.impact_of(replay).value
-    return True
+    result.message = graded.message
+    result.impact = graded.impact.value
+    result.latent = graded.latent
 
 
 def run_property(prop: Property, impl: Implementation) -> TheoremResult:
@@ -282,7 +308,13 @@ class ShardOutcome:
     checked: list[int]
     seconds: list[float]
     failures: list[tuple[int, dict[str, Any], str] | None]
-    """Per theorem: (case index, witness, message) of the shard's first violation."""
+    """Per theorem: (case index, witness, message) of the shard's first violation on a
+    geometry vLLM builds (or without a geometry)."""
+    latent: list[tuple[int, dict[str, Any], str] | None] = field(default_factory=list)
+    """Per theorem: the shard's first violation on a geometry vLLM does not build (the
+    search goes on past it, for a violation vLLM can reach)."""
+    buildable: list[int] = field(default_factory=list)
+    """Per theorem: how many of its checked cases have a geometry vLLM builds."""
 
 
 def run_family(
@@ -290,8 +322,10 @@ def run_family(
 ) -> ShardOutcome:
     """Check every case with ``index % shards == shard`` against each theorem.
 
-    A theorem stops at its first violation; since cases come in increasing size, the
-    smallest failing index over all shards is the minimal counterexample.
+    A theorem stops at its first violation on a geometry vLLM builds; since cases come
+    in increasing size, the smallest failing index over all shards is the minimal
+    counterexample. A violation on a geometry vLLM does not build is remembered (the
+    first one) and the search goes on.
     """
     if len({id(t.space) for t in theorems}) != 1:
         raise ValueError("a family's properties must share one case space")
@@ -299,12 +333,16 @@ def run_family(
         checked=[0] * len(theorems),
         seconds=[0.0] * len(theorems),
         failures=[None] * len(theorems),
+        latent=[None] * len(theorems),
+        buildable=[0] * len(theorems),
     )
     open_theorems = list(range(len(theorems)))
     clock = time.perf_counter
-    for index, case in enumerate(theorems[0].space.cases()):
+    space = theorems[0].space
+    for index, case in enumerate(space.cases()):
         if index % shards != shard:
             continue
+        real = space.geometry_of is None or latent_reason(space.geometry_of(case)) is None
         for j in tuple(open_theorems):
             theorem = theorems[j]
             started = clock()
@@ -314,9 +352,14 @@ def run_family(
                 violation = raised(exc)
             outcome.seconds[j] += clock() - started
             outcome.checked[j] += 1
-            if violation is not None:
+            outcome.buildable[j] += real
+            if violation is None:
+                continue
+            if real:
                 outcome.failures[j] = (index, theorem.witness(case), violation)
                 open_theorems.remove(j)
+            elif outcome.latent[j] is None:
+                outcome.latent[j] = (index, theorem.witness(case), violation)
         if not open_theorems:
             break
     return outcome
@@ -330,6 +373,8 @@ def finish_family(
     for j, theorem in enumerate(theorems):
         count = sum(s.checked[j] for s in shards)
         failures = [f for s in shards if (f := s.failures[j]) is not None]
+        if not failures:
+            failures = [f for s in shards if s.latent and (f := s.latent[j]) is not None]
         result = TheoremResult(
             clause=theorem.clause,
             theorem=theorem.name,
@@ -341,19 +386,25 @@ def finish_family(
         )
         if failures:
             _, witness, message = min(failures, key=lambda f: f[0])
+            graded = theorem.grade(theorem.space.decode(witness), message)
             result.verdict = Verdict.COUNTEREXAMPLE
             result.witness = witness
-            result.message = message
-            result.impact = theorem.impact_of(message).value
+            result.message = graded.message
+            result.impact = graded.impact.value
+            result.latent = graded.latent
             result.domain = theorem.domain
         elif count == 0:
             result.verdict = Verdict.VACUOUS
             result.message = "the domain is empty"
         result.details.append(f"{count} cases checked")
+        if theorem.space.geometry_of is not None:
+            real = sum(s.buildable[j] for s in shards if s.buildable)
+            result.details.append(
+                f"{real} of them on geometries vLLM builds, {count - real} latent-only "
+                "(spec.build.buildable)")
         if theorem.family and len(theorems) > 1:
             result.details.append(
                 f"checked in one pass with the {theorem.family} family ({len(shards)} shards)"
             )
         results.append(result)
     return results
-

@@ -41,6 +41,8 @@ class TheoremResult:
     details: list[str] = field(default_factory=list)
     impact: str | None = None
     """For a COUNTEREXAMPLE: what it costs a user (:class:`kvcontract.vocabulary.Impact`)."""
+    latent: str | None = None
+    """For a ``latent`` COUNTEREXAMPLE: why vLLM does not build the witness's geometry."""
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)

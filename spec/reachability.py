@@ -86,9 +86,12 @@ def block_is_reachable(
     marks: list[Bool] = []
     period = rule.period
     if period is not None:
-        if not isinstance(need, int) or need < period:
+        # Segment boundary k * period demands blocks [k * period + shift - need, ...):
+        # together every block from period + shift - need on, so all of them only when
+        # need >= period + shift (an EAGLE group's first block is not, at need == period).
+        if not isinstance(need, int) or need < period + shift:
             tail = and_(block >= shift, mod(block - shift, period) >= period - need)
-            marks.append(or_(need >= period, tail))
+            marks.append(or_(need >= period + shift, tail))
         else:
             return True
         if eagle and blocks_per_chunk > 1:
@@ -150,14 +153,41 @@ def chunk_is_stored(
     )
 
 
+def gpu_replay_boundaries(prompt_len: int, unit: int, eagle: bool) -> tuple[int, ...]:
+    """The replay boundaries vLLM 0.33.0's GPU prefix cache keeps for a prompt (stated
+    from ``kv_cache_coordinator.replay_boundaries``, with the offload's unit ``A`` in
+    place of the scheduler block): the resend's ``P - 1``; with EAGLE the hit lands one
+    unit below the aligned boundary it matched, so the resend's ``(P - 1)`` and a longer
+    sibling's ``P``, each aligned down to the unit, minus one unit (not below 0)."""
+    if not eagle:
+        return (prompt_len - 1,)
+    resend = (prompt_len - 1) // unit * unit
+    extension = prompt_len // unit * unit
+    return tuple(sorted({max(resend - unit, 0), max(extension - unit, 0)}))
+
 
 def store_replay_boundaries(geometry: Geometry, prompt_len: int) -> tuple[int, ...]:
-    """The replay boundaries the producer's store path passes to the mask (tokens): the
-    resend's ``P - 1`` (its last prompt token is recomputed), when the geometry has a
-    retention interval (0 included); none otherwise (segments of ``A`` cover it)."""
+    """The replay boundaries (tokens) the producer's store path must pass to the mask:
+    vLLM's GPU replay rule (:func:`gpu_replay_boundaries`) with the offload's unit ``A``.
+
+    The resend's ``P - 1`` (its last prompt token is recomputed); when the geometry has
+    an EAGLE group, instead the boundaries an EAGLE consumer is served at, one unit below
+    the resend's and the extension's aligned boundaries (an EAGLE hit at ``(P - 1)``
+    aligned down needs the peek chunk past it, which is incomplete unless ``A`` divides
+    ``P``): without them an EAGLE resend gets nothing where the GPU cache serves one unit
+    less than the aligned prompt, and like the GPU rule they replace ``P - 1`` (no EAGLE
+    hit lands there, so its tail would be stored for nobody). An EAGLE boundary of 0 (no
+    hit) is left out.
+
+    Sorted, without duplicates. Only with a retention interval (0 included); without
+    one the segments of ``A`` already end at every multiple of ``A``, these included.
+    """
     if geometry.retention_interval is None or prompt_len < 1:
         return ()
-    return (prompt_len - 1,)
+    unit = geometry.alignment_tokens
+    if unit is None or not any(group.eagle for group in geometry.groups):
+        return (prompt_len - 1,)
+    return tuple(b for b in gpu_replay_boundaries(prompt_len, unit, True) if b > 0)
 
 
 # -- the store rule of one group of a geometry (concrete ints) ---------------------------

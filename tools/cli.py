@@ -13,18 +13,24 @@ Exit codes (every command; ``kvcontract.vocabulary.EXIT_*``):
     4    internal error of kvcontract (a bug, a killed worker process): one line
          ``kvcontract: internal error: <Type>: <message>``; ``--debug`` adds the traceback
     130  interrupted (Ctrl-C): ``kvcontract: interrupted``
+
+A closed pipe (``kvcontract list | head -1``) is not an error: what follows is discarded
+quietly (no traceback, no "Broken pipe" line) and the run ends with the exit code it
+would have had (:class:`_PipeSafe`); unlike ``git``, the process is not killed by
+SIGPIPE (status 141), so a ``prove | head`` in CI still exits with its verdict.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import sys
 import threading
 import traceback
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from concurrent.futures.process import BrokenProcessPool
-from typing import Any
+from typing import IO, Any
 
 import click
 
@@ -89,7 +95,25 @@ for _command in COMMANDS:
 
 def _sigint(_signum: int, _frame: Any) -> None:
     SESSION.interrupted = True
+    _stop_children()
     raise KeyboardInterrupt
+
+
+def _stop_children() -> None:
+    """Pass the interrupt on to the worker processes (prover pool, audit sandbox): a
+    SIGINT sent to this process alone (``kill -INT``, a CI runner cancelling a job) must
+    not leave the pool running the rest of its queue while the parent waits for it. The
+    workers die of it quietly (:func:`_quiet_child_sigint`)."""
+    try:
+        import multiprocessing
+
+        children = multiprocessing.active_children()
+    except Exception:  # never let the handler itself fail
+        return
+    for child in children:
+        with contextlib.suppress(OSError, TypeError, ValueError):
+            if child.pid is not None:
+                os.kill(child.pid, signal.SIGINT)
 
 
 def _quiet_child_sigint() -> None:
@@ -115,10 +139,99 @@ def _install_signal_handling() -> Any:
     return signal.signal(signal.SIGINT, _sigint)
 
 
+@contextlib.contextmanager
+def sigint_guard() -> Iterator[None]:
+    """Ctrl-C during a run through the Python API (:mod:`kvcontract.api`): the worker
+    processes stop quietly and the caller gets :class:`KeyboardInterrupt`, never a
+    ``BrokenProcessPool`` of the workers that died of the same signal. A handler the
+    embedding program installed is left alone (and so is any thread but the main one)."""
+    SESSION.interrupted = False
+    previous = _install_signal_handling()
+    try:
+        yield
+    except BrokenProcessPool:
+        if SESSION.interrupted:
+            raise KeyboardInterrupt from None
+        raise
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGINT, previous)
+
+
+class _PipeSafe:
+    """A text stream whose reader may go away (``kvcontract list | head -1``): the first
+    ``BrokenPipeError`` points the file descriptor at ``/dev/null`` (so nothing, not even
+    the interpreter's last flush, fails on it again) and every later write is dropped.
+    Everything else is the wrapped stream's (rich and click read ``isatty``, ``fileno``,
+    ``encoding`` through it)."""
+
+    def __init__(self, stream: IO[str]) -> None:
+        self._stream = stream
+        self.broken = False
+
+    def _broke(self) -> None:
+        self.broken = True
+        with contextlib.suppress(OSError, ValueError, AttributeError):
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, self._stream.fileno())
+            os.close(devnull)
+
+    def write(self, text: str) -> int:
+        if self.broken:
+            return len(text)
+        try:
+            return self._stream.write(text)
+        except BrokenPipeError:
+            self._broke()
+            return len(text)
+
+    def flush(self) -> None:
+        if self.broken:
+            with contextlib.suppress(OSError, ValueError):
+                self._stream.flush()  # the buffer drains into /dev/null
+            return
+        try:
+            self._stream.flush()
+        except BrokenPipeError:
+            self._broke()
+            with contextlib.suppress(OSError, ValueError):
+                self._stream.flush()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+
+@contextlib.contextmanager
+def _pipe_safe_output() -> Iterator[None]:
+    """stdout and stderr as :class:`_PipeSafe` streams for one run (restored after it,
+    with a last flush that cannot fail)."""
+    saved = sys.stdout, sys.stderr
+    wrapped = [None if s is None or isinstance(s, _PipeSafe) else _PipeSafe(s) for s in saved]
+    if wrapped[0] is not None:
+        sys.stdout = wrapped[0]  # type: ignore[assignment]
+    if wrapped[1] is not None:
+        sys.stderr = wrapped[1]  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        for stream in wrapped:
+            if stream is not None:
+                with contextlib.suppress(OSError, ValueError):
+                    stream.flush()
+        sys.stdout, sys.stderr = saved
+
+
 def run(group: click.Group, args: Sequence[str] | None, prog_name: str | None,
         complete_var: str | None = None, windows_expand_args: bool = True,
         **extra: Any) -> int:
     """Run the group once; the exit code of what happened (see the module docstring)."""
+    with _pipe_safe_output():
+        return _run(group, args, prog_name, complete_var, windows_expand_args, **extra)
+
+
+def _run(group: click.Group, args: Sequence[str] | None, prog_name: str | None,
+         complete_var: str | None = None, windows_expand_args: bool = True,
+         **extra: Any) -> int:
     SESSION.debug = os.environ.get(DEBUG_ENV, "") not in ("", "0")
     SESSION.interrupted = False
     previous = _install_signal_handling()

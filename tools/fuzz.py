@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import itertools
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -48,6 +48,7 @@ from kvcontract.impl.system.offload import ChunkState
 from kvcontract.impl.variants import get_implementation
 from kvcontract.spec.clauses import get_clause
 from kvcontract.spec.geometry import Geometry, fa, mamba, swa
+from kvcontract.spec.properties.base import latent_reason
 from kvcontract.tools.harness import FIXTURE_OPERATIONS, SystemHarness
 from kvcontract.tools.monitor import Monitor
 from kvcontract.vocabulary import DEFAULT_FAIL_ON, Impact, Verdict, finding_exit_code
@@ -62,10 +63,15 @@ class Difference:
     message: str
     program: list[str]
     witness: dict[str, Any] = field(default_factory=dict)
+    latent: str | None = None
+    """Why vLLM does not build the scenario's geometry (then the impact is ``latent``)."""
 
     @property
     def impact(self) -> Impact:
-        """A crash of the manager is a crash; otherwise what the clause's findings cost."""
+        """``latent`` on a geometry vLLM does not build; else a crash of the manager is a
+        crash, and otherwise what the clause's findings cost."""
+        if self.latent is not None:
+            return Impact.LATENT
         return Impact.CRASH if self.kind == "crash" else get_clause(self.clause).impact
 
 
@@ -78,6 +84,9 @@ class FuzzReport:
     per_clause: dict[str, int] = field(default_factory=dict)
     differences: list[Difference] = field(default_factory=list)
     fail_on: frozenset[Impact] = DEFAULT_FAIL_ON
+    geometries: list[dict[str, Any]] = field(default_factory=list)
+    """The geometries of a scoped run (``--model``/``--geometry``); empty: the built-in
+    seed scenarios."""
 
     @property
     def exit_code(self) -> int:
@@ -97,6 +106,7 @@ class FuzzReport:
             "fail_on": sorted(i.value for i in self.fail_on),
             "differences": [_jsonable({**asdict(d), "impact": d.impact.value})
                             for d in self.differences],
+            **({"geometries": self.geometries} if self.geometries else {}),
         }
 
 
@@ -166,6 +176,8 @@ class Lockstep:
         self.program: list[str] = []
         self.findings: list[Difference] = []
         self._seen = [0, 0]
+        self.latent = latent_reason(scenario.geometry)
+        """Why vLLM does not build the scenario's geometry: its findings are latent."""
 
     def apply(self, op: Op) -> None:
         if not op or op[0] not in OPERATIONS:
@@ -197,7 +209,7 @@ class Lockstep:
                     "C11", "lockstep",
                     f"mocked and real managers decided differently at decision {index}: "
                     f"{mocked.log[index:index + 1]} vs {real.log[index:index + 1]}",
-                    list(self.program),
+                    list(self.program), latent=self.latent,
                 )
             )
             real.log[:] = mocked.log  # report once
@@ -210,7 +222,7 @@ class Lockstep:
                     Difference(
                         violation.clause, violation.kind,
                         f"[{backend}] {violation.message}", list(self.program),
-                        dict(violation.witness),
+                        dict(violation.witness), latent=self.latent,
                     )
                 )
             self._seen[which] = len(monitor.violations)
@@ -304,6 +316,85 @@ def seed_scenarios(salt: int = 0) -> list[Scenario]:
         Scenario("window-sw9-tpc4", geo,
                  [*_produce("producer", toks, 35), EVICT_GPU, *_consume(toks, 64)])
     )
+    return scenarios
+
+
+SCOPED_MAX_PROMPT = 16_384
+"""The longest prompt of a scoped seed scenario (``--model``/``--geometry``): a window
+longer than that (none of the presets has one) is exercised up to it, not past it."""
+
+
+def scoped_prompts(geometry: Geometry) -> list[int]:
+    """Prompt lengths of the seed scenarios on a given geometry: one token past the first
+    multiple of ``A`` beyond every group's window (so history is skipped and the last
+    token recomputed), and, when the largest chunk holds 256 tokens or more, one token
+    past four such chunks (4k-16k tokens); at most :data:`SCOPED_MAX_PROMPT`."""
+    unit = geometry.alignment_tokens or max(geometry.chunk_tokens(g) for g in geometry.groups)
+    reach = 2 * unit
+    for group in geometry.groups:
+        if group.sliding_window is not None:
+            tpc = geometry.chunk_tokens(group)
+            window = -(-(group.sliding_window - 1 + group.extra_retained_tokens) // tpc)
+            reach = max(reach, (window + 1) * tpc)
+    lengths = [-(-reach // unit) * unit + 1]
+    largest = max(geometry.chunk_tokens(g) for g in geometry.groups)
+    if largest >= 256:
+        lengths.append(max(lengths[0], 4 * largest + 1))
+    return sorted({min(n, SCOPED_MAX_PROMPT) for n in lengths})
+
+
+def scoped_seed_scenarios(geometries: Sequence[tuple[str, Geometry]],
+                          salt: int = 0) -> list[Scenario]:
+    """The seed scenarios' shapes on given geometries (``(label, geometry)`` pairs), at
+    the prompts of :func:`scoped_prompts`: a producer in unaligned prefill steps, then a
+    resend (the window bound); a continuation (seed 003's shape); a lookup over stored
+    chunks whose first chunk in an SWA group's window is absent and last one pending
+    (seed 000: stale pending); a miss in the finest group right after a boundary that is
+    not a multiple of ``A`` (seed 001: unaligned hit); a chunked prefill aborted, then a
+    request prefilled in large steps (seed 004: prefill horizon)."""
+    from kvcontract.spec import multigroup
+
+    scenarios: list[Scenario] = []
+    for label, geo in geometries:
+        unit = geo.alignment_tokens or max(geo.chunk_tokens(g) for g in geo.groups)
+        finest = min(range(len(geo.groups)), key=lambda g: geo.chunk_tokens(geo.groups[g]))
+        swa_groups = [g for g, spec in enumerate(geo.groups) if spec.is_swa]
+        for length in scoped_prompts(geo):
+            keys = sum(length // geo.chunk_tokens(g) for g in geo.groups)
+            capacity = max(4096, 4 * keys)
+            toks = _tokens(length, salt)
+            steps = max(unit + geo.chunk_tokens(geo.groups[finest]) + 1, -(-length // 8))
+            whole = length + 64  # a step budget that prefills the prompt at once
+            name = f"{label} P={length}"
+
+            def add(kind: str, program: list[Op], name: str = name, geo: Geometry = geo,
+                    capacity: int = capacity) -> None:
+                scenarios.append(Scenario(f"{name} {kind}", geo, program,
+                                          capacity_chunks=capacity))
+
+            add("resend", [*_produce("producer", toks, steps), EVICT_GPU,
+                           *_consume(toks, whole)])
+            add("continuation", [*_produce("producer", toks, steps), EVICT_GPU,
+                                 *_consume([*toks, 1, 2, 3], whole)])
+            top = multigroup.initial_max_hit(geo, length)
+            if swa_groups:
+                g = swa_groups[0]
+                lo, hi = multigroup.load_range(geo, geo.groups[g], top, 0)
+                if hi - lo >= 2:
+                    overrides = {(g, lo): "absent", (g, hi - 1): "pending"}
+                    add("stale-pending", _install_all(toks, geo, overrides)
+                        + _consume(toks, whole))
+            tpc = geo.chunk_tokens(geo.groups[finest])
+            x = top // tpc - 1
+            while x > 0 and (x * tpc) % unit == 0:
+                x -= 1
+            if x > 0:
+                add("unaligned", _install_all(toks, geo, {(finest, x): "absent"})
+                    + _consume(toks, whole, 2))
+            add("prefill-horizon", [
+                ("add_request", "long", toks, 1), ("step", steps), ("abort", "long"),
+                ("add_request", "whole", _tokens(length, salt + 1), 1),
+                *[("step", whole)] * 3])
     return scenarios
 
 
@@ -430,7 +521,17 @@ class FuzzFinding(AssertionError):
         self.difference = difference
 
 
-def make_state_machine(impl: Implementation, device: str, salt: int) -> type[RuleBasedStateMachine]:
+def make_state_machine(impl: Implementation, device: str, salt: int,
+                       geometries: Sequence[Geometry] = ()) -> type[RuleBasedStateMachine]:
+    """The Hypothesis state machine over :data:`FUZZ_GEOMETRIES`, or over ``geometries``
+    (a scoped run), whose shared prefixes then reach the longest prompt of
+    :func:`scoped_prompts` and whose steps include budgets of a third and all of it."""
+    pool = list(geometries) or FUZZ_GEOMETRIES
+    prefix_len = max([160, *(n for g in geometries for n in scoped_prompts(g))])
+    budgets = [1, 5, 16, 37, 64, 500]
+    if geometries:
+        budgets += [prefix_len // 3, prefix_len + 64]
+
     class OffloadPrograms(RuleBasedStateMachine):
         """Arrivals with shared prefixes, prefill steps, decode, finish, abort, preemption,
         eviction pressure, store failures and delayed completions."""
@@ -444,16 +545,16 @@ def make_state_machine(impl: Implementation, device: str, salt: int) -> type[Rul
             self.prefixes: list[list[int]] = []
 
         @initialize(
-            geometry_index=st.integers(0, len(FUZZ_GEOMETRIES) - 1),
+            geometry_index=st.integers(0, len(pool) - 1),
             delay=st.integers(0, 3),
             capacity=st.sampled_from([6, 12, 4096]),
             prompt_only=st.booleans(),
         )
         def setup(self, geometry_index: int, delay: int, capacity: int, prompt_only: bool) -> None:
-            geo = FUZZ_GEOMETRIES[geometry_index]
+            geo = pool[geometry_index]
             scenario = Scenario("fuzz", geo, [], delay, capacity, prompt_only)
             self.lockstep = Lockstep(impl, scenario, device)
-            self.prefixes = [_tokens(160, salt + i) for i in range(3)]
+            self.prefixes = [_tokens(prefix_len, salt + i) for i in range(3)]
 
         def _apply(self, op: Op) -> None:
             assert self.lockstep is not None
@@ -464,7 +565,7 @@ def make_state_machine(impl: Implementation, device: str, salt: int) -> type[Rul
         @rule(
             target=requests,
             prefix=st.integers(0, 2),
-            shared=st.integers(0, 160),
+            shared=st.integers(0, prefix_len),
             suffix=st.integers(0, 40),
             new_tokens=st.integers(1, 6),
         )
@@ -477,7 +578,7 @@ def make_state_machine(impl: Implementation, device: str, salt: int) -> type[Rul
             self._apply(("add_request", rid, tokens, new_tokens))
             return rid
 
-        @rule(budget=st.sampled_from([1, 5, 16, 37, 64, 500]))
+        @rule(budget=st.sampled_from(budgets))
         def step(self, budget: int) -> None:
             self._apply(("step", budget))
 
@@ -537,13 +638,30 @@ def run_fuzz(
     seed: int = 0,
     scenarios: list[Scenario] | None = None,
     fail_on: frozenset[Impact] = DEFAULT_FAIL_ON,
+    geometries: Sequence[tuple[str, Geometry]] = (),
+    on_progress: Callable[[str, int, int], None] | None = None,
 ) -> FuzzReport:
-    """Fuzz one implementation; see the module docstring for what counts as a finding."""
+    """Fuzz one implementation; see the module docstring for what counts as a finding.
+
+    ``geometries`` (``(label, geometry)`` pairs, ``--model``/``--geometry``) replace the
+    built-in seed scenarios by :func:`scoped_seed_scenarios` (unless ``scenarios`` are
+    given) and the state machine's geometries by these; not with ``matrix``.
+    ``on_progress(name, done, total)`` is called after each scenario and after the state
+    machine (``total`` counts both)."""
     impl = get_implementation(impl_name)
     device = _check_device(device)
     if isinstance(examples, bool) or not isinstance(examples, int) or examples < 0:
         raise UsageError(f"examples must be a non-negative integer, got {examples!r}")
+    if geometries and matrix:
+        raise UsageError("--matrix runs the built-in geometry matrix; drop it to fuzz the "
+                         "geometries of --model/--geometry (or drop those)")
     report = FuzzReport(target=impl.name, device=device, fail_on=fail_on)
+    if geometries:
+        from kvcontract.spec.properties.scoped import describe_scope
+
+        report.geometries = describe_scope(tuple(geometries))
+        if scenarios is None:
+            scenarios = scoped_seed_scenarios(geometries, seed)
     checks: Counter[str] = Counter()
     threads = torch.get_num_threads()
     if device == "cpu":
@@ -551,7 +669,8 @@ def run_fuzz(
         # batched kernels spin on a shared machine). Restored before returning.
         torch.set_num_threads(1)
     try:
-        _run_programs(impl, report, checks, device, examples, matrix, seed, scenarios)
+        _run_programs(impl, report, checks, device, examples, matrix, seed, scenarios,
+                      [geometry for _, geometry in geometries], on_progress)
     finally:
         torch.set_num_threads(threads)
     report.per_clause = dict(checks)
@@ -567,6 +686,8 @@ def _run_programs(
     matrix: bool,
     seed: int,
     scenarios: list[Scenario] | None,
+    geometries: Sequence[Geometry] = (),
+    on_progress: Callable[[str, int, int], None] | None = None,
 ) -> None:
 
     def record(lockstep: Lockstep) -> None:
@@ -585,14 +706,17 @@ def _run_programs(
     fixed = list(scenarios) if scenarios is not None else seed_scenarios(seed)
     if matrix and scenarios is None:
         fixed.extend(matrix_scenarios(seed))
-    for scenario in fixed:
+    total = len(fixed) + (1 if examples > 0 else 0)
+    for done, scenario in enumerate(fixed, 1):
         _validate(scenario)
         record(run_scenario(impl, scenario, device))
+        if on_progress is not None:
+            on_progress(scenario.name, done, total)
 
     if examples > 0:
         _STATS.clear()
         _CHECKS.clear()
-        machine = make_state_machine(impl, device, seed)
+        machine = make_state_machine(impl, device, seed, geometries)
         lines: list[str] = []
         try:
             def collect(text: object) -> None:
@@ -620,6 +744,8 @@ def _run_programs(
         report.cases += _STATS["cases"]
         report.steps += _STATS["steps"]
         checks.update(_CHECKS)
+        if on_progress is not None:
+            on_progress(f"state machine ({examples} programs)", total, total)
 
 
 def _validate(scenario: Scenario) -> None:

@@ -10,12 +10,15 @@ file that
   (:func:`kvcontract.spec.properties.replay`, as Hypothesis's ``@reproduce_failure``
   and Kani's concrete playback do): the same object the prover decided, so no property
   is restated in a template and a new clause needs nothing here;
-* runs the implementation ``get_implementation(IMPL)``, where ``IMPL`` defaults to the
+* runs the implementation ``load_implementation(IMPL)``, where ``IMPL`` defaults to the
   implementation that failed and is overridden by the ``KVCONTRACT_IMPL`` environment
-  variable, so the same file fails on the defective implementation and passes on the
-  fixed one, with a message that names the violated clause (``"C2 violated: ..."``);
-* never imports the solver or the prover (``kvcontract.proofs``): the spec's arithmetic
-  falls back to an int-only mode when ``z3`` is not installed.
+  variable (a registered name or ``module:FILE.py``), so the same file fails on the
+  defective implementation and passes on the fixed one, with a message that names the
+  violated clause (``"C2 violated: ..."``);
+* imports only kvcontract's public modules (:mod:`kvcontract.api`,
+  :mod:`kvcontract.spec.properties`), never ``kvcontract.tools`` or the solver and the
+  prover (``kvcontract.proofs``): the spec's arithmetic falls back to an int-only mode
+  when ``z3`` is not installed.
 
 On request (:func:`boundary_class_tests`) it also writes one test per boundary class of
 a clause's arithmetic theorems: the satisfiable combinations of the spec's case
@@ -118,7 +121,7 @@ def _render(
         "",
         "import os",
         "",
-        "from kvcontract.impl.variants import get_implementation",
+        "from kvcontract.api import load_implementation",
         "from kvcontract.spec.properties import replay",
         "",
         f'IMPL = os.environ.get("{IMPL_ENV}", "{target}")',
@@ -129,7 +132,7 @@ def _render(
         "",
         "",
         f"def {test_name}() -> None:",
-        "    violation = replay(THEOREM, WITNESS, get_implementation(IMPL))",
+        "    violation = replay(THEOREM, WITNESS, load_implementation(IMPL))",
         f'    assert violation is None, f"{clause.id} violated: {{violation}}"',
     ]
     return "\n".join(lines).rstrip() + "\n"
@@ -138,7 +141,7 @@ def _render(
 def _expect_failure(target: str) -> str:
     return (
         f"It fails on `{target}` (the defect) and passes on a correct implementation "
-        f"(set {IMPL_ENV} to its registered name):"
+        f"(set {IMPL_ENV} to its registered name or module:FILE.py):"
     )
 
 

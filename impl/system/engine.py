@@ -368,13 +368,13 @@ class OffloadSystem:
         ]
         self.requests[rid] = req
         geo = self.geometry
-        replay = (req.prompt_len - 1,) if geo.retention_interval is not None else ()
         for g in range(len(geo.groups)):
             req.tables[g] = []
             req.registered[g] = 0
+            # The replay boundaries are the implementation's (impl.store_replay_boundaries).
             req.trackers[g] = StoreTracker(
                 self.impl, geo, g, req.prompt_len,
-                offload_prompt_only=self.config.prompt_only, replay_boundaries=replay,
+                offload_prompt_only=self.config.prompt_only,
             )
 
     # -- hooks for harnesses (fixtures live in kvcontract.tools.harness) -----------------

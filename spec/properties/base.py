@@ -28,6 +28,7 @@ from typing import Any, ClassVar, Generic, TypeVar
 from kvcontract.errors import KvContractError, WitnessError
 from kvcontract.impl.bundle import Implementation
 from kvcontract.spec.arith import Bool, Num
+from kvcontract.spec.build import buildable
 from kvcontract.spec.clauses import get_clause
 from kvcontract.spec.geometry import Geometry
 from kvcontract.spec.lookup import LookupResult
@@ -53,6 +54,53 @@ def raised(exc: BaseException) -> Violation:
     """The finding of an implementation that raised on a case: the serving code would
     fail the request (or the scheduler step) there, whatever the clause."""
     return Violation(f"the implementation raised {type(exc).__name__}: {exc}", Impact.CRASH)
+
+
+# -- latent findings: geometries vLLM does not build ------------------------------------
+_BUILDABLE: dict[int, tuple[Geometry, str | None]] = {}
+"""``id(geometry) -> (geometry, reason or None)``: catalogues share their geometry objects
+across cases, so one check per geometry (the geometry is kept, so its id stays valid)."""
+
+
+def latent_reason(geometry: Geometry | None) -> str | None:
+    """Why vLLM does not build ``geometry`` (:func:`kvcontract.spec.build.buildable`), or
+    None when it can (or when there is no geometry to judge)."""
+    if geometry is None:
+        return None
+    known = _BUILDABLE.get(id(geometry))
+    if known is not None and known[0] is geometry:
+        return known[1]
+    ok, reason = buildable(geometry)
+    if len(_BUILDABLE) > 4096:
+        _BUILDABLE.clear()
+    _BUILDABLE[id(geometry)] = (geometry, None if ok else reason)
+    return None if ok else reason
+
+
+@dataclass(frozen=True)
+class GradedFinding:
+    """A violation with its impact, graded ``latent`` on a geometry vLLM does not build."""
+
+    message: str
+    """The judge's message; for a latent finding with why it is latent and what it would
+    cost if vLLM built the geometry."""
+    impact: Impact
+    latent: str | None = None
+    """Why the witness's geometry is not one vLLM builds (None: it is, or there is none)."""
+
+
+def grade(prop: FormulaProperty | CaseProperty, message: str,
+          geometry: Geometry | None) -> GradedFinding:
+    """The impact of one finding on ``geometry``: the judge's, the property's or the
+    clause's, unless vLLM cannot build the geometry, where it is ``latent`` (reported,
+    not failed by the default ``--fail-on``): a defect no deployment can reach today."""
+    impact = prop.impact_of(message)
+    reason = latent_reason(geometry)
+    if reason is None:
+        return GradedFinding(str(message), impact)
+    return GradedFinding(
+        f"{message} [latent: {reason}; on a geometry vLLM built this would be "
+        f"{impact.value}]", Impact.LATENT, reason)
 
 
 class Env:
@@ -133,6 +181,7 @@ HYPOTHESES_ONLY = Implementation(
     prefix_lookup=_constant(None),
     is_block_reachable=_constant(True),
     store_final_segment_end=_constant(0),
+    store_replay_boundaries=_constant(()),
 )
 """Every statement builds its hypotheses before (and independently of) its calls into
 the implementation, so constant stand-ins yield them cheaply, concrete or symbolic."""
@@ -162,10 +211,26 @@ class FormulaProperty:
     """Z3 resource budget per query of the case split (``None``: the solver's default)."""
     impact: Impact | None = None
     """What a violation costs a user (``None``: its clause's impact)."""
+    geometry: Callable[[Mapping[str, int]], Geometry] | None = None
+    """The geometry a witness's values describe, when they describe one that vLLM may or
+    may not build (the multi-group store masks); ``None``: every witness is buildable
+    (one group of any block size)."""
     kind: ClassVar[str] = "arith"
 
     def impact_of(self, message: str) -> Impact:
         return _impact_of(self, message)
+
+    def geometry_of(self, values: Mapping[str, int]) -> Geometry | None:
+        if self.geometry is None:
+            return None
+        try:
+            return self.geometry(values)
+        except KvContractError:  # values no geometry has: nothing to grade
+            return None
+
+    def grade(self, values: Mapping[str, int], message: str) -> GradedFinding:
+        """The graded finding of a violation at ``values`` (:func:`grade`)."""
+        return grade(self, message, self.geometry_of(values))
 
     @property
     def theorem_id(self) -> str:
@@ -249,6 +314,8 @@ class CaseSpace(Generic[CaseT, ObservationT]):
     from_json: Callable[[Mapping[str, Any]], CaseT]
     observe: Callable[[CaseT, Implementation], ObservationT]
     """Run the implementation on a case (memoized per case: see :class:`LastCase`)."""
+    geometry_of: Callable[[CaseT], Geometry | None] | None = None
+    """The geometry of a case, graded by :func:`grade` (``None``: cases have none)."""
 
     def decode(self, witness: Mapping[str, Any]) -> CaseT:
         try:
@@ -299,6 +366,14 @@ class CaseProperty:
     def check(self, case: Any, impl: Implementation) -> str | None:
         """Observe ``impl`` on ``case`` and judge it."""
         return self.judge(case, self.space.observe(case, impl))
+
+    def geometry_of(self, case: Any) -> Geometry | None:
+        geometry_of = self.space.geometry_of
+        return None if geometry_of is None else geometry_of(case)
+
+    def grade(self, case: Any, message: str) -> GradedFinding:
+        """The graded finding of a violation on ``case`` (:func:`grade`)."""
+        return grade(self, message, self.geometry_of(case))
 
     def witness(self, case: Any) -> dict[str, Any]:
         return {"kind": self.kind, "theorem": self.theorem_id, **self.space.to_json(case)}

@@ -381,15 +381,22 @@ def _picture_window(load_window: bool) -> Callable[[Mapping[str, int], Implement
     return picture
 
 
+def mask_geometry(v: Mapping[str, int]) -> Geometry:
+    """The geometry of a store-mask witness: an FA group of block ``A / bpc`` (which makes
+    the alignment ``A``) and the SWA group of block ``B``."""
+    retention = None if v["R"] < 0 else v["R"]
+    return Geometry(
+        (fa(v["A"] // v["bpc"]), swa(v["B"], v["sw"], v["e"], eagle=bool(v["eagle"]))),
+        blocks_per_chunk=v["bpc"], retention_interval=retention,
+    )
+
+
 def _picture_mask(v: Mapping[str, int], impl: Implementation) -> Picture:
     """A store-mask witness: FA block A/bpc gives the alignment A; chunk c is demanded
     by the witness's boundary and never stored."""
     del impl
     retention = None if v["R"] < 0 else v["R"]
-    geometry = Geometry(
-        (fa(v["A"] // v["bpc"]), swa(v["B"], v["sw"], v["e"], eagle=bool(v["eagle"]))),
-        blocks_per_chunk=v["bpc"], retention_interval=retention,
-    )
+    geometry = mask_geometry(v)
     tpc = v["B"] * v["bpc"]
     horizon = v["Hc"]
     if "k" in v:
@@ -513,6 +520,7 @@ def formula_properties() -> list[FormulaProperty]:
                     domains.MASK_DOMAIN + f", eagle={eagle}, retention={retention}",
                     uses=MASK,
                     picture=_picture_mask,
+                    geometry=mask_geometry,
                 )
             )
     for retention in ("none", "interval"):
@@ -527,6 +535,7 @@ def formula_properties() -> list[FormulaProperty]:
                 domains.MASK_DOMAIN + f", eagle=False, retention={retention}",
                 uses=MASK,
                 picture=_picture_mask,
+                geometry=mask_geometry,
             )
         )
     for eagle in (False, True):
@@ -544,6 +553,7 @@ def formula_properties() -> list[FormulaProperty]:
                     domains.MASK_DOMAIN + f", eagle={eagle}, retention={retention}",
                     uses=MASK,
                     picture=_picture_mask,
+                    geometry=mask_geometry,
                 )
             )
     # Once unknown on 33-block periods even at 400M rlimit (with the path-chain lift);
@@ -560,6 +570,7 @@ def formula_properties() -> list[FormulaProperty]:
             domains.MASK_DOMAIN + ", eagle=False, retention=none",
             uses=MASK,
             picture=_picture_mask,
+            geometry=mask_geometry,
         )
     )
     return properties

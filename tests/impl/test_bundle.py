@@ -13,6 +13,7 @@ FUNCTIONS = (
     "get_num_skipped_tokens", "retained_block_range", "load_chunk_range",
     "get_sliding_window_size_in_chunks", "load_window_size_in_chunks",
     "sliding_window_lookup", "prefix_lookup", "is_block_reachable", "store_final_segment_end",
+    "store_replay_boundaries",
 )
 
 

@@ -8,6 +8,7 @@ from kvcontract.errors import UnknownTargetError
 from kvcontract.impl import get_implementation
 from kvcontract.impl.scheduler import StoreTracker, lookup_complete_chunks
 from kvcontract.spec import HIT, HIT_PENDING, MISS, RETRY, Geometry, LookupResult, fa, swa
+from kvcontract.spec import reachability as reach
 
 REFERENCE = get_implementation("reference")
 
@@ -136,3 +137,61 @@ def test_upstream_eagle_thirteen_tokens_four_keys() -> None:
     assert outcome.hit_tokens == 12
     assert len(outcome.lookups) == 3  # keys 3, 2, 1: the run completes before key 0
     assert sorted({k for _, k in outcome.lookups}) == [1, 2, 3]
+
+
+# -- the replay boundaries the store path passes (docs/CONTRACT.md 5, 12) -----------------
+REPLAY_GEOMETRIES = [
+    Geometry((fa(16), swa(4, 8)), retention_interval=0),
+    Geometry((fa(16), swa(4, 8, eagle=True)), retention_interval=0),
+    Geometry((fa(16, eagle=True), swa(4, 8)), retention_interval=32),
+    Geometry((fa(4), swa(8, 8, eagle=True)), blocks_per_chunk=2, retention_interval=0),
+    Geometry((fa(16), swa(4, 8, eagle=True))),  # retention None: no replay boundary
+    Geometry((fa(4), fa(8), swa(4, 8, eagle=True)), retention_interval=0),  # no A
+    Geometry((swa(16, 128), fa(16, eagle=True)), blocks_per_chunk=4, retention_interval=0),
+]
+
+
+@pytest.mark.parametrize("geometry", REPLAY_GEOMETRIES, ids=lambda g: g.describe())
+def test_store_replay_boundaries_are_the_spec_s(geometry: Geometry) -> None:
+    """The reference's own rule (it imports no spec formula) equals the spec's vLLM GPU
+    replay rule on every prompt length up to 300."""
+    eagle = any(group.eagle for group in geometry.groups)
+    for prompt in range(0, 300):
+        assert REFERENCE.store_replay_boundaries(
+            prompt, geometry.alignment_tokens, geometry.retention_interval, eagle,
+        ) == reach.store_replay_boundaries(geometry, prompt), prompt
+
+
+def test_store_replay_boundaries_on_every_small_alignment() -> None:
+    """``A`` from 1 to 12 (FA ``bs A`` + SWA ``bs 1``), EAGLE or not, retention None, 0
+    and ``4 A``, every ``P`` below 120 (``P <= A`` included: both EAGLE boundaries are 0
+    or below, so nothing is passed: an EAGLE resend of one unit gets no hit)."""
+    for align in range(1, 13):
+        for eagle in (False, True):
+            for retention in (None, 0, 4 * align):
+                geometry = Geometry((fa(align), swa(1, 4, eagle=eagle)),
+                                    retention_interval=retention)
+                assert geometry.alignment_tokens == align
+                for prompt in range(0, 120):
+                    assert REFERENCE.store_replay_boundaries(
+                        prompt, align, retention, eagle,
+                    ) == reach.store_replay_boundaries(geometry, prompt), (geometry, prompt)
+
+
+def test_store_tracker_passes_the_implementation_s_boundaries() -> None:
+    """FA 16 + SWA 4 (sw 8, EAGLE), retention 0, P = 33: the reference passes ``(16,)``
+    (the GPU's EAGLE boundary ``32 - 16``; with EAGLE vLLM keeps no ``P - 1``) and stores
+    SWA chunks ``{2, 3, 4}``, what an EAGLE resend reads at 16 (window and peek chunk);
+    upstream's ``_build_store_jobs`` passes ``(32,)`` and stores ``{6, 7}``, the tail of a
+    boundary no EAGLE resend lands on (its peek chunk 8 is incomplete)."""
+    geometry = Geometry((fa(16), swa(4, 8, eagle=True)), retention_interval=0)
+    offered = {}
+    for name in ("reference", "upstream-current"):
+        tracker = StoreTracker(get_implementation(name), geometry, 1, 33)
+        tracker.step("prefilling", 0, 33, 33)
+        tracker.step("finished", 33, 0, 34)
+        offered[name] = (tracker.replay_boundaries, sorted(tracker.offered))
+    assert offered == {"reference": ((16,), [2, 3, 4]),
+                       "upstream-current": ((32,), [6, 7])}
+    pinned = StoreTracker(REFERENCE, geometry, 1, 33, replay_boundaries=())
+    assert pinned.replay_boundaries == ()

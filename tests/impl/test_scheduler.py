@@ -15,7 +15,7 @@ from kvcontract.impl.scheduler import (
 from kvcontract.impl.variants import get_implementation
 from kvcontract.spec import multigroup
 from kvcontract.spec import retention as spec_ret
-from kvcontract.spec.geometry import Geometry, fa, mamba, swa
+from kvcontract.spec.geometry import Geometry, GroupKind, fa, mamba, swa
 from kvcontract.spec.lookup import LookupResult
 
 REFERENCE = get_implementation("reference")
@@ -104,8 +104,25 @@ def test_load_ranges_agree_with_spec(bpc: int, local: int) -> None:
     geometry = Geometry((fa(8), swa(4, 12, 1), mamba(8)), blocks_per_chunk=bpc)
     for hit in range(local + 1, 200):
         for group in geometry.groups:
+            tpc = geometry.chunk_tokens(group)
+            if group.kind is GroupKind.MAMBA and (hit % tpc or local % tpc):
+                continue  # a Mamba group is loaded at chunk ends only (next test)
             assert group_load_range(REFERENCE, geometry, group, hit, local) == \
                 multigroup.load_range(geometry, group, hit, local), (group, hit)
+
+
+def test_load_ranges_refuse_hits_outside_the_domain() -> None:
+    """A local hit that is not whole blocks, or a Mamba hit inside a chunk, is a caller's
+    error the load ranges stop on (docs/CONTRACT.md 13), never a silent answer."""
+    geometry = Geometry((fa(8), mamba(8)), blocks_per_chunk=2)
+    fa_group, mamba_group = geometry.groups
+    with pytest.raises(AssertionError, match="whole number of blocks"):
+        group_load_range(REFERENCE, geometry, fa_group, 32, 4)
+    with pytest.raises(AssertionError, match="chunk ends"):
+        group_load_range(REFERENCE, geometry, mamba_group, 24, 0)
+    with pytest.raises(AssertionError, match="chunk ends"):
+        group_load_range(REFERENCE, geometry, mamba_group, 32, 8)
+    assert group_load_range(REFERENCE, geometry, mamba_group, 32, 16) == (1, 2)
 
 
 def test_first_live_block_is_retention() -> None:

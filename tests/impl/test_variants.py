@@ -24,6 +24,7 @@ from kvcontract.spec.lookup import HIT, HIT_PENDING, MISS
 WINDOW = "get_sliding_window_size_in_chunks"
 LOAD_WINDOW = "load_window_size_in_chunks"
 MASK = "is_block_reachable"
+REPLAY = "store_replay_boundaries"
 
 # The functions each variant's docstring entry (impl/variants.py) describes as defective.
 CHANGED: dict[str, set[str]] = {
@@ -32,7 +33,7 @@ CHANGED: dict[str, set[str]] = {
     "unaligned-hit": {LOAD_WINDOW},
     "mtp-extra-retained": {WINDOW, LOAD_WINDOW, MASK},
     "prefill-horizon": {"store_final_segment_end"},
-    "upstream-current": {WINDOW, LOAD_WINDOW, MASK},
+    "upstream-current": {WINDOW, LOAD_WINDOW, MASK, REPLAY},
 }
 # Clauses the docstring says each variant violates.
 DOCUMENTED: dict[str, set[str]] = {
@@ -40,7 +41,7 @@ DOCUMENTED: dict[str, set[str]] = {
     "unaligned-hit": {"C2"},
     "mtp-extra-retained": {"C2"},
     "prefill-horizon": {"C8", "C9"},
-    "upstream-current": {"C3", "C4", "C7"},
+    "upstream-current": {"C3", "C4", "C7", "C9", "C12"},
 }
 
 
@@ -71,6 +72,10 @@ DISCRIMINATING: dict[tuple[str, str], tuple[Callable[[Implementation], Any], Any
     ("upstream-current", MASK): (
         lambda i: bool(i.is_block_reachable(34, 1056, 32, 2, 0, True, None, None, (), 2)),
         True, False),
+    # 12: P 33, A 16, retention 0, an EAGLE group: the GPU's EAGLE replay boundary 16
+    # (no EAGLE hit lands on P - 1 = 32).
+    ("upstream-current", REPLAY): (
+        lambda i: i.store_replay_boundaries(33, 16, 0, True), (16,), (32,)),
 }
 
 
@@ -89,7 +94,7 @@ def test_each_variant_differs_in_exactly_its_defective_functions(name: str) -> N
     impl = VARIANTS[name]
     functions = [f for f in REFERENCE.__dataclass_fields__
                  if callable(getattr(REFERENCE, f))]
-    assert len(functions) == 9
+    assert len(functions) == 10
     changed = {f for f in functions if getattr(impl, f) is not getattr(REFERENCE, f)}
     assert changed == CHANGED[name]
 

@@ -253,3 +253,24 @@ def test_matrix_catches_every_variant(variant: str) -> None:
     # The matrix finds at least one clause the variant is known to violate (it may find
     # more: upstream-current's over-demanded window also shows as a C2 lookup there).
     assert clauses & set(get_implementation(variant).violates), (variant, clauses)
+
+
+
+def test_findings_on_a_geometry_vllm_does_not_build_are_latent() -> None:
+    """A lockstep on a geometry vLLM's planning cannot produce (two SWA groups with
+    different e) grades its findings latent: reported, failing only under --fail-on
+    latent; on the seed's buildable geometry the same stale-pending finding is a delay."""
+    from kvcontract.tools.fuzz import Difference, FuzzReport
+
+    odd = Geometry((swa(4, 8), swa(8, 16, 2)))
+    lockstep = Lockstep(get_implementation("reference"), Scenario("odd", odd, []), "cpu")
+    assert lockstep.latent is not None and "different e" in lockstep.latent
+    finding = Difference("C2", "crash", "boom", ["step 1"], latent=lockstep.latent)
+    assert finding.impact is Impact.LATENT
+    report = FuzzReport("reference", "cpu", differences=[finding])
+    assert report.exit_code == 0
+    assert dataclasses.replace(report, fail_on=frozenset({Impact.LATENT})).exit_code == 1
+    seed = next(s for s in seed_scenarios() if s.name == "seed000-stale-pending")
+    assert Lockstep(get_implementation("reference"), seed, "cpu").latent is None
+    buildable = run_fuzz("stale-pending", examples=0, scenarios=[seed])
+    assert {d.impact for d in buildable.differences} == {Impact.DELAY}

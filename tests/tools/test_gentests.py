@@ -133,7 +133,7 @@ def test_reproducer_shows_the_witness(
     assert "THEOREM = 'C3/lookup-defers-only-in-scope'" in lookup
     arith = tests["unaligned-hit"][0].source
     assert _witness(arith)["values"] == {"bs": 1, "bpc": 2, "N": 3, "Lb": 0, "sw": 2, "e": 1}
-    assert "replay(THEOREM, WITNESS, get_implementation(IMPL))" in arith
+    assert "replay(THEOREM, WITNESS, load_implementation(IMPL))" in arith
 
 
 def _witness(source: str) -> dict[str, Any]:

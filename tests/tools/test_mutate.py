@@ -144,6 +144,30 @@ def test_equivalence_needs_known_parameters_and_grids_scans() -> None:
     assert compare(scan, scan_broken).equivalent is False
 
 
+def test_equivalence_is_on_the_contract_s_domain_only() -> None:
+    """A local hit is whole blocks (docs/CONTRACT.md 13): rounding it up or down to
+    blocks is the same function there, and shown so; with parameter names that carry no
+    such relation the same change is a difference."""
+    def ceil_blocks(local_hit: int, block_tokens: int) -> int:
+        return -(-local_hit // block_tokens)
+
+    def floor_blocks(local_hit: int, block_tokens: int) -> int:
+        return local_hit // block_tokens
+
+    shown = compare(ceil_blocks, floor_blocks)
+    assert shown.equivalent is True
+    assert "local_hit a multiple of block_tokens" in shown.detail
+
+    def ceil_any(hit: int, block_tokens: int) -> int:
+        return -(-hit // block_tokens)
+
+    def floor_any(hit: int, block_tokens: int) -> int:
+        return hit // block_tokens
+
+    differs = compare(ceil_any, floor_any)
+    assert differs.equivalent is False and differs.distinguishing_input is not None
+
+
 def _kvcontract(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "kvcontract", "mutate", *args], cwd=ROOT,
                           capture_output=True, text=True, timeout=300)

@@ -13,23 +13,34 @@ functions the clause's theorems call:
 * ``no difference found (not proved)`` - holds in both, no difference in N compared
   cases, but no proof. Two versions are never called equivalent without a proof.
 
+The baseline is a second target, or ``git:REF``: the audited target's own files at a
+revision of the git repository that contains them (:func:`git_baseline_target`, read
+with ``git show`` into a temporary tree; the checkout is not touched).
+
 The function comparisons execute upstream code, so they run in sandbox children too.
 """
 
 from __future__ import annotations
 
+import contextlib
 import itertools
+import shutil
+import subprocess
 from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import z3
 
+from kvcontract.errors import InputFileError, UsageError
 from kvcontract.impl.bundle import Implementation
 from kvcontract.proofs.symbolic import LiftError, PathExplorer
 from kvcontract.spec.properties.domains import BLOCK_SIZES, BLOCKS_PER_CHUNK
 from kvcontract.tools.audit.binding import Binding, UpstreamError
 from kvcontract.tools.audit.engine import THEOREM_FIELDS, AuditOptions, AuditRun, clause_summary
 from kvcontract.tools.audit.sandbox import run_jobs
+from kvcontract.tools.audit.targets import Target, _version_of
 from kvcontract.vocabulary import EXIT_FINDING, EXIT_OK, LookupResult, RequestStatus, Verdict
 
 _ARITH: dict[str, tuple[tuple[str, ...], Callable[[dict[str, Any]], tuple[Any, ...]]]] = {
@@ -176,6 +187,10 @@ def _compare_grid(name: str, old: Implementation, new: Implementation) -> dict[s
     if name == "store_final_segment_end":
         cases: Any = ((s.value, p, c) for s in RequestStatus
                       for p in range(0, 12) for c in range(0, 12))
+    elif name == "store_replay_boundaries":
+        # (prompt_len, alignment_tokens, retention_interval, use_eagle)
+        cases = ((p, a, r, eagle) for a in (None, 4, 16, 48) for r in (None, 0, 96)
+                 for eagle in (False, True) for p in range(0, 130))
     else:
         cases = ((b, a, bt, sw, e, eagle, r, f, ())
                  for bt in (4, 16) for a in (bt * 4, bt * 9, None) for r in (None, 0, 2 * (a or 1))
@@ -321,3 +336,107 @@ def compare(base: Binding, base_run: AuditRun, target: Binding, run: AuditRun,
         "baseline_results": base_run.rows,
         "exit_code": EXIT_FINDING if regressed else EXIT_OK,
     }
+
+
+# -- --baseline git:REF: the target's own files at a git revision --------------------------
+GIT_PREFIX = "git:"
+"""``--baseline git:REF``: the audited target's files at revision REF of the git
+repository that contains them (read with ``git show``; the checkout is not touched)."""
+
+
+def is_git_baseline(spec: str | None) -> bool:
+    return spec is not None and spec.strip().startswith(GIT_PREFIX)
+
+
+@dataclass(frozen=True)
+class GitTarget(Target):  # type: ignore[misc]  # mypy sees the package as Any
+    """The audited target's files as they were at a git revision."""
+
+    ref: str = ""
+    commit: str = ""
+    original: str = ""
+    """What the audited target itself displays as."""
+
+    def display(self) -> str:
+        return f"{self.original} at git {self.ref} ({self.commit[:12]})"
+
+
+def _git(args: list[str], cwd: Path) -> subprocess.CompletedProcess[bytes]:
+    git = shutil.which("git")
+    if git is None:
+        raise UsageError("--baseline git:REF needs git, which is not on PATH")
+    try:
+        return subprocess.run([git, *args], cwd=cwd, capture_output=True, timeout=60,
+                              check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise UsageError(f"--baseline git:REF: git {' '.join(args[:2])} failed: {exc}") from None
+
+
+def _first_line(data: bytes) -> str:
+    text = data.decode("utf-8", errors="replace").strip()
+    return text.splitlines()[0] if text else "no message"
+
+
+def git_baseline_target(spec: str, target: Target, into: Path) -> GitTarget:
+    """Materialize ``git:REF`` for ``target``: every file the target audits, read at REF
+    from the repository that contains it, written under ``into`` in the same layout.
+
+    A target outside a git repository, an unknown revision, or a revision holding none
+    of the target's files is a usage/input error (exit 2) naming it."""
+    ref = spec.strip()[len(GIT_PREFIX):].strip()
+    if not ref:
+        raise UsageError("--baseline git:REF needs a revision, e.g. git:HEAD~1, git:main, "
+                         "git:origin/main or a commit")
+    if ref.startswith("-") or any(c in ref for c in "\0\n\r"):
+        raise UsageError(f"--baseline git:{ref}: not a revision")
+    if target.kind == "builtin" or not target.files:
+        raise UsageError(f"--baseline {spec}: the target {target.spec} has no files in a "
+                         "git repository; git:REF needs --target vllm:PATH or "
+                         "module:FILE.py")
+    files = [Path(f).resolve() for f in target.files]
+    anchor = (target.package_dir.resolve() if target.package_dir is not None
+              else files[0].parent)
+    top = _git(["rev-parse", "--show-toplevel"], anchor)
+    if top.returncode != 0:
+        raise InputFileError(str(anchor), f"not inside a git repository, so --baseline "
+                                          f"{spec} has nothing to read ({_first_line(top.stderr)})")
+    root = Path(top.stdout.decode().strip()).resolve()
+    found = _git(["rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}"], root)
+    if found.returncode != 0:
+        raise UsageError(f"--baseline git:{ref}: no such revision in the git repository at "
+                         f"{root} (a branch, tag or commit; fetch it first, e.g. "
+                         "actions/checkout with fetch-depth: 0)")
+    commit = found.stdout.decode().strip()
+    tree = into / "tree"
+    written: list[Path] = []
+    for path in files:
+        try:
+            relative = path.relative_to(root)
+        except ValueError:
+            raise InputFileError(str(path), f"outside the git repository at {root}") from None
+        shown = _git(["show", f"{commit}:{relative.as_posix()}"], root)
+        if shown.returncode != 0:
+            continue  # not in that revision: its functions are reported missing
+        copy = tree / relative
+        copy.parent.mkdir(parents=True, exist_ok=True)
+        copy.write_bytes(shown.stdout)
+        written.append(copy)
+    if not written:
+        shown_files = ", ".join(str(p.relative_to(root)) for p in files)
+        raise InputFileError(f"git:{ref}", f"none of the audited files ({shown_files}) "
+                                           f"exists at {commit[:12]} in {root}")
+    package_dir = None
+    version = None
+    if target.package_dir is not None:
+        package_dir = tree / target.package_dir.resolve().relative_to(root)
+        version_file = target.package_dir.resolve() / "_version.py"
+        with contextlib.suppress(ValueError):
+            shown = _git(["show", f"{commit}:{version_file.relative_to(root).as_posix()}"],
+                         root)
+            if shown.returncode == 0:
+                (package_dir / "_version.py").write_bytes(shown.stdout)
+                version = _version_of(package_dir)
+    return GitTarget(spec=f"{GIT_PREFIX}{ref}", kind=target.kind,
+                     name=f"{target.name}@{ref}", package_dir=package_dir,
+                     files=tuple(written), version=version, ref=ref, commit=commit,
+                     original=target.display())

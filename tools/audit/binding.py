@@ -24,6 +24,7 @@ import __future__
 import ast
 import copy
 import dataclasses
+import enum
 import inspect
 import itertools
 import logging
@@ -81,7 +82,21 @@ ROLES: tuple[RoleSpec, ...] = (
     RoleSpec("multi_group_lookup", (f"{SCHED_CLS}._lookup_complete_chunks",), (SCHEDULER,),
              "multi-group lookup with convergence"),
     RoleSpec("store_jobs", (f"{SCHED_CLS}._build_store_jobs",), (SCHEDULER,),
-             "store-job builder (inspected for its horizon, not executed)"),
+             "store-job builder (executed by the upstream store path, tools/audit/store.py; "
+             "inspected for the catalogue's horizon)"),
+    RoleSpec("mamba_align", ("resolve_mamba_align_size",), (SCHEDULER,),
+             "the Mamba alignment of the hit window (align cache mode)"),
+    # What upstream's store path (_build_store_jobs) calls; executed by tools/audit/store.py.
+    RoleSpec("offloadable_tokens", (f"{SCHED_CLS}._calc_num_offloadable_tokens",), (SCHEDULER,),
+             "tokens a store job may cover (max_offload_tokens, offload_prompt_only)"),
+    RoleSpec("storable_chunks", ("RequestOffloadState.storable_chunks",), (SCHEDULER,),
+             "storable chunks of a group (EAGLE volatile chunk, allocated and keyed chunks)"),
+    RoleSpec("advance_stored_idx", ("RequestOffloadState.advance_stored_idx",), (SCHEDULER,),
+             "stored-chunk index advance of a step that stores nothing"),
+    RoleSpec("final_swa_alignment", (f"{SCHED_CLS}._final_swa_alignment_blocks",),
+             (SCHEDULER,), "final-tail alignment in blocks of a non-EAGLE SWA group"),
+    RoleSpec("base_block_mask", ("SingleTypeKVCacheManager.reachable_block_mask",), (MANAGER,),
+             "the default (dense) block mask of the managers that keep every block (FA)"),
 )
 ROLE_BY_NAME = {r.role: r for r in ROLES}
 
@@ -95,6 +110,7 @@ FIELD_ROLES: dict[str, tuple[str, ...]] = {
     "prefix_lookup": ("prefix_scan",),
     "is_block_reachable": ("reachability",),
     "store_final_segment_end": ("store_horizon",),
+    "store_replay_boundaries": ("store_jobs",),
 }
 """Implementation field -> the binding roles it is built from (pseudo-roles
 ``reachability`` and ``store_horizon`` are resolved from several upstream shapes)."""
@@ -187,6 +203,60 @@ class ChunkedLocalAttentionSpec(KVCacheSpec):
 @dataclass
 class MambaSpec(KVCacheSpec):
     block_size: Any = 16
+    mamba_cache_mode: str = "align"
+    """Offloading needs prefix caching, and Mamba prefix caching needs ``align`` mode
+    (``MambaManager.__init__``, vLLM 0.30-0.33)."""
+
+
+class UpstreamRequestStatus(enum.IntEnum):
+    """Stand-in of ``vllm.v1.request.RequestStatus`` (the store path compares a request's
+    status with ``FINISHED_ABORTED`` and asks ``is_finished``: every status past
+    ``PREEMPTED`` is a finished one)."""
+
+    WAITING = enum.auto()
+    RUNNING = enum.auto()
+    PREEMPTED = enum.auto()
+    FINISHED_STOPPED = enum.auto()
+    FINISHED_LENGTH_CAPPED = enum.auto()
+    FINISHED_ABORTED = enum.auto()
+    FINISHED_IGNORED = enum.auto()
+    FINISHED_ERROR = enum.auto()
+
+    @staticmethod
+    def is_finished(status: UpstreamRequestStatus) -> bool:
+        return status > UpstreamRequestStatus.PREEMPTED
+
+
+class _Record:
+    """A plain record of what upstream builds (transfer jobs, block specs): the store
+    path only creates them and reads back the fields it set."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self.args = args
+        self.__dict__.update(kwargs)
+
+
+class GPULoadStoreSpec(_Record):
+    """Stand-in of the GPU side of a transfer (block ids, group sizes, block indices)."""
+
+
+class TransferJob(_Record):
+    """Stand-in of a transfer job (request, source and destination specs)."""
+
+
+class TransferJobStatus(_Record):
+    """Stand-in of the scheduler's record of a transfer job."""
+
+    is_store = False
+    is_sync_load = False
+    deferred_fence_block_ids: Any = None
+    fenced_block_ids: Any = None
+
+
+class ConnectorMetricName(enum.Enum):
+    """Stand-in of the connector's metric names (an allocation failure is counted)."""
+
+    ALLOCATION_FAILURE = "allocation_failure"
 
 
 class _AssertFailed(AssertionError):
@@ -227,6 +297,12 @@ def _namespace() -> dict[str, Any]:
         "MambaSpec": MambaSpec,
         "replace": dataclasses.replace,
         "chain": itertools.chain,
+        "islice": itertools.islice,
+        "RequestStatus": UpstreamRequestStatus,
+        "GPULoadStoreSpec": GPULoadStoreSpec,
+        "TransferJob": TransferJob,
+        "TransferJobStatus": TransferJobStatus,
+        "_ConnectorMetricName": ConnectorMetricName,
         "logger": logging.getLogger("kvcontract.audit.upstream"),
         "Sequence": Sequence,
         "Iterable": Iterable,
@@ -461,6 +537,7 @@ def _build_adapters(binding: Binding) -> None:
     horizon = _infer_store_horizon(binding)
     if horizon is not None:
         fields["store_final_segment_end"] = horizon
+    fields["store_replay_boundaries"] = _upstream_replay_boundaries
     binding.implementation = _assemble_implementation(binding, fields)
 
 
@@ -812,6 +889,19 @@ def _prompt_horizon(status: str, prompt_horizon_chunks: int, current_chunks: int
 
 def _frontier_horizon(status: str, prompt_horizon_chunks: int, current_chunks: int) -> int:
     return current_chunks
+
+
+def _upstream_replay_boundaries(prompt_len: int, alignment_tokens: int | None,
+                                retention_interval: int | None,
+                                use_eagle: bool) -> tuple[int, ...]:
+    """The replay boundaries upstream's store path passes to its mask (modelled, not
+    executed: ``_build_store_jobs`` needs most of vLLM). vLLM 0.30-0.33
+    ``distributed/kv_transfer/kv_connector/v1/offloading/scheduler.py:_build_store_jobs``
+    passes ``(req.num_prompt_tokens - 1,)`` when a retention interval is configured, for
+    every group, EAGLE or not (a shared-prefix boundary is outside the catalogue)."""
+    if retention_interval is None or prompt_len < 1:
+        return ()
+    return (prompt_len - 1,)
 
 
 def _infer_store_horizon(binding: Binding) -> Callable[..., int] | None:

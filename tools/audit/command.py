@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
-import sys
+import contextlib
+import tempfile
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from rich.console import Console
@@ -11,11 +13,20 @@ from rich.markup import escape
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from kvcontract.errors import UsageError
+from kvcontract.spec.geometry import Geometry
 from kvcontract.tools.audit.binding import Binding, bind
 from kvcontract.tools.audit.engine import AuditOptions, AuditRun, run_audit
 from kvcontract.tools.audit.report import build_report, print_bindings, print_report
-from kvcontract.tools.audit.targets import resolve_target
-from kvcontract.vocabulary import DEFAULT_FAIL_ON, Impact, Verdict
+from kvcontract.tools.audit.targets import Target, resolve_target
+from kvcontract.tools.reports.gate import FindingsBaseline
+from kvcontract.vocabulary import (
+    DEFAULT_FAIL_ON,
+    EXIT_OK,
+    EXIT_UNKNOWN,
+    Impact,
+    Verdict,
+    worst_exit_code,
+)
 
 THEOREM_TIMEOUT = 600.0
 """Seconds a theorem's child process may run before it is killed (reported UNKNOWN, never
@@ -24,7 +35,7 @@ bounded by counted cases (``--budget``), not by time."""
 
 
 def _options(clauses: Sequence[str], call_timeout: float, budget: int,
-             jobs: int | None) -> AuditOptions:
+             jobs: int | None, geometries: Sequence[tuple[str, Geometry]] = ()) -> AuditOptions:
     if call_timeout <= 0:
         raise UsageError(f"--timeout must be positive, not {call_timeout:g}")
     if isinstance(budget, bool) or not isinstance(budget, int) or budget <= 0:
@@ -33,7 +44,8 @@ def _options(clauses: Sequence[str], call_timeout: float, budget: int,
         raise UsageError(f"--jobs must be at least 1, not {jobs}")
     return AuditOptions(clauses=list(clauses) or None, call_timeout=call_timeout,
                         budget=budget, jobs=jobs,
-                        theorem_timeout=THEOREM_TIMEOUT)
+                        theorem_timeout=THEOREM_TIMEOUT,
+                        geometries=tuple((str(label), g) for label, g in geometries))
 
 
 def _run(console: Console, binding: Binding, options: AuditOptions, quiet: bool) -> AuditRun:
@@ -102,7 +114,7 @@ def draw_pictures(binding: Binding, report: dict[str, Any], out_dir: str,
 def run_audit_command(
     target: str,
     *,
-    baseline: str | None = None,
+    baseline: str | Target | None = None,
     clauses: Sequence[str] = (),
     call_timeout: float = 2.0,
     budget: int = AuditOptions.budget,
@@ -112,12 +124,60 @@ def run_audit_command(
     quiet: bool = False,
     to_stderr: bool = False,
     fail_on: frozenset[Impact] = DEFAULT_FAIL_ON,
+    geometries: Sequence[tuple[str, Geometry]] = (),
+    only_new: bool = False,
+    findings_baseline: FindingsBaseline | None = None,
+    write_baseline: str | None = None,
+    require_complete: bool = False,
 ) -> dict[str, Any]:
-    """Bind, check, compare and print; returns the versioned report (with ``exit_code``)."""
-    options = _options(clauses, call_timeout, budget, jobs)
-    console = Console(width=None if sys.stdout.isatty() else 200, stderr=to_stderr)
-    resolved = resolve_target(target)
-    resolved_baseline = resolve_target(baseline) if baseline else None
+    """Bind, check, compare and print; returns the versioned report (with ``exit_code``).
+
+    ``geometries`` (``(label, geometry)`` pairs of ``--model``/``--geometry``) scope the
+    checks to those geometries (:mod:`kvcontract.spec.properties.scoped`); the report
+    then lists them under ``geometries``.
+
+    ``baseline`` is a target string, ``git:REF`` (the target's files at that revision,
+    :func:`~kvcontract.tools.audit.baseline.git_baseline_target`) or a resolved
+    :class:`Target`. The pull-request gate (:mod:`kvcontract.tools.reports.gate`):
+    ``findings_baseline`` marks every finding ``new`` or ``baseline``, ``only_new``
+    (``--fail-on new``) fails only on new ones, ``write_baseline`` writes the run's
+    findings as a baseline file; ``require_complete`` makes any unchecked theorem exit
+    3."""
+    options = _options(clauses, call_timeout, budget, jobs, geometries)
+    from kvcontract.tools.commands._common import make_console
+
+    console = make_console(stderr=to_stderr)
+    with contextlib.ExitStack() as stack:
+        resolved = resolve_target(target)
+        resolved_baseline = _baseline_target(baseline, resolved, stack)
+        return _audit(console, resolved, resolved_baseline, options, quiet=quiet,
+                      fail_on=fail_on, reproducer_dir=reproducer_dir,
+                      picture_dir=picture_dir, only_new=only_new,
+                      findings_baseline=findings_baseline, write_baseline=write_baseline,
+                      require_complete=require_complete)
+
+
+def _baseline_target(baseline: str | Target | None, resolved: Target,
+                     stack: contextlib.ExitStack) -> Target | None:
+    """The ``--baseline`` as a target (``git:REF`` read into a temporary tree that
+    ``stack`` removes)."""
+    if baseline is None or isinstance(baseline, Target):
+        return baseline
+    if not baseline:
+        return None
+    from kvcontract.tools.audit.baseline import git_baseline_target, is_git_baseline
+
+    if is_git_baseline(baseline):
+        folder = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="kvcontract-git-")))
+        return git_baseline_target(baseline, resolved, folder)
+    return resolve_target(baseline)
+
+
+def _audit(console: Console, resolved: Target, resolved_baseline: Target | None,
+           options: AuditOptions, *, quiet: bool, fail_on: frozenset[Impact],
+           reproducer_dir: str | None, picture_dir: str | None, only_new: bool,
+           findings_baseline: FindingsBaseline | None, write_baseline: str | None,
+           require_complete: bool) -> dict[str, Any]:
     binding = bind(resolved)
     if not quiet:
         print_bindings(console, build_report(binding, AuditRun([], [], 0.0)))
@@ -132,6 +192,11 @@ def run_audit_command(
         base_run = _run(console, base_binding, options, quiet)
         comparison = compare(base_binding, base_run, binding, run, options)
     report: dict[str, Any] = build_report(binding, run, comparison, fail_on)
+    _gate(report, fail_on, only_new, findings_baseline, write_baseline, require_complete)
+    if options.geometries:
+        from kvcontract.spec.properties.scoped import describe_scope
+
+        report["geometries"] = describe_scope(options.geometries)
     if reproducer_dir:
         from kvcontract.tools.audit.reproduce import write_reproducers
 
@@ -148,4 +213,32 @@ def run_audit_command(
             console.print(f"wrote {path}", highlight=False)
         for line in report.get("picture_notes", []):
             console.print("[yellow]no picture[/] " + escape(line), highlight=False)
+        from kvcontract.tools.commands._common import print_gate
+
+        print_gate(console, report)
+        if report.get("require_complete") and report["unchecked"]:
+            console.print(escape(f"--require-complete: {len(report['unchecked'])} theorems "
+                                 "were not checked (listed above): exit 3 unless a finding "
+                                 "fails the run"), highlight=False)
     return report
+
+
+def _gate(report: dict[str, Any], fail_on: frozenset[Impact], only_new: bool,
+          findings_baseline: FindingsBaseline | None, write_baseline: str | None,
+          require_complete: bool) -> None:
+    """The findings baseline and ``--require-complete`` applied to a built report: its
+    findings marked, the baseline written, and its ``exit_code`` recomputed (as
+    :func:`~kvcontract.tools.audit.report.build_report` does, with the gate)."""
+    from kvcontract.tools.commands._common import finish_gate
+    from kvcontract.tools.reports.gate import gate_exit_code
+
+    finish_gate(report, findings_baseline, only_new=only_new, write_baseline=write_baseline)
+    codes = [gate_exit_code(report["results"], fail_on, only_new, empty=EXIT_UNKNOWN)]
+    comparison = report.get("comparison")
+    if comparison is not None:
+        codes.append(int(comparison.get("exit_code", EXIT_OK)))
+    if require_complete:
+        report["require_complete"] = True
+        if report["unchecked"]:
+            codes.append(EXIT_UNKNOWN)
+    report["exit_code"] = worst_exit_code(codes)

@@ -26,7 +26,7 @@ import contextlib
 import dataclasses
 import os
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -35,13 +35,13 @@ import z3
 from kvcontract.errors import UsageError
 from kvcontract.impl.bundle import Implementation
 from kvcontract.impl.variants import REFERENCE
-from kvcontract.proofs.runner import catalog
+from kvcontract.proofs.runner import Scope, catalog
 from kvcontract.proofs.theorem import SymbolicEnv, run_property
 from kvcontract.proofs.uses import LOOKUP_FUNCTIONS, STORE_FUNCTIONS, THEOREM_FUNCTIONS
 from kvcontract.proofs.verdicts import TheoremResult, Verdict
 from kvcontract.spec.clauses import CLAUSES, get_clause
 from kvcontract.spec.properties import CaseProperty, Config, Env, FormulaProperty, Property
-from kvcontract.spec.properties.base import HYPOTHESES_ONLY, raised
+from kvcontract.spec.properties.base import HYPOTHESES_ONLY, latent_reason, raised
 from kvcontract.tools.audit.binding import Binding, UpstreamError
 from kvcontract.tools.audit.sandbox import Outcome, run_jobs
 
@@ -60,19 +60,40 @@ VIA_STORE = "kvcontract's StoreTracker over the bound mask and horizon"
 
 UPSTREAM_LOOKUP = "upstream-lookup-"
 VIA_UPSTREAM_LOOKUP = "upstream's _lookup_complete_chunks, driven through stand-ins"
+VIA_UPSTREAM_STORE = "upstream's _build_store_jobs, driven through stand-ins"
+VIA_UPSTREAM_END_TO_END = ("upstream's _build_store_jobs, then upstream's "
+                           "_lookup_complete_chunks, driven through stand-ins")
 
 
 def theorem_fields(theorem: Property) -> tuple[str, ...]:
+    from kvcontract.tools.audit.store import is_upstream
+
+    if is_upstream(theorem.name):
+        return ()  # upstream's own store path (and lookup): no Implementation field
     if theorem.name.startswith(UPSTREAM_LOOKUP):
         return _LOOKUP_FIELDS
     return THEOREM_FIELDS.get(theorem.name.split("[", 1)[0], ALL_FIELDS)
 
 
-def theorems_for(binding: Binding) -> list[Property]:
-    """The prover's catalogue, plus the theorems over upstream's own multi-group loop."""
+def theorems_for(binding: Binding, scope: Scope = ()) -> list[Property]:
+    """The prover's catalogue, plus the theorems over upstream's own multi-group loop,
+    store path and both composed (C12; :mod:`.store`); with a ``scope``
+    (``--model``/``--geometry``), all on those geometries
+    (:mod:`kvcontract.spec.properties.scoped`: upstream's code observes the scoped
+    spaces' cases)."""
     from kvcontract.tools.audit.lookup import upstream_lookup_theorems
+    from kvcontract.tools.audit.store import (
+        upstream_end_to_end_theorems,
+        upstream_store_theorems,
+    )
 
-    return [*catalog(), *upstream_lookup_theorems(binding)]
+    theorems = catalog(scope)
+    lookups = [t for t in theorems if isinstance(t, CaseProperty) and t.family == "lookup"]
+    stores = [t for t in theorems if isinstance(t, CaseProperty) and t.family == "store"]
+    ends = [t for t in theorems if isinstance(t, CaseProperty) and t.family == "end-to-end"]
+    return [*theorems, *upstream_lookup_theorems(binding, lookups if scope else None),
+            *upstream_store_theorems(binding, stores if scope else None),
+            *upstream_end_to_end_theorems(binding, ends if scope else None)]
 
 
 def is_spec_only(theorem: Property) -> bool:
@@ -90,7 +111,7 @@ class AuditOptions:
     """Seconds one upstream call may take (a hang becomes a finding of that case)."""
     theorem_timeout: float = 110.0
     """Seconds one theorem's child process may take before it is killed."""
-    budget: int = 50_000
+    budget: int = 250_000
     """Cases of concrete search per theorem (a family's shared pass counts each case
     once; Z3-chosen and Hypothesis cases count too). A count, never seconds: the same
     audit finds the same things on any machine, however loaded."""
@@ -98,6 +119,9 @@ class AuditOptions:
     """Hypothesis examples per concretely searched theorem."""
     jobs: int | None = None
     seed: int = 0
+    geometries: Scope = ()
+    """``(label, geometry)`` pairs to check on instead of the catalogue's own
+    (``--model``/``--geometry``; :func:`theorems_for`)."""
 
 
 @dataclass
@@ -138,7 +162,10 @@ def plan(binding: Binding, options: AuditOptions) -> tuple[list[int], list[dict[
                     "reason": "upstream's multi-group lookup needs " + ", ".join(
                         _role_names(binding, absent)),
                 })
-    for index, theorem in enumerate(theorems_for(binding)):
+        from kvcontract.tools.audit.store import unchecked as store_unchecked
+
+        unchecked += store_unchecked(binding, wanted)
+    for index, theorem in enumerate(theorems_for(binding, options.geometries)):
         if wanted is not None and theorem.clause not in wanted:
             continue
         if is_spec_only(theorem):
@@ -190,6 +217,15 @@ def _violation(
         return None
     shown = ", ".join(f"{k}={v}" for k, v in values.items())
     return f"{theorem.description} fails for {shown}"
+
+
+def _latent(theorem: FormulaProperty, values: Mapping[str, int]) -> bool:
+    """Whether ``values`` (a witness, or a configuration's fixed sizes) describe a
+    geometry vLLM does not build; sizes alone decide it for the store masks."""
+    if theorem.geometry is None:
+        return False
+    probe = {"sw": 2, "e": 0, **values}
+    return latent_reason(theorem.geometry_of(probe)) is not None
 
 
 def _z3_models(theorem: FormulaProperty, config: Config, bound: int, count: int,
@@ -283,32 +319,45 @@ def _concrete_z3_theorem(theorem: FormulaProperty, impl: Implementation, options
     order = sorted(configs, key=lambda c: (sum(abs(v) for v in c.values.values()), c.label))
     checked = 0
     found: dict[str, int] | None = None
+    # A failure on a geometry vLLM does not build is kept aside (the first one) while the
+    # search goes on for one vLLM builds; it is reported (impact latent) only without.
+    latent: dict[str, int] | None = None
     # Z3-chosen admissible cases: one per configuration and round, small values first.
     for round_index, bound in enumerate((16, 16, 256, 4096)):
         for config in order:
             if checked >= options.budget or found is not None:
                 break
+            if latent is not None and _latent(theorem, config.values):
+                continue  # this configuration's geometry is already known to be latent
             for values in _z3_models(theorem, config, bound, 1 + round_index,
                                      options.seed + round_index):
                 checked += 1
                 if _violation(theorem, impl, values):
-                    found = values
-                    break
+                    if not _latent(theorem, values):
+                        found = values
+                        break
+                    latent = latent or values
     z3_cases = checked
     hypothesis_cases = 0
     if found is None and checked < options.budget:
-        hypothesis_cases, found = _hypothesis_search(theorem, impl, configs, options.examples,
-                                                     options.seed)
+        buildable_configs = [c for c in configs if not _latent(theorem, c.values)]
+        hypothesis_cases, found = _hypothesis_search(
+            theorem, impl, buildable_configs or configs, options.examples, options.seed)
         checked += hypothesis_cases
+        if found is not None and _latent(theorem, found):
+            latent, found = latent or found, None
     result.queries = checked
     result.details.append(f"symbolic lifting not possible ({why}); searched concretely")
+    found = found or latent
     if found is not None:
         found = _shrink(theorem, impl, found, max_steps=SHRINK_STEPS)
-        message = _violation(theorem, impl, found) or "failure did not replay"
+        graded = theorem.grade(found, _violation(theorem, impl, found)
+                               or "failure did not replay")
         result.verdict = Verdict.COUNTEREXAMPLE
         result.witness = {"kind": "arith", "theorem": theorem.theorem_id, "values": found}
-        result.message = message
-        result.impact = theorem.impact_of(message).value
+        result.message = graded.message
+        result.impact = graded.impact.value
+        result.latent = graded.latent
         result.domain = theorem.domain
     else:
         result.domain = (f"tested, not proved: {z3_cases} Z3-chosen admissible cases over "
@@ -367,6 +416,8 @@ def _family(theorems: Sequence[CaseProperty], impl: Implementation,
                              domain=t.domain, seconds=0.0, description=t.description)
                for t in theorems]
     witnesses: list[Any] = [None] * len(theorems)
+    latent: list[Any] = [None] * len(theorems)
+    """A theorem's first violation on a geometry vLLM does not build (the search goes on)."""
     counts = [0] * len(theorems)
     spent = [0.0] * len(theorems)
     open_ = list(range(len(theorems)))
@@ -387,14 +438,22 @@ def _family(theorems: Sequence[CaseProperty], impl: Implementation,
                 violation = raised(exc)
             spent[j] += clock() - begun
             counts[j] += 1
-            if violation is not None:
-                results[j].verdict = Verdict.COUNTEREXAMPLE
-                results[j].witness = {"kind": "exhaustive", "theorem": theorem.theorem_id,
-                                      **theorem.space.to_json(case)}
-                results[j].message = violation
-                results[j].impact = theorem.impact_of(violation).value
-                witnesses[j] = case
+            if violation is None:
+                continue
+            graded = theorem.grade(case, violation)
+            if graded.latent is not None and latent[j] is not None:
+                continue  # keep the first latent finding; search on for a buildable one
+            results[j].verdict = Verdict.COUNTEREXAMPLE
+            results[j].witness = {"kind": "exhaustive", "theorem": theorem.theorem_id,
+                                  **theorem.space.to_json(case)}
+            results[j].message = graded.message
+            results[j].impact = graded.impact.value
+            results[j].latent = graded.latent
+            witnesses[j] = case
+            if graded.latent is None:
                 open_.remove(j)
+            else:
+                latent[j] = case
     out = []
     for j, theorem in enumerate(theorems):
         result = results[j]
@@ -498,8 +557,13 @@ def _row(theorem: Property, result: TheoremResult, evidence: str, witness_case: 
     row["examples"] = result.queries
     via = ""
     fields = theorem_fields(theorem)
+    from kvcontract.tools.audit import store
+
     if theorem.name.startswith(UPSTREAM_LOOKUP):
         via = VIA_UPSTREAM_LOOKUP
+    elif store.is_upstream(theorem.name):
+        via = (VIA_UPSTREAM_END_TO_END if theorem.name == store.UPSTREAM_NO_LOST_HITS
+               else VIA_UPSTREAM_STORE)
     elif fields == _LOOKUP_FIELDS:
         via = VIA_SCHEDULER
     elif fields == _STORE_FIELDS:
@@ -508,6 +572,12 @@ def _row(theorem: Property, result: TheoremResult, evidence: str, witness_case: 
     if result.verdict is Verdict.COUNTEREXAMPLE and theorem.name.startswith(UPSTREAM_LOOKUP):
         row["blame"] = ["_lookup_complete_chunks"]
         location = binding.location("multi_group_lookup")
+        if location:
+            row["location"] = {"path": location[0], "line": location[1]}
+    elif result.verdict is Verdict.COUNTEREXAMPLE and store.is_upstream(theorem.name) and \
+            isinstance(theorem, CaseProperty):
+        row["blame"], role = store.blame(theorem, witness_case)
+        location = binding.location(role)
         if location:
             row["location"] = {"path": location[0], "line": location[1]}
     elif result.verdict is Verdict.COUNTEREXAMPLE and witness_case is not None:
@@ -563,7 +633,7 @@ def run_audit(
     """Check every planned theorem in sandboxed children; never raises for upstream faults."""
     started = time.perf_counter()
     indices, unchecked = plan(binding, options)
-    theorems = theorems_for(binding)
+    theorems = theorems_for(binding, options.geometries)
     jobs = options.jobs or max(1, min(len(indices) or 1, os.cpu_count() or 1))
     if jobs < 1:
         raise UsageError(f"--jobs must be at least 1, not {jobs}")
@@ -603,7 +673,13 @@ def run_audit(
     if _runs_system(binding, options) and not binding.missing_fields:
         from kvcontract.tools.audit.system import run_system_scenarios
 
-        job_list.insert(0, ("system", lambda: {"rows": run_system_scenarios(binding)}))
+        scenarios = None
+        if options.geometries:
+            from kvcontract.tools.fuzz import scoped_seed_scenarios
+
+            scenarios = scoped_seed_scenarios(options.geometries, options.seed)
+        job_list.insert(0, ("system", lambda: {
+            "rows": run_system_scenarios(binding, scenarios=scenarios)}))
 
     def route(outcome: Outcome) -> None:
         if outcome.key != "system":

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import types
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -80,6 +80,30 @@ def make_runner(binding: Binding) -> Callable[[Geometry, int, int, Callable[[int
     loop = _guarded(where, f["multi_group_lookup"])
     window = f["window"]
     load_window = f.get("load_window")
+    resolve = f.get("mamba_align")
+
+    def mamba_align(geometry: Geometry, configs: list[GroupConfig]) -> int | None:
+        """``_mamba_align_size``: upstream's ``resolve_mamba_align_size`` run on the
+        groups (a Mamba group is in align mode, the only mode offloading allows); where
+        a release lacks it, its rule: the Mamba group's chunk."""
+        if resolve is None:
+            mamba = [c.tokens_per_chunk for c in configs if isinstance(c.kv_cache_spec,
+                                                                      MambaSpec)]
+            return mamba[0] if mamba else None
+        # 0.30-0.33 read ``spec.config.groups``, 0.28/0.29 ``spec.tokens_per_block``.
+        spec = types.SimpleNamespace(
+            blocks_per_chunk=geometry.blocks_per_chunk,
+            tokens_per_block=tuple(c.tokens_per_block for c in configs),
+            config=types.SimpleNamespace(groups=tuple(
+                types.SimpleNamespace(group_id=c.group_idx, tokens_per_block=c.tokens_per_block)
+                for c in configs)))
+        kv_cache_config = types.SimpleNamespace(kv_cache_groups=tuple(
+            types.SimpleNamespace(kv_cache_spec=c.kv_cache_spec) for c in configs))
+        value = resolve(spec, kv_cache_config)
+        if value is not None and (not isinstance(value, int) or value < 1):
+            raise _garbage(f"resolve_mamba_align_size ({roles['mamba_align'].path})", value,
+                           "None or a token count >= 1")
+        return value
 
     def run(geometry: Geometry, num_tokens: int, local_hit: int,
             answer: Callable[[int, int], LookupResult]) -> UpstreamOutcome:
@@ -106,13 +130,10 @@ def make_runner(binding: Binding) -> Callable[[Geometry, int, int, Callable[[int
         sliding = sorted((i for i, c in enumerate(configs)
                           if c.sliding_window_size_in_chunks is not None),
                          key=lambda i: -configs[i].sliding_window_size_in_chunks)
-        # Mamba groups are in "align" cache mode (a state exists only at chunk ends):
-        # upstream then rounds the initial boundary down to the Mamba chunk.
-        mamba = [geometry.chunk_tokens(g) for g in geometry.groups if g.kind is GroupKind.MAMBA]
         sched = types.SimpleNamespace(
             config=types.SimpleNamespace(kv_group_configs=tuple(configs)),
             _lookup_groups=tuple(full + sliding), _sliding_window_groups=tuple(sliding),
-            _mamba_align_size=mamba[0] if mamba else None, _chunks_being_loaded=set(),
+            _mamba_align_size=mamba_align(geometry, configs), _chunks_being_loaded=set(),
             manager=_Manager(answer, log), _events_tracker=_EventsTracker(),
         )
         sched._sliding_window_lookup = types.MethodType(f["sw_scan"], sched)
@@ -139,11 +160,17 @@ UPSTREAM_LOOKUP_PROPERTIES = ("lookup-loads-only-hit", "lookup-defers-only-in-sc
 """The lookup properties judged on upstream's loop (C5's pops are not observable there)."""
 
 
-def upstream_lookup_theorems(binding: Binding) -> list[CaseProperty]:
+def upstream_lookup_theorems(binding: Binding,
+                             properties: Sequence[CaseProperty] | None = None,
+                             ) -> list[CaseProperty]:
     """The lookup properties, observed on upstream's ``_lookup_complete_chunks`` (empty
-    when it is not bound); their ids are ``Cn/upstream-<name>``."""
+    when it is not bound); their ids are ``Cn/upstream-<name>``. ``properties`` are the
+    lookup properties to observe (by default the catalogue's; a scoped run passes its
+    own, whose space enumerates the cases of its geometries)."""
     if missing_roles(binding):
         return []
+    if properties is None:
+        properties = lookup_properties()
     run = make_runner(binding)
 
     def observe_upstream(case: LookupCase, impl: Implementation) -> LookupObservation:
@@ -152,12 +179,13 @@ def upstream_lookup_theorems(binding: Binding) -> list[CaseProperty]:
                       lambda g, k: case.states[g][k])
         return LookupObservation(outcome.hit_tokens, lookups=outcome.lookups)
 
-    space = dataclasses.replace(LOOKUP_SPACE, family="upstream-lookup",
+    base = properties[0].space if properties else LOOKUP_SPACE
+    space = dataclasses.replace(base, family="upstream-lookup",
                                 observe=LastCase(observe_upstream))
     return [
         dataclasses.replace(prop, name=f"upstream-{prop.name}", space=space,
                             description=f"upstream's loop: {prop.description}")
-        for prop in lookup_properties() if prop.name in UPSTREAM_LOOKUP_PROPERTIES
+        for prop in properties if prop.name in UPSTREAM_LOOKUP_PROPERTIES
     ]
 
 

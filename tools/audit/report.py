@@ -27,6 +27,9 @@ from kvcontract.vocabulary import (
     worst_exit_code,
 )
 
+WITNESS_SHOWN = 600
+"""Characters of a witness printed under its finding (the JSON report keeps it whole)."""
+
 
 def exit_code(report: dict[str, Any],
               fail_on: frozenset[Impact] = DEFAULT_FAIL_ON) -> int:
@@ -101,7 +104,7 @@ def print_report(console: Console, report: dict[str, Any], *, show_bindings: boo
         print_bindings(console, report)
     table = Table(title=f"kvcontract audit --target {report['target']}")
     for column in ("clause", "theorem", "verdict", "evidence", "cases", "seconds"):
-        table.add_column(column, overflow="fold",
+        table.add_column(column, overflow="fold", no_wrap=column == "verdict",
                          justify="right" if column in ("cases", "seconds") else "left")
     for row in report["results"]:
         style = _STYLE.get(row["verdict"], "")
@@ -116,8 +119,11 @@ def print_report(console: Console, report: dict[str, Any], *, show_bindings: boo
                           f"{row['verdict']}[/] {escape(str(row.get('message', '')))}",
                           highlight=False)
             if row.get("witness"):
-                console.print("  witness: " + escape(json.dumps(row["witness"], sort_keys=True)),
-                              highlight=False)
+                shown = json.dumps(row["witness"], sort_keys=True)
+                if len(shown) > WITNESS_SHOWN:  # a lookup witness on a real geometry
+                    shown = (f"{shown[:WITNESS_SHOWN]}... ({len(shown):,} characters; the "
+                             "JSON report has it whole)")
+                console.print("  witness: " + escape(shown), highlight=False)
             if row.get("location"):
                 blamed = ", ".join(row.get("blame") or []) or "-"
                 console.print(escape(f"  at {row['location']['path']}:{row['location']['line']} "

@@ -12,23 +12,30 @@ program, its step and check counts).
 from __future__ import annotations
 
 import time
-from typing import Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 from kvcontract.errors import KvContractError
 from kvcontract.tools.audit.binding import Binding
 from kvcontract.vocabulary import Verdict
 
+if TYPE_CHECKING:
+    from kvcontract.tools.fuzz import Scenario
+
 SYSTEM_PREFIX = "system["
 
 
-def run_system_scenarios(binding: Binding, seed: int = 0) -> list[dict[str, Any]]:
-    """Report rows for every seed scenario (runs in a sandbox child)."""
+def run_system_scenarios(binding: Binding, seed: int = 0,
+                         scenarios: Sequence[Scenario] | None = None) -> list[dict[str, Any]]:
+    """Report rows for every seed scenario, or for ``scenarios`` (those of given
+    geometries: :func:`kvcontract.tools.fuzz.scoped_seed_scenarios`); runs in a sandbox
+    child."""
     from kvcontract.tools.fuzz import run_scenario, seed_scenarios
 
     impl = binding.implementation
     assert impl is not None
     rows: list[dict[str, Any]] = []
-    for scenario in seed_scenarios(seed):
+    for scenario in seed_scenarios(seed) if scenarios is None else scenarios:
         name = f"{SYSTEM_PREFIX}{scenario.name}]"
         started = time.perf_counter()
         try:
@@ -40,6 +47,7 @@ def run_system_scenarios(binding: Binding, seed: int = 0) -> list[dict[str, Any]
         except Exception as exc:  # a crash inside the bound code is a finding
             rows.append(_row("C11", name, Verdict.COUNTEREXAMPLE, started,
                              message=f"the system crashed: {type(exc).__name__}: {exc}",
+                             impact="crash",
                              witness={"kind": "system", "scenario": scenario.name}))
             continue
         checks = sum(lockstep.checks().values())
@@ -55,7 +63,7 @@ def run_system_scenarios(binding: Binding, seed: int = 0) -> list[dict[str, Any]
         for clause, finding in sorted(seen.items(), key=lambda kv: int(kv[0][1:])):
             rows.append(_row(
                 clause, name, Verdict.COUNTEREXAMPLE, started, domain=domain,
-                message=f"{finding.kind}: {finding.message}",
+                message=f"{finding.kind}: {finding.message}", impact=finding.impact.value,
                 witness={"kind": "system", "scenario": scenario.name,
                          "program": list(finding.program)[-12:],
                          **{k: v for k, v in finding.witness.items()
@@ -65,9 +73,10 @@ def run_system_scenarios(binding: Binding, seed: int = 0) -> list[dict[str, Any]
 
 def _row(clause: str, name: str, verdict: Verdict, started: float, *, domain: str = "",
          message: str = "", witness: dict[str, Any] | None = None, evidence: str | None = None,
-         examples: int = 0) -> dict[str, Any]:
+         examples: int = 0, impact: str | None = None) -> dict[str, Any]:
     return {
         "clause": clause, "theorem": name, "verdict": verdict.value, "domain": domain,
+        "impact": impact,
         "seconds": round(time.perf_counter() - started, 4), "witness": witness,
         "message": message, "description": "a seed scenario of the executable system",
         "evidence": evidence, "examples": examples,

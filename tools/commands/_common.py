@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import click
+from rich.console import Console
 from rich.table import Table
 
 from kvcontract.errors import UsageError
@@ -39,21 +40,126 @@ def fail_on_option(fn: F) -> F:
     )(fn)
 
 
+def gate_fail_on_option(fn: F) -> F:
+    """``--fail-on IMPACT,...[,new]`` of ``prove`` and ``audit`` (the pull-request gate)."""
+    return click.option(
+        "--fail-on", "fail_on", default="crash,corruption,lost-hit", show_default=True,
+        metavar="IMPACT,...",
+        help="impacts whose findings fail the run (exit 1): crash, corruption, lost-hit, "
+             "delay, waste, latent, or all; other findings are reported and pass. Add new "
+             "(alone: any impact) to fail only on findings not in --baseline-file",
+    )(fn)
+
+
 def parse_fail_on(text: str) -> frozenset[Impact]:
     """The ``--fail-on`` value, validated (a UsageError names the bad word)."""
+    if "new" in [w.strip().lower() for w in text.split(",")]:
+        raise UsageError("--fail-on new (only findings not in a findings baseline) is for "
+                         "`kvcontract prove` and `kvcontract audit`")
     try:
         return parse_impacts(text)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
 
 
-def finding_line(result: TheoremResult, fail_on: frozenset[Impact]) -> str:
-    """``C2/x: COUNTEREXAMPLE [crash] message`` (``not failing`` below ``--fail-on``)."""
+NEW_WORD = "new"
+"""The ``--fail-on`` word that restricts failing to findings not in the baseline."""
+
+
+def parse_gate_fail_on(text: str) -> tuple[frozenset[Impact], bool]:
+    """``--fail-on`` of ``prove``/``audit``: the impacts, and whether only new findings
+    (not in the findings baseline) fail. ``new`` alone means every impact."""
+    words = [w.strip().lower() for w in text.split(",") if w.strip()]
+    only_new = NEW_WORD in words
+    rest = [w for w in words if w != NEW_WORD]
+    if only_new and not rest:
+        return frozenset(Impact), True
+    try:
+        return parse_impacts(",".join(rest)), only_new
+    except ValueError as exc:
+        message = str(exc)
+        if "unknown impact" in message:
+            message = message.replace("(or all)", "(or all), plus new")
+        raise UsageError(message) from None
+
+
+def baseline_file_options(fn: F) -> F:
+    """``--baseline-file FILE`` and ``--write-baseline FILE`` (tools/reports/gate.py)."""
+    fn = click.option(
+        "--write-baseline", "write_baseline", metavar="FILE", default=None,
+        help="write this run's findings as a findings baseline (JSON, by fingerprint) to "
+             "FILE; commit it and gate later runs with --baseline-file FILE --fail-on new",
+    )(fn)
+    return click.option(
+        "--baseline-file", "baseline_file", metavar="FILE", default=None,
+        help="a findings baseline (from --write-baseline): each finding is marked new or "
+             "baseline, vanished ones fixed; with --fail-on new only new findings fail",
+    )(fn)
+
+
+def check_gate(only_new: bool, baseline_file: str | None,
+               write_baseline: str | None) -> Any:
+    """The findings-baseline options, before any work: the baseline read and validated
+    (a :class:`~kvcontract.tools.reports.gate.FindingsBaseline`, or None), the
+    ``--write-baseline`` file writable, ``--fail-on new`` given something to compare
+    with."""
+    from kvcontract.tools.reports.gate import load_baseline
+
+    if only_new and baseline_file is None and write_baseline is None:
+        raise UsageError("--fail-on new fails only on findings not in a findings baseline; "
+                         "give --baseline-file FILE (write one first with --write-baseline "
+                         "FILE), or set baseline-file in [tool.kvcontract] of pyproject.toml")
+    if write_baseline is not None:
+        check_output_file("--write-baseline", write_baseline)
+    return load_baseline(baseline_file) if baseline_file is not None else None
+
+
+def finish_gate(report: dict[str, Any], baseline: Any, *, only_new: bool,
+                write_baseline: str | None) -> dict[str, Any]:
+    """After the run: write the baseline (``--write-baseline``), then mark every finding
+    against the baseline read before the run, or, without one, the one just written.
+    Returns the report's ``findings_baseline`` section."""
+    from kvcontract.tools.reports.gate import apply_baseline
+    from kvcontract.tools.reports.gate import write_baseline as write
+
+    written = write(write_baseline, report) if write_baseline is not None else None
+    section: dict[str, Any] = apply_baseline(
+        report, baseline if baseline is not None else written, only_new=only_new,
+        written=write_baseline)
+    if written is not None:
+        section["written_findings"] = len(written.entries)
+    return section
+
+
+def print_gate(console: Any, report: dict[str, Any]) -> None:
+    """The findings-baseline lines of a run (each finding new or baseline, the fixed
+    ones), and where a baseline was written."""
+    from rich.markup import escape
+
+    from kvcontract.tools.reports.gate import summary_lines
+
+    for line in summary_lines(report):
+        console.print(escape(line), highlight=False)
+    section = report.get("findings_baseline") or {}
+    if section.get("written"):
+        console.print(escape(f"wrote the findings baseline {section['written']} "
+                             f"({section.get('written_findings', 0)} findings)"),
+                      highlight=False)
+
+
+def finding_line(result: TheoremResult, fail_on: frozenset[Impact], mark: str | None = None,
+                 only_new: bool = False) -> str:
+    """``C2/x: COUNTEREXAMPLE [crash] message`` (``not failing`` below ``--fail-on``);
+    ``mark``: ``new`` or ``baseline`` against a findings baseline."""
     from rich.markup import escape
 
     impact = escape(f" [{result.impact}]") if result.impact else ""
     passes = result.impact is not None and Impact(result.impact) not in fail_on
     note = " (reported, not failing: outside --fail-on)" if passes else ""
+    if mark is not None:
+        accepted = mark == "baseline" and only_new and not passes
+        note = escape(f" [{mark}]") + (" (in the findings baseline, not failing)"
+                                       if accepted else note)
     return (f"[{STYLE[result.verdict]}]{result.clause}/{result.theorem}: "
             f"{result.verdict.value}[/]{impact}{note} {escape(result.message)}")
 
@@ -86,20 +192,93 @@ def emit_reports(data: dict[str, Any], pairs: list[tuple[str, str | None]]) -> N
             write_text(path, text)
 
 
-def results_table(results: list[TheoremResult], title: str) -> Table:
-    """The theorem results as a rich table (clause, theorem, verdict, domain, cost)."""
-    table = Table(title=title, show_lines=False)
-    for column in ("clause", "theorem", "verdict", "domain", "rlimit", "seconds"):
-        if column in ("rlimit", "seconds"):
-            table.add_column(column, overflow="fold", justify="right")
+PIPE_WIDTH = 100
+"""Columns of output that goes to a file or a pipe when ``COLUMNS`` is not set."""
+
+
+def console_width(stream: Any) -> int | None:
+    """The width for output to ``stream``: None on a terminal (rich asks the terminal,
+    and honours ``COLUMNS``); piped or redirected, ``COLUMNS`` when it is a positive
+    integer, else :data:`PIPE_WIDTH`."""
+    import os
+
+    try:
+        terminal = bool(stream.isatty())
+    except (AttributeError, ValueError, OSError):
+        terminal = False
+    if terminal:
+        return None
+    columns = os.environ.get("COLUMNS", "").strip()
+    return int(columns) if columns.isdigit() and int(columns) > 0 else PIPE_WIDTH
+
+
+def make_console(stderr: bool = False) -> Console:
+    """The rich console of a command (every command makes its own through here), on
+    stdout or ``stderr``, at :func:`console_width`."""
+    return Console(stderr=stderr, width=console_width(sys.stderr if stderr else sys.stdout))
+
+
+VERDICT_WIDTH = max(len(v.value) for v in Verdict)
+"""The verdict column never wraps: ``COUNTEREXAMPLE`` stays one word at 80 columns."""
+
+WIDE_TABLE = 120
+"""From this many columns on, the results table has the clause, theorem, verdict,
+domain, Z3 resource and seconds columns; narrower, the full theorem id (``C2/name``,
+what ``explain --theorem`` takes), the verdict, the domain and, from
+:data:`MEDIUM_TABLE` on, the seconds."""
+
+MEDIUM_TABLE = 100
+
+THEOREM_WIDTH = 30
+"""The narrow table's theorem column is at least this wide (most ids fit unbroken)."""
+
+
+class _ResultsTable:
+    """The results table, laid out for the width it is printed at (rich asks for it)."""
+
+    def __init__(self, results: list[TheoremResult], title: str) -> None:
+        self.results = results
+        self.title = title
+
+    def table(self, width: int) -> Table:
+        table = Table(title=self.title, show_lines=False)
+        wide, seconds = width >= WIDE_TABLE, width >= MEDIUM_TABLE
+        ids = [f"{r.clause}/{r.theorem}" for r in self.results]
+        if wide:
+            table.add_column("clause", no_wrap=True)
+            table.add_column("theorem", overflow="fold")
         else:
-            table.add_column(column, overflow="fold", justify="left")
-    for r in results:
-        table.add_row(
-            r.clause, r.theorem, f"[{STYLE[r.verdict]}]{r.verdict.value}[/]",
-            r.domain, f"{r.rlimit_used:,}", f"{r.seconds:.2f}",
-        )
-    return table
+            # Fixed widths (rich overflows a table whose min_width columns do not fit):
+            # the id as wide as it needs up to THEOREM_WIDTH, the domain takes the rest.
+            longest = max(len(i) for i in [*ids, "theorem"])
+            room = width - 10 - VERDICT_WIDTH - (10 if seconds else 0) - 16  # domain >= 16
+            table.add_column("theorem", overflow="fold",
+                             width=max(12, min(longest, THEOREM_WIDTH, room)))
+        table.add_column("verdict", no_wrap=True, width=VERDICT_WIDTH)
+        table.add_column("domain", overflow="fold")
+        if wide:
+            table.add_column("rlimit", no_wrap=True, justify="right")
+        if seconds:
+            table.add_column("seconds", no_wrap=True, justify="right")
+        for r, theorem_id in zip(self.results, ids, strict=True):
+            row = [r.clause, r.theorem] if wide else [theorem_id]
+            row += [f"[{STYLE[r.verdict]}]{r.verdict.value}[/]", r.domain]
+            if wide:
+                row.append(f"{r.rlimit_used:,}")
+            if seconds:
+                row.append(f"{r.seconds:.2f}")
+            table.add_row(*row)
+        return table
+
+    def __rich_console__(self, console: Console, options: Any) -> Any:
+        yield self.table(options.max_width)
+
+
+def results_table(results: list[TheoremResult], title: str) -> Any:
+    """The theorem results as a rich renderable: a table of clause, theorem, verdict,
+    domain and cost, narrower terminals get the full theorem id, the verdict (never
+    broken), the domain and the seconds."""
+    return _ResultsTable(results, title)
 
 
 # -- input validation (issue #11): every input is checked before any expensive work -----
@@ -204,12 +383,15 @@ def check_output_folder(option: str, path: str) -> None:
 
 
 def check_report_outputs(pairs: list[tuple[str, str | None]],
-                         json_path: str | None = None) -> None:
-    """The ``--output`` files and ``--json`` of a verifying command, before any work."""
+                         json_path: str | None = None,
+                         others: list[tuple[str, str]] | None = None) -> None:
+    """The ``--output`` files and ``--json`` (and ``others``: ``(option, path)``) of a
+    verifying command, before any work."""
     seen: dict[str, str] = {}
     named = [("--output", path) for _, path in pairs if path is not None]
     if json_path is not None:
         named.append(("--json", json_path))
+    named.extend(others or [])
     for option, path in named:
         check_output_file(option, path)
         key = str(Path(path).expanduser().resolve())
@@ -359,6 +541,209 @@ def check_report_witnesses(data: Mapping[str, Any], path: str,
             if theorem_id not in message:
                 message = f"{theorem_id}: {message}"
             raise InputFileError(path, message) from None
+
+
+# -- the geometries of a scoped run (--model, --geometry) ------------------------------------
+MAX_PRESET_BPC = 256
+"""The largest ``--bpc`` (vLLM takes any; a chunk of 256 blocks is far beyond any
+deployment, and a typo such as ``--bpc 16000`` would only make empty case sets)."""
+
+
+def geometry_options(fn: F) -> F:
+    """``--model``, ``--geometry``, ``--bpc``, ``--retention``: check the contract on
+    given geometries instead of the built-in catalogues (:func:`resolve_geometries`)."""
+    fn = click.option(
+        "--retention", "retentions", multiple=True, metavar="{0,none,K}",
+        help="prefix_cache_retention_interval of the --model geometries (repeatable; "
+             "default 0, vLLM's default; none: dense checkpoints; K: an interval)",
+    )(fn)
+    fn = click.option(
+        "--bpc", "bpcs", multiple=True, type=int, metavar="N",
+        help="offload blocks_per_chunk of the --model geometries (repeatable; default 1, "
+             "4 and 16)",
+    )(fn)
+    fn = click.option(
+        "--geometry", "geometry_files", multiple=True, metavar="FILE.json",
+        help="check on this geometry (repeatable): Geometry.to_dict's JSON, a list of "
+             'them, or {"label": ..., "geometry": ...} objects',
+    )(fn)
+    return click.option(
+        "--model", "models", multiple=True, metavar="NAME",
+        help="check on this model preset's geometries (repeatable; `kvcontract list "
+             "--models` names them; all: every preset)",
+    )(fn)
+
+
+def parse_retention(text: str) -> int | None:
+    """``--retention``: ``none``, 0 or a positive token count."""
+    word = text.strip().lower()
+    if word == "none":
+        return None
+    if not word.isdigit():
+        raise UsageError(f"--retention {text!r}: give 0 (vLLM's default), none (dense "
+                         "checkpoints) or a positive number of tokens")
+    return int(word)
+
+
+def _preset_geometries(models: tuple[str, ...], bpcs: tuple[int, ...],
+                       retentions: tuple[str, ...]) -> list[tuple[str, Any]]:
+    from kvcontract.errors import GeometryError
+    from kvcontract.spec.models import PRESET_BLOCKS_PER_CHUNK, get_preset, list_presets
+
+    names: list[str] = []
+    for given in models:
+        for name in (list_presets() if given.strip() == "all" else [given]):
+            try:
+                get_preset(name)
+            except UsageError as exc:  # it lists the presets
+                raise UsageError(f"--model {name!r}: {exc}; `kvcontract list --models` "
+                                 "describes them, --model all takes every one") from None
+            if name not in names:
+                names.append(name)
+    for bpc in bpcs:
+        check_int("--bpc", bpc, low=1, high=MAX_PRESET_BPC, what="blocks per offload chunk")
+    intervals = list(dict.fromkeys(parse_retention(r) for r in retentions)) or [0]
+    found = []
+    for name in names:
+        preset = get_preset(name)
+        for bpc in dict.fromkeys(bpcs or PRESET_BLOCKS_PER_CHUNK):
+            for interval in intervals:
+                label = f"{name} bpc={bpc}"
+                if interval != 0:
+                    label += f" retention={'none' if interval is None else interval}"
+                try:
+                    geometry = preset.geometry(blocks_per_chunk=bpc,
+                                               retention_interval=interval)
+                except GeometryError as exc:
+                    shown = "none" if interval is None else interval
+                    raise UsageError(
+                        f"--model {name} --bpc {bpc} --retention {shown}: vLLM would refuse "
+                        f"this geometry ({exc}); choose another --retention (0 or none "
+                        "always work) or --bpc") from None
+                found.append((label, geometry))
+    return found
+
+
+def _geometry_entries(path: str, data: Any) -> list[tuple[str | None, Any]]:
+    """``(label or None, geometry data)`` of a --geometry file's JSON."""
+    from kvcontract.errors import InputFileError
+
+    items = data if isinstance(data, list) else [data]
+    if not items:
+        raise InputFileError(path, "the list holds no geometry")
+    entries: list[tuple[str | None, Any]] = []
+    for index, item in enumerate(items):
+        where = f"entry {index}: " if isinstance(data, list) else ""
+        if not isinstance(item, Mapping):
+            raise InputFileError(path, f"{where}a geometry is a JSON object with a 'groups' "
+                                       'list (or {"label": ..., "geometry": {...}})')
+        if "groups" in item:
+            entries.append((None, item))
+            continue
+        if "geometry" not in item:
+            raise InputFileError(path, f"{where}neither a geometry ('groups') nor a "
+                                       '{"label": ..., "geometry": ...} object')
+        unknown = sorted(set(item) - {"label", "geometry"})
+        if unknown:
+            raise InputFileError(path, f"{where}unknown keys {unknown}: a labelled geometry "
+                                       "has 'label' and 'geometry'")
+        label = item.get("label")
+        if label is not None and (not isinstance(label, str) or not label.strip()):
+            raise InputFileError(path, f"{where}'label' must be a non-empty string, not "
+                                       f"{label!r}")
+        entries.append((label, item["geometry"]))
+    return entries
+
+
+def load_geometry_file(path: str) -> list[tuple[str, Any]]:
+    """The ``(label, Geometry)`` pairs of a ``--geometry`` file; an unreadable file, bad
+    JSON or an impossible geometry is an :class:`InputFileError` naming the file."""
+    import json
+
+    from kvcontract.errors import GeometryError, InputFileError
+    from kvcontract.spec.geometry import Geometry
+    from kvcontract.tools.explain import geometry_problem
+
+    if not path or not path.strip():
+        raise UsageError("--geometry needs a file name, not an empty string")
+    try:
+        text = Path(path).expanduser().read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise InputFileError(path, "not UTF-8 text (a geometry is JSON)") from None
+    except OSError as exc:
+        raise InputFileError(path, f"cannot read it ({exc.strerror or exc})") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InputFileError(path, f"not valid JSON: {exc.msg} (line {exc.lineno})") from None
+    except (RecursionError, ValueError) as exc:
+        raise InputFileError(path, f"not a geometry ({type(exc).__name__})") from None
+    if _depth(data) > MAX_WITNESS_DEPTH:
+        raise InputFileError(path, "nested too deeply to be a geometry")
+    stem = Path(path).stem
+    entries = _geometry_entries(path, data)
+    found = []
+    for index, (label, item) in enumerate(entries):
+        where = f"entry {index}: " if len(entries) > 1 or isinstance(data, list) else ""
+        problem = geometry_problem(item)
+        large = _largest(item)
+        if problem is None and large is not None:
+            problem = f"{large} is beyond {MAX_CASE_SIZE:,} (no real geometry is that large)"
+        if problem is not None:
+            raise InputFileError(path, f"{where}{problem}")
+        try:
+            geometry = Geometry.from_dict(dict(item))
+        except GeometryError as exc:
+            raise InputFileError(path, f"{where}{exc}") from None
+        found.append((label or (stem if len(entries) == 1 else f"{stem}[{index}]"), geometry))
+    return found
+
+
+def resolve_geometries(models: tuple[str, ...], geometry_files: tuple[str, ...],
+                       bpcs: tuple[int, ...] = (),
+                       retentions: tuple[str, ...] = ()) -> list[tuple[str, Any]]:
+    """The ``(label, Geometry)`` pairs of ``--model``/``--geometry`` (empty: neither
+    given, the built-in catalogues), validated before any work: an unknown preset, a
+    bad file, an impossible geometry or a retention the preset's geometry rejects is a
+    usage error naming it."""
+    if (bpcs or retentions) and not models:
+        given = "--bpc" if bpcs else "--retention"
+        raise UsageError(f"{given} chooses the geometries of --model presets; give --model "
+                         f"NAME (see `kvcontract list --models`) or drop {given} (a "
+                         "--geometry file states its own)")
+    found = _preset_geometries(models, bpcs, retentions)
+    for path in geometry_files:
+        found.extend(load_geometry_file(path))
+    labels: dict[str, int] = {}
+    unique = []
+    for label, geometry in found:
+        labels[label] = labels.get(label, 0) + 1
+        unique.append((label if labels[label] == 1 else f"{label} ({labels[label]})",
+                       geometry))
+    return unique
+
+
+def print_scope(console: Any, scope: list[tuple[str, Any]], notes: bool = True) -> None:
+    """The header of a scoped run: each geometry with its label and whether vLLM builds
+    it (a geometry it does not build is checked, and its findings are graded latent),
+    then (``notes``) what the run leaves out
+    (:func:`kvcontract.spec.properties.scoped.scope_notes`)."""
+    from rich.markup import escape
+
+    from kvcontract.spec.build import VLLM_VERSION, buildable
+    from kvcontract.spec.properties.scoped import scope_notes
+
+    console.print(f"geometries ({len(scope)}):", highlight=False)
+    for label, geometry in scope:
+        ok, reason = buildable(geometry)
+        console.print(f"  {escape(label)}: {escape(geometry.describe())}; buildable: "
+                      f"{'yes' if ok else 'no'}", highlight=False)
+        if not ok:
+            console.print(f"  [yellow]note[/]: vLLM {VLLM_VERSION} does not build "
+                          f"{escape(label)} ({escape(reason)}); it is checked, and its "
+                          "findings are graded latent", highlight=False)
+    for note in scope_notes(scope) if notes else []:
+        console.print(f"  scope: {escape(note)}", highlight=False)
 
 
 # -- errors to one line (tools/cli.py) -------------------------------------------------------

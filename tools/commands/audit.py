@@ -2,21 +2,28 @@
 
 from __future__ import annotations
 
+import contextlib
 import sys
+from typing import Any
 
 import click
 
 from kvcontract.errors import UsageError
 from kvcontract.tools.commands._common import (
+    baseline_file_options,
     check_clauses,
     check_float,
+    check_gate,
     check_jobs,
     check_output_folder,
     check_report_outputs,
     emit_reports,
-    fail_on_option,
-    parse_fail_on,
+    gate_fail_on_option,
+    geometry_options,
+    parse_gate_fail_on,
+    print_scope,
     report_options,
+    resolve_geometries,
 )
 
 MIN_TIMEOUT = 0.001
@@ -27,14 +34,16 @@ MIN_TIMEOUT = 0.001
 @click.option("--target", required=True, metavar="TARGET",
               help="vllm:PATH (checkout, unpacked wheel, site-packages), vllm:installed, "
                    "module:FILE.py, or builtin:NAME / a registered implementation")
-@click.option("--baseline", metavar="TARGET", default=None,
-              help="a second target; classify each clause as fixed, regressed or changed")
+@click.option("--baseline", metavar="TARGET|git:REF", default=None,
+              help="a second target, or git:REF (the target's own files at git revision "
+                   "REF of the repository that holds them); classify each clause as fixed, "
+                   "regressed or changed")
 @click.option("--clause", "clauses", multiple=True, metavar="ID",
               help="only this clause (repeatable), e.g. --clause C3")
 @click.option("--json", "json_path", metavar="FILE", help="write the JSON report here")
 @click.option("--timeout", type=float, default=2.0, show_default=True,
               help="seconds one upstream call may take (a hang is reported as a finding)")
-@click.option("--budget", type=int, default=50_000, show_default=True,
+@click.option("--budget", type=int, default=250_000, show_default=True,
               help="cases of concrete search per theorem (enumeration, sampled cases): a "
                    "count, so the same audit finds the same things on any machine")
 @click.option("--jobs", type=int, default=None, help="worker processes (default: one per core)")
@@ -43,20 +52,47 @@ MIN_TIMEOUT = 0.001
 @click.option("--pictures", "picture_dir", metavar="DIR", default=None,
               help="draw each counterexample into DIR (PNG and SVG)")
 @click.option("--quiet", is_flag=True, help="no tables, only the summary line")
-@fail_on_option  # type: ignore[untyped-decorator]  # mypy sees the package as Any
+@click.option("--require-complete", "require_complete", is_flag=True,
+              help="exit 3 when any theorem could not be checked (a function the target "
+                   "lacks), even if every checked one holds")
+@geometry_options  # type: ignore[untyped-decorator]  # mypy sees the package as Any
+@gate_fail_on_option  # type: ignore[untyped-decorator]  # mypy sees the package as Any
+@baseline_file_options  # type: ignore[untyped-decorator]  # mypy sees the package as Any
 @report_options  # type: ignore[untyped-decorator]  # mypy sees the package as Any
 def audit(target: str, baseline: str | None, clauses: tuple[str, ...], json_path: str | None,
           timeout: float, budget: int, jobs: int | None, reproducer_dir: str | None,
-          picture_dir: str | None, quiet: bool, fail_on: str, formats: tuple[str, ...],
+          picture_dir: str | None, quiet: bool, require_complete: bool,
+          models: tuple[str, ...], geometry_files: tuple[str, ...], bpcs: tuple[int, ...],
+          retentions: tuple[str, ...], fail_on: str, baseline_file: str | None,
+          write_baseline: str | None, formats: tuple[str, ...],
           outputs: tuple[str, ...]) -> None:
-    """Audit real vLLM code (or a patched file) against the contract."""
+    """Audit real vLLM code (or a patched file) against the contract.
+
+    With --model or --geometry, the clauses are checked on those geometries (the same
+    scoped properties as `kvcontract prove --model`, upstream's own lookup loop and the
+    executable system's seed scenarios included) instead of the built-in catalogues.
+
+    Defaults for --fail-on, --baseline-file, --budget, --jobs, --model and
+    --require-complete come from [tool.kvcontract] of the nearest pyproject.toml (the
+    command line wins)."""
+    from kvcontract.tools.audit.baseline import git_baseline_target, is_git_baseline
     from kvcontract.tools.audit.command import THEOREM_TIMEOUT, run_audit_command
     from kvcontract.tools.audit.targets import resolve_target
+    from kvcontract.tools.config import apply_config
     from kvcontract.tools.reports import pair_outputs
 
-    # Every input is validated before any binding or check (issue #11).
-    resolve_target(target)
-    if baseline is not None:
+    # Every input is validated before any binding or check (issue #11), the project's
+    # [tool.kvcontract] defaults included.
+    params: dict[str, Any] = {"budget": budget, "jobs": jobs, "models": models,
+                              "geometry_files": geometry_files, "fail_on": fail_on,
+                              "baseline_file": baseline_file,
+                              "require_complete": require_complete}
+    apply_config(click.get_current_context(), params)
+    budget, jobs, models = params["budget"], params["jobs"], params["models"]
+    fail_on, baseline_file = params["fail_on"], params["baseline_file"]
+    require_complete = params["require_complete"]
+    resolved = resolve_target(target)
+    if baseline is not None and not is_git_baseline(baseline):
         resolve_target(baseline)
     check_clauses(clauses)
     check_float("--timeout", timeout, low=0.0, high=THEOREM_TIMEOUT, unit="seconds")
@@ -65,19 +101,42 @@ def audit(target: str, baseline: str | None, clauses: tuple[str, ...], json_path
     if budget < 1:
         raise UsageError(f"--budget must be a positive number of cases, not {budget}")
     check_jobs(jobs)
-    failing = parse_fail_on(fail_on)
+    failing, only_new = parse_gate_fail_on(fail_on)
     pairs = pair_outputs(formats, outputs)
-    check_report_outputs(pairs, json_path)
+    check_report_outputs(pairs, json_path, [("--write-baseline", write_baseline)]
+                         if write_baseline else None)
+    findings_baseline = check_gate(only_new, baseline_file, write_baseline)
     for option, folder in (("--reproducers", reproducer_dir), ("--pictures", picture_dir)):
         if folder is not None:
             check_output_folder(option, folder)
-    if json_path:
-        pairs.append(("json", json_path))
-    data = run_audit_command(
-        target, baseline=baseline, clauses=clauses, call_timeout=timeout, budget=budget,
-        fail_on=failing,
-        jobs=jobs, reproducer_dir=reproducer_dir, picture_dir=picture_dir, quiet=quiet,
-        to_stderr=any(path is None for _, path in pairs),
-    )
+    scope = resolve_geometries(models, geometry_files, bpcs, retentions)
+    with contextlib.ExitStack() as stack:
+        base: Any = baseline
+        if baseline is not None and is_git_baseline(baseline):
+            # git:REF: the target's files at that revision, read into a temporary tree
+            # now (a bad revision, or a target outside a repository, is exit 2 before
+            # any work); the checkout is not touched.
+            import tempfile
+            from pathlib import Path
+
+            tree = Path(stack.enter_context(
+                tempfile.TemporaryDirectory(prefix="kvcontract-git-")))
+            base = git_baseline_target(baseline, resolved, tree)
+        to_stderr = any(path is None for _, path in pairs)
+        if scope and not quiet:
+            from kvcontract.tools.commands._common import make_console
+
+            print_scope(make_console(stderr=to_stderr),
+                        scope)
+        if json_path:
+            pairs.append(("json", json_path))
+        data = run_audit_command(
+            target, baseline=base, clauses=clauses, call_timeout=timeout, budget=budget,
+            fail_on=failing,
+            jobs=jobs, reproducer_dir=reproducer_dir, picture_dir=picture_dir, quiet=quiet,
+            to_stderr=to_stderr, geometries=scope, only_new=only_new,
+            findings_baseline=findings_baseline, write_baseline=write_baseline,
+            require_complete=require_complete,
+        )
     emit_reports(data, pairs)
     sys.exit(int(data["exit_code"]))

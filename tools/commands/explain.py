@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import math
-import sys
 from pathlib import Path
 from typing import Any
 
 import click
-from rich.console import Console
 
 from kvcontract.errors import UsageError
 from kvcontract.tools.commands._common import (
@@ -16,6 +14,7 @@ from kvcontract.tools.commands._common import (
     check_output_file,
     check_output_folder,
     check_report_witnesses,
+    make_console,
 )
 
 
@@ -27,7 +26,8 @@ from kvcontract.tools.commands._common import (
 @click.option("--all", "draw_all", is_flag=True,
               help="draw every counterexample of the report (the default with --report)")
 @click.option("--impl", "impl_name", default=None,
-              help="implementation to re-run on a witness (default: the report's target)")
+              help="implementation to re-run on a witness: a registered name or "
+                   "module:FILE.py (default: the report's target)")
 @click.option("--geometry", "geometry_text", metavar="JSON|FILE",
               help="geometry as inline JSON or a JSON file (Geometry.to_dict shape)")
 @click.option("--fa-block", type=int, default=None, help="full-attention group block size")
@@ -99,7 +99,7 @@ def explain(report_path: str | None, theorems: tuple[str, ...], draw_all: bool,
         ))]
     if (png_path or svg_path) and len(scenes) > 1:
         raise UsageError(f"{len(scenes)} scenes to draw: use --out DIR instead of --png/--svg")
-    console = Console(width=None if sys.stdout.isatty() else 160)
+    console = make_console()
     for name, scene in scenes:
         paths = [p for p in (png_path, svg_path) if p]
         if out_dir:
@@ -116,19 +116,25 @@ def _report_scenes(report_path: str, theorems: tuple[str, ...],
                    impl_name: str | None) -> list[tuple[str, Any]]:
     """The scenes of a report's results: the named theorems, else every counterexample
     with a witness (an empty list when there is none)."""
-    from kvcontract.errors import InputFileError
-    from kvcontract.impl.variants import VARIANTS, get_implementation
+    from kvcontract.api import load_implementation
+    from kvcontract.errors import InputFileError, KvContractError
+    from kvcontract.impl.variants import VARIANTS
     from kvcontract.tools.explain import scene_from_result
     from kvcontract.tools.reports import load_report, normalize
 
     scenes: list[tuple[str, Any]] = []
     data = load_report(report_path)
-    if impl_name is None and str(data["target"]) not in VARIANTS:
-        raise UsageError(
-            f"the report's target {data['target']!r} is not a registered implementation; "
-            f"give --impl NAME ({', '.join(VARIANTS)}) to re-run its witnesses on"
-        )
-    impl = get_implementation(impl_name or str(data["target"]))
+    if impl_name is not None:
+        impl = load_implementation(impl_name)
+    else:
+        try:
+            impl = load_implementation(str(data["target"]))
+        except KvContractError:
+            raise UsageError(
+                f"the report's target {data['target']!r} is not a registered implementation; "
+                f"give --impl NAME ({', '.join(VARIANTS)}) or module:FILE.py to re-run its "
+                "witnesses on"
+            ) from None
     results = normalize(data)["results"]  # a fuzz report's differences as results too
     if theorems:
         for wanted in theorems:

@@ -5,16 +5,15 @@ from __future__ import annotations
 from pathlib import Path
 
 import click
-from rich.console import Console
 
-from kvcontract.errors import UsageError
-from kvcontract.impl.variants import VARIANTS
+from kvcontract.errors import KvContractError, UsageError
 from kvcontract.tools.commands._common import (
     check_clauses,
     check_int,
     check_jobs,
     check_output_folder,
     check_report_witnesses,
+    make_console,
 )
 
 MAX_CLASSES = 10_000
@@ -23,8 +22,8 @@ MAX_CLASSES = 10_000
 
 @click.command(name="gen-tests")
 @click.option("--impl", "impl_name", default=None,
-              help="implementation to prove and reproduce (default: the report's target, "
-                   "else reference)")
+              help="implementation to prove and reproduce: a registered name or "
+                   "module:FILE.py (default: the report's target, else reference)")
 @click.option("--clause", "clauses", multiple=True, metavar="ID",
               help="only this clause (repeatable), e.g. --clause C2")
 @click.option("--report", "report_path", metavar="FILE",
@@ -36,11 +35,17 @@ MAX_CLASSES = 10_000
 @click.option("--max-classes", type=int, default=16, show_default=True,
               help="at most this many boundary classes per theorem")
 @click.option("--jobs", type=int, default=None, help="worker processes for proving")
+@click.option("--quiet", is_flag=True, help="no progress, only what was written")
 def gen_tests(impl_name: str | None, clauses: tuple[str, ...], report_path: str | None,
               out_dir: str, boundary_classes: bool, max_classes: int,
-              jobs: int | None) -> None:
-    """Write standalone pytest reproducers, one per counterexample."""
-    from kvcontract.impl.variants import get_implementation
+              jobs: int | None, quiet: bool) -> None:
+    """Write standalone pytest reproducers, one per counterexample.
+
+    Each file imports only kvcontract's public modules (kvcontract.api,
+    kvcontract.spec.properties) and reads the implementation from KVCONTRACT_IMPL (a
+    registered name or module:FILE.py). Progress of the proof goes to stderr."""
+    from kvcontract.api import register_implementation
+    from kvcontract.tools.commands._progress import progress
     from kvcontract.tools.gentests import (
         boundary_class_tests,
         index_json,
@@ -55,9 +60,9 @@ def gen_tests(impl_name: str | None, clauses: tuple[str, ...], report_path: str 
               what="boundary classes per theorem")
     check_jobs(jobs)
     if impl_name is not None:
-        get_implementation(impl_name)
+        impl_name = register_implementation(impl_name)  # a name or module:FILE.py
     wanted = set(check_clauses(clauses, prover=not report_path or boundary_classes))
-    err = Console(stderr=True)
+    err = make_console(stderr=True)
     if report_path:
         data = load_report(report_path)
         if impl_name is not None and impl_name != data["target"]:
@@ -66,17 +71,22 @@ def gen_tests(impl_name: str | None, clauses: tuple[str, ...], report_path: str 
                 "omit --impl when giving --report"
             )
         target = str(data["target"])
-        if target not in VARIANTS:
+        try:
+            target = register_implementation(target)
+        except KvContractError as exc:
             raise UsageError(
-                f"the report's target {target!r} is not a registered implementation "
-                f"({', '.join(VARIANTS)}): the reproducers call it by name"
-            )
+                f"the report's target {target!r} is not an implementation the reproducers "
+                f"can load by name: {exc}"
+            ) from None
         check_report_witnesses(data, report_path)
     else:
         from kvcontract.proofs.runner import prove as run_prove
 
         target = impl_name or "reference"
-        report = run_prove(target, sorted(wanted) or None, jobs=jobs)
+        with progress("proving", target, quiet=quiet) as advance:
+            report = run_prove(target, sorted(wanted) or None, jobs=jobs,
+                               on_result=lambda r, done, total: advance(
+                                   f"{r.clause}/{r.theorem}", done, total))
         data = report.to_json()
         err.print(f"proved {target}: {len(report.results)} theorems, exit code {report.exit_code}")
     if wanted:

@@ -13,7 +13,6 @@ import sys
 from typing import Any
 
 import click
-from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
@@ -26,6 +25,7 @@ from kvcontract.tools.commands._common import (
     check_output_file,
     check_seed,
     internal_error,
+    make_console,
 )
 from kvcontract.vocabulary import EXIT_COUNTEREXAMPLE, EXIT_OK
 
@@ -79,7 +79,7 @@ def mutate(target: str, sample: int | None, seed: int, jobs: int | None,
     if not prepared.points:
         raise UsageError(f"{target}: no mutation point to run")
 
-    console = Console(width=None if sys.stdout.isatty() else 200)
+    console = make_console()
     try:
         with Progress(
             TextColumn("[bold]mutating[/] {task.description}"), BarColumn(),
@@ -88,9 +88,13 @@ def mutate(target: str, sample: int | None, seed: int, jobs: int | None,
         ) as progress:
             task = progress.add_task(target, total=len(prepared.points))
 
-            def advance(result: Any, done: int, _total: int) -> None:
+            def advance(result: Any, done: int, total: int) -> None:
                 progress.update(task, completed=done,
                                 description=f"{result.point.id}: {result.status}")
+                if not quiet and not console.is_terminal:
+                    # A long campaign in a log is never silent: one line per mutant.
+                    print(f"[{done}/{total}] {result.point.id} ({result.point.location}): "
+                          f"{result.status}", file=sys.stderr, flush=True)
 
             report = run_campaign(target, sample=sample, seed=seed, jobs=jobs,
                                   functions=functions, fuzz=not no_fuzz,
@@ -134,7 +138,8 @@ def mutate(target: str, sample: int | None, seed: int, jobs: int | None,
 
 def _mutant_table(report: Any, show_all: bool) -> Table:
     table = Table(title=f"kvcontract mutate --impl {report.target}", show_lines=False)
-    for column in ("status", "location", "function", "operator", "change",
+    table.add_column("status", no_wrap=True)
+    for column in ("location", "function", "operator", "change",
                    "killed by / should be caught by"):
         table.add_column(column, overflow="fold")
     for m in report.mutants:

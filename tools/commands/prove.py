@@ -4,55 +4,104 @@ from __future__ import annotations
 
 import json
 import sys
+from typing import Any
 
 import click
-from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from kvcontract.impl.variants import variant_names
 from kvcontract.proofs.verdicts import TheoremResult, Verdict
 from kvcontract.tools.commands._common import (
+    baseline_file_options,
     check_clauses,
+    check_gate,
     check_jobs,
     check_report_outputs,
     emit_reports,
-    fail_on_option,
     finding_line,
-    parse_fail_on,
+    finish_gate,
+    gate_fail_on_option,
+    geometry_options,
+    make_console,
+    parse_gate_fail_on,
+    print_gate,
+    print_scope,
     report_options,
+    resolve_geometries,
     results_table,
 )
+
+WITNESS_SHOWN = 600
+"""Characters of a witness printed under its finding: a lookup witness on a real
+geometry lists every chunk's state (thousands of characters); the JSON report and the
+other formats keep it whole."""
+
+
+def shown_witness(witness: dict[str, object]) -> str:
+    """The witness as JSON, cut to :data:`WITNESS_SHOWN` characters (saying so)."""
+    text = json.dumps(witness, sort_keys=True)
+    if len(text) <= WITNESS_SHOWN:
+        return text
+    return (f"{text[:WITNESS_SHOWN]}... ({len(text):,} characters; --json or --format "
+            "json has it whole)")
 
 
 @click.command()
 @click.option("--impl", "impl_name", default="reference", show_default=True,
-              help=f"implementation to check: {', '.join(variant_names())}")
+              help=f"implementation to check: {', '.join(variant_names())}, or "
+                   "module:FILE.py (functions of impl/reference.py over the reference)")
 @click.option("--clause", "clauses", multiple=True, metavar="ID",
               help="only this clause (repeatable), e.g. --clause C2")
 @click.option("--json", "json_path", metavar="FILE", help="write the JSON report here")
 @click.option("--jobs", type=int, default=None, help="worker processes (default: one per core)")
 @click.option("--quiet", is_flag=True, help="no table, only the summary line")
-@fail_on_option  # type: ignore[untyped-decorator]  # mypy sees the package as Any
+@geometry_options  # type: ignore[untyped-decorator]  # mypy sees the package as Any
+@gate_fail_on_option  # type: ignore[untyped-decorator]  # mypy sees the package as Any
+@baseline_file_options  # type: ignore[untyped-decorator]  # mypy sees the package as Any
 @report_options  # type: ignore[untyped-decorator]  # mypy sees the package as Any
 def prove(impl_name: str, clauses: tuple[str, ...], json_path: str | None,
-          jobs: int | None, quiet: bool, fail_on: str, formats: tuple[str, ...],
-          outputs: tuple[str, ...]) -> None:
-    """Prove every clause for an implementation (the reference by default)."""
-    from kvcontract.impl.variants import get_implementation
+          jobs: int | None, quiet: bool, models: tuple[str, ...],
+          geometry_files: tuple[str, ...], bpcs: tuple[int, ...], retentions: tuple[str, ...],
+          fail_on: str, baseline_file: str | None, write_baseline: str | None,
+          formats: tuple[str, ...], outputs: tuple[str, ...]) -> None:
+    """Prove every clause for an implementation (the reference by default).
+
+    With --model or --geometry, the clauses are checked on those geometries instead of
+    the built-in catalogues: the case families (lookup, store, end to end) on cases
+    chosen around the geometries' chunk and window boundaries, the formula properties
+    on their SWA groups' sizes (README, "Your model's geometry").
+
+    Defaults for --fail-on, --baseline-file, --jobs, --impl and --model come from
+    [tool.kvcontract] of the nearest pyproject.toml (the command line wins)."""
+    from kvcontract.api import register_implementation
     from kvcontract.proofs.runner import prove as run_prove
     from kvcontract.proofs.runner import select
+    from kvcontract.tools.config import apply_config
     from kvcontract.tools.reports import pair_outputs
+    from kvcontract.tools.reports.gate import gate_exit_code
 
-    # Every input is validated before any proof runs (issue #11).
-    get_implementation(impl_name)
+    # Every input is validated before any proof runs (issue #11), the project's
+    # [tool.kvcontract] defaults included.
+    params: dict[str, Any] = {"impl_name": impl_name, "jobs": jobs, "models": models,
+                              "geometry_files": geometry_files, "fail_on": fail_on,
+                              "baseline_file": baseline_file}
+    apply_config(click.get_current_context(), params)
+    impl_name, jobs, models = params["impl_name"], params["jobs"], params["models"]
+    fail_on, baseline_file = params["fail_on"], params["baseline_file"]
+    impl_name = register_implementation(impl_name)  # a name or module:FILE.py
     check_clauses(clauses, prover=True)
     check_jobs(jobs)
-    failing = parse_fail_on(fail_on)
+    failing, only_new = parse_gate_fail_on(fail_on)
     pairs = pair_outputs(formats, outputs)
-    check_report_outputs(pairs, json_path)
+    check_report_outputs(pairs, json_path, [("--write-baseline", write_baseline)]
+                         if write_baseline else None)
+    baseline = check_gate(only_new, baseline_file, write_baseline)
+    scope = resolve_geometries(models, geometry_files, bpcs, retentions)
     to_stdout = any(path is None for _, path in pairs)
-    console = Console(width=None if sys.stdout.isatty() else 200, stderr=to_stdout)
-    total = len(select(clauses or None))
+    console = make_console(stderr=to_stdout)
+    if scope:
+        print_scope(console, scope, notes=not quiet)
+    total = len(select(clauses or None, tuple(scope)))
     with Progress(
         TextColumn("[bold]proving[/] {task.description}"), BarColumn(),
         TextColumn("{task.completed}/{task.total}"), TimeElapsedColumn(),
@@ -64,14 +113,21 @@ def prove(impl_name: str, clauses: tuple[str, ...], json_path: str | None,
             progress.update(task, completed=done, description=f"{result.clause}/{result.theorem}")
 
         report = run_prove(impl_name, clauses or None, jobs=jobs, on_result=advance,
-                           fail_on=failing)
+                           fail_on=failing, geometries=scope)
+    data = report.to_json()
+    finish_gate(data, baseline, only_new=only_new, write_baseline=write_baseline)
+    data["exit_code"] = gate_exit_code(data["results"], failing, only_new)
     if not quiet:
-        console.print(results_table(report.results, f"kvcontract prove --impl {impl_name}"))
-        for r in report.results:
+        title = f"kvcontract prove --impl {impl_name}"
+        if scope:
+            title += " on " + ", ".join(label for label, _ in scope)
+        console.print(results_table(report.results, title))
+        for r, row in zip(report.results, data["results"], strict=True):
             if r.verdict is not Verdict.PROVED and not r.verdict.passed:
-                console.print(finding_line(r, failing))
+                console.print(finding_line(r, failing, row.get("baseline_state"), only_new))
                 if r.witness:
-                    console.print(f"  witness: {json.dumps(r.witness, sort_keys=True)}")
+                    console.print(f"  witness: {shown_witness(r.witness)}")
+        print_gate(console, data)
     counts: dict[str, int] = {}
     for r in report.results:
         counts[r.verdict.value] = counts.get(r.verdict.value, 0) + 1
@@ -82,5 +138,5 @@ def prove(impl_name: str, clauses: tuple[str, ...], json_path: str | None,
     )
     if json_path:
         pairs.append(("json", json_path))
-    emit_reports(report.to_json(), pairs)
-    sys.exit(report.exit_code)
+    emit_reports(data, pairs)
+    sys.exit(int(data["exit_code"]))

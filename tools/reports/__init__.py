@@ -8,7 +8,14 @@ into one of :data:`FORMATS`:
 * ``sarif``    - SARIF 2.1.0 with one rule per clause, for code-scanning uploads;
 * ``markdown`` - a summary sized for a pull-request comment;
 * ``mypy``     - ``path:line: error: [C2] ...`` lines that editors and CI annotators parse;
-* ``text``     - a plain, uncoloured table (the CLI draws its own rich table).
+* ``text``     - a plain, uncoloured table (the CLI draws its own rich table);
+* ``github``   - GitHub Actions workflow commands (``::error file=F,line=L,...::``), one
+  line per finding, for annotations on a pull request.
+
+Every finding carries a ``fingerprint`` (:mod:`.fingerprint`: clause, theorem, impact
+and the witness's shape, nothing of the run or the machine), which SARIF's
+``partialFingerprints`` and the findings baseline (:mod:`.gate`) use; with a baseline,
+a finding is marked ``new`` or ``baseline`` in every format.
 
 Every format works on the same normalized shape (:func:`normalize`): ``{"version",
 "command", "target", "results": [{clause, theorem, verdict, status, domain, seconds,
@@ -33,12 +40,16 @@ The modules, one job each:
 * :mod:`.locate`    - where a finding points;
 * :mod:`.formats`   - :data:`FORMATS` and :func:`render`, dispatching to
   :mod:`.json_format`, :mod:`.junit`, :mod:`.sarif`, :mod:`.markdown`,
-  :mod:`.mypy_lines`, :mod:`.text` (shared pieces in :mod:`.common`);
-* :mod:`.outputs`   - output files: suffixes, ``--format``/``--output`` pairing, writing.
+  :mod:`.mypy_lines`, :mod:`.text`, :mod:`.github` (shared pieces in :mod:`.common`);
+* :mod:`.outputs`   - output files: suffixes, ``--format``/``--output`` pairing, writing;
+* :mod:`.fingerprint` - a finding's stable identity;
+* :mod:`.gate`      - the findings baseline file and the pull-request gate (``--fail-on
+  new``), with :mod:`.github` the workflow-command renderer.
 """
 
 from __future__ import annotations
 
+from kvcontract.tools.reports.fingerprint import FINGERPRINT_RULE, fingerprint
 from kvcontract.tools.reports.formats import FORMATS, render
 from kvcontract.tools.reports.locate import (
     clause_location,
@@ -59,6 +70,7 @@ from kvcontract.tools.reports.model import (
 )
 from kvcontract.tools.reports.outputs import (
     FORMAT_SUFFIXES,
+    STDOUT,
     format_for_path,
     pair_outputs,
     write_text,
@@ -67,15 +79,18 @@ from kvcontract.tools.reports.outputs import (
 __all__ = [
     "ERROR",
     "FAIL",
+    "FINGERPRINT_RULE",
     "FORMATS",
     "FORMAT_SUFFIXES",
     "MARKDOWN_LIMIT",
     "PASS",
     "REPORT_VERSION",
+    "STDOUT",
     "ReportError",
     "clause_location",
     "display_path",
     "exit_code",
+    "fingerprint",
     "format_for_path",
     "function_location",
     "load_report",

@@ -7,6 +7,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from kvcontract.errors import UsageError
+from kvcontract.tools.reports.github import render_github
 from kvcontract.tools.reports.json_format import render_json
 from kvcontract.tools.reports.junit import render_junit
 from kvcontract.tools.reports.markdown import render_markdown
@@ -14,7 +15,7 @@ from kvcontract.tools.reports.mypy_lines import render_mypy
 from kvcontract.tools.reports.sarif import render_sarif
 from kvcontract.tools.reports.text import render_text
 
-FORMATS: tuple[str, ...] = ("json", "junit", "sarif", "markdown", "mypy", "text")
+FORMATS: tuple[str, ...] = ("json", "junit", "sarif", "markdown", "mypy", "text", "github")
 """Formats :func:`render` accepts."""
 
 _RENDERERS: dict[str, Callable[[Mapping[str, Any]], str]] = {
@@ -24,6 +25,7 @@ _RENDERERS: dict[str, Callable[[Mapping[str, Any]], str]] = {
     "markdown": render_markdown,
     "mypy": render_mypy,
     "text": render_text,
+    "github": render_github,
 }
 
 

@@ -19,6 +19,8 @@ def render_json(report: Mapping[str, Any]) -> str:
             row = dict(original)
             if "location" in norm:
                 row["location"] = norm["location"]
+            if "fingerprint" in norm:
+                row["fingerprint"] = norm["fingerprint"]
             results.append(row)
         data["results"] = results
     else:  # fuzz: keep its own fields, add the per-clause view every format reads

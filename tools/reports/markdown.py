@@ -19,6 +19,16 @@ def _md_cell(text: str, limit: int = 300) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
+def _baseline_line(section: Mapping[str, Any]) -> str:
+    """The findings-baseline summary line."""
+    text = (f"Findings baseline `{section['path']}`: **{section['new']} new**, "
+            f"{section['baseline']} in the baseline, {len(section['fixed'])} fixed")
+    if section.get("not_rechecked"):
+        text += f", {len(section['not_rechecked'])} not rechecked"
+    only = " (`--fail-on new`: only new findings fail)" if section.get("only_new") else ""
+    return text + "." + only
+
+
 def render_markdown(report: Mapping[str, Any]) -> str:
     normalized = normalize(report)
     results = normalized["results"]
@@ -31,22 +41,42 @@ def render_markdown(report: Mapping[str, Any]) -> str:
     }[code]
     mark = {0: "✅", 1: "❌", 2: "⚠️", 3: "⚠️"}[code]
     tally = ", ".join(f"{n} {v}" for v, n in counts(results).items()) or "no results"
+    failing = [r for r in results if r["status"] != PASS]
+    found = report.get("findings_baseline")
+    section: Mapping[str, Any] = found if isinstance(found, Mapping) else {}
+    gated = "path" in section
+    if code == 0 and failing:
+        # Findings that do not fail the run: outside --fail-on, or accepted in the baseline.
+        headline = ("nothing new" if gated and section["new"] == 0
+                    else "no finding fails the run")
     out = [
         f"### {mark} `{title(normalized)}`: {headline}",
         "",
         f"{len(results)} results: {tally}.",
         "",
     ]
-    failing = [r for r in results if r["status"] != PASS]
+    if gated:
+        out += [_baseline_line(section), ""]
     if failing:
-        out += ["| clause | theorem | verdict | where | message |", "|---|---|---|---|---|"]
+        marked = any(r.get("baseline_state") for r in failing)
+        extra = (" finding |", "---|") if marked else ("", "")
+        out += [f"| clause | theorem | verdict | where | message |{extra[0]}",
+                f"|---|---|---|---|---|{extra[1]}"]
         for r in failing:
             loc = result_location(r)
+            cell = f" {r.get('baseline_state') or '-'} |" if marked else ""
             out.append(
                 f"| {r['clause']} | `{r['theorem']}` | **{r['verdict']}** | "
-                f"`{loc['path']}:{loc['line']}` | {_md_cell(finding_message(r))} |"
+                f"`{loc['path']}:{loc['line']}` | {_md_cell(finding_message(r))} |{cell}"
             )
         out.append("")
+    if gated and section["fixed"]:
+        out += [f"Fixed since the baseline ({len(section['fixed'])}; remove them with "
+                "`--write-baseline`):", ""]
+        out += [f"* {e['clause']} `{e['theorem']}` [{e['impact']}] `{e['fingerprint']}`"
+                for e in section["fixed"]]
+        out.append("")
+    if failing:
         for r in failing:
             if r["witness"]:
                 witness = json.dumps(r["witness"], indent=1, sort_keys=True)

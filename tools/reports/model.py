@@ -12,6 +12,7 @@ from typing import Any
 
 from kvcontract.errors import InputFileError, KvContractError
 from kvcontract.spec.clauses import CLAUSES
+from kvcontract.tools.reports.fingerprint import fingerprint
 from kvcontract.tools.reports.locate import locate
 from kvcontract.vocabulary import Impact
 
@@ -117,6 +118,16 @@ def _normalize_result(raw: Any, index: int, target: str) -> dict[str, Any]:
         found = locate(target, result["id"])
         if found is not None:
             result["location"] = found
+    if status == FAIL:
+        # A finding's stable identity (tools/reports/fingerprint.py): SARIF's
+        # partialFingerprints, the findings baseline, the new/baseline marks.
+        result["fingerprint"] = fingerprint(result)
+    mark = raw.get("baseline_state")
+    if mark is not None:
+        if mark not in ("new", "baseline"):
+            raise ReportError(f"{where}.baseline_state must be 'new' or 'baseline', not "
+                              f"{mark!r}")
+        result["baseline_state"] = mark
     return result
 
 

@@ -15,8 +15,13 @@ FORMAT_SUFFIXES: dict[str, str] = {
     ".md": "markdown",
     ".txt": "text",
     ".mypy": "mypy",
+    ".github": "github",
 }
 """Output-file suffixes from which the CLI infers a format when none is given."""
+
+STDOUT = "-"
+"""``--output -``: this ``--format`` goes to standard output (with the others to files,
+e.g. ``--format github --output - --format sarif --output r.sarif``)."""
 
 
 def format_for_path(path: str) -> str:
@@ -35,10 +40,16 @@ def pair_outputs(
     formats: tuple[str, ...], outputs: tuple[str, ...]
 ) -> list[tuple[str, str | None]]:
     """Match ``--format`` and ``--output`` options: pairwise, one format to stdout, or
-    formats inferred from the output suffixes. ``None`` as a path means stdout."""
+    formats inferred from the output suffixes. ``None`` as a path means stdout
+    (``--output -`` names it when several formats are paired)."""
     for fmt in formats:
         if fmt not in FORMATS:
             raise UsageError(f"unknown report format {fmt!r}; choose one of: {', '.join(FORMATS)}")
+    if STDOUT in outputs and not formats:
+        raise UsageError(f"--output {STDOUT} (standard output) needs a --format")
+    if sum(1 for path in outputs if path == STDOUT) > 1:
+        raise UsageError(f"--output {STDOUT} (standard output) is given twice; give one "
+                         "format to standard output and the others a file each")
     if not outputs:
         if len(formats) > 1:
             raise UsageError("several --format options need one --output FILE each")
@@ -50,7 +61,8 @@ def pair_outputs(
             f"{len(formats)} --format options but {len(outputs)} --output options; "
             "give one --output per --format (in the same order)"
         )
-    return list(zip(formats, outputs, strict=True))
+    return [(fmt, None if path == STDOUT else path)
+            for fmt, path in zip(formats, outputs, strict=True)]
 
 
 def write_text(path: str, text: str) -> None:

@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from kvcontract.tools.reports.common import counts, finding_message, title, witness_text
+from kvcontract.tools.reports.gate import summary_lines
 from kvcontract.tools.reports.model import PASS, normalize
 
 
@@ -27,9 +28,15 @@ def render_text(report: Mapping[str, Any]) -> str:
     for r in results:
         if r["status"] != PASS:
             lines.append("")
-            lines.append(f"{r['id']}: {r['verdict']}: {finding_message(r)}")
+            mark = f" [{r['baseline_state']}]" if r.get("baseline_state") else ""
+            lines.append(f"{r['id']}: {r['verdict']}{mark}: {finding_message(r)}")
             if r["witness"]:
                 lines.append(f"  witness: {witness_text(r['witness'])}")
+            if r.get("fingerprint"):
+                lines.append(f"  fingerprint: {r['fingerprint']}")
+    gate = summary_lines(report)
+    if gate:
+        lines += ["", *gate]
     summary = ", ".join(f"{n} {v}" for v, n in counts(results).items())
     lines += ["", f"{normalized['target']}: {len(results)} results: {summary or 'none'}"]
     return "\n".join(lines) + "\n"

@@ -477,3 +477,26 @@ def test_cuda_end_to_end() -> None:
     system.drain()
     checks = r.monitor.checks
     assert r.monitor.violations == [] and checks["C11"] > 0 and checks["C2"] == 1
+
+
+@pytest.mark.parametrize(("name", "hit"), [("reference", 16), ("upstream-current", 0)])
+def test_eagle_resend_gets_the_gpu_replay_boundary(name: str, hit: int) -> None:
+    """FA 16 + SWA 4 (sw 8, EAGLE), retention 0, P = 33: the engine's store path passes
+    the implementation's replay boundaries. The reference's (vLLM's GPU rule) store SWA
+    chunks ``{2, 3, 4}`` for the EAGLE boundary 16, and the resend hits 16; upstream's
+    ``P - 1`` alone stores ``{6, 7}``, whose peek chunk 8 never completes: no hit, and
+    the monitor reports the chunks the spec's mask stores and upstream did not."""
+    geometry = Geometry((fa(16), swa(4, 8, eagle=True)), retention_interval=0)
+    r = rig(SystemConfig(geometry, get_implementation(name), False))
+    tokens = [(i * 7) % 50 for i in range(33)]
+    for rid in ("p", "c"):
+        r.system.add_request(rid, tokens, 1)
+        for _ in range(4):
+            r.system.step(40)
+        r.system.drain()
+        r.harness.evict_gpu_cache()  # the resend must hit the CPU
+    assert r.accepted("c").hit == hit
+    missing = [v for v in r.monitor.violations if "missing [2, 3, 4]" in v.message]
+    assert bool(missing) == (name != "reference")
+    if name == "reference":
+        assert r.monitor.violations == []

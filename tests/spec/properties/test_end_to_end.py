@@ -21,9 +21,11 @@ from kvcontract.spec import multigroup
 from kvcontract.spec.build import buildable
 from kvcontract.spec.geometry import Geometry, fa, swa
 from kvcontract.spec.lookup import HIT, MISS
+from kvcontract.spec.models import list_presets, preset_geometries
 from kvcontract.spec.properties import WitnessError, get_property, replay
 from kvcontract.spec.properties.end_to_end import (
     END_TO_END_SPACE,
+    SIBLING_DIVERGENCE,
     Consumer,
     EndToEndCase,
     consumer_keys,
@@ -31,13 +33,13 @@ from kvcontract.spec.properties.end_to_end import (
     contract_supply,
     end_to_end_cases,
     end_to_end_catalog,
-    gpu_replay_boundaries,
     no_lost_hit,
     promised_hit,
     reachable_boundaries,
     run_end_to_end,
 )
 from kvcontract.spec.properties.store import StoreCase, offered_chunks, run_store
+from kvcontract.spec.reachability import gpu_replay_boundaries, store_replay_boundaries
 from kvcontract.vocabulary import Verdict
 
 RETENTION_0 = Geometry((fa(16), swa(4, 8)), retention_interval=0)
@@ -94,39 +96,56 @@ def test_sibling_is_limited_to_its_shared_keys() -> None:
     assert promised_hit(RETENTION_NONE, producer, 36, 33) == 32
 
 
-def test_eagle_peek_chunk_must_exist_and_the_gpu_rule() -> None:
-    """EAGLE SWA group, retention 0, P = 33: the replay boundary 32 demands
-    ``[8 - W, 8 + 1) = {6, 7, 8}`` with the peek chunk 8 = tokens [32, 36), past the 33
-    prompt tokens: not owed, and nothing else is: promised 0 (EAGLE one unit short).
+def test_eagle_resend_is_promised_the_gpu_replay_boundary() -> None:
+    """EAGLE SWA group, retention 0, P = 33: the boundary ``(P - 1) // A * A = 32``
+    demands ``[8 - W, 8 + 1) = {6, 7, 8}`` with the peek chunk 8 = tokens [32, 36), past
+    the 33 prompt tokens: never complete, so an EAGLE resend cannot be served there.
 
     vLLM's GPU keeps, for EAGLE, the resend's and the extension's aligned boundaries minus
-    one unit: ``32 - 16 = 16`` for both. Demand at 16: ``{2, 3}`` plus the peek chunk 4
-    (tokens [16, 20)): the ``gpu`` replay rule promises 16, which the contract's store
-    path does not supply (C12 judges the ``store`` rule).
+    one unit: ``32 - 16 = 16`` for both, and only those, and so does the contract now
+    (``store_replay_boundaries``: ``(16,)``). Demand at 16: ``{2, 3}`` plus the peek
+    chunk 4 (tokens [16, 20)): promised 16, and the reference stores it. With ``P - 1``
+    alone (``replay_rule="p-1"``, upstream's store path) nothing servable is owed: 0.
 
     P = 48: boundary 32's peek chunk 8 ends at 36 <= 48: promised 32 under both rules."""
     producer = finished(EAGLE_0, 33)
-    assert contract_supply(producer) == (frozenset({0, 1}), frozenset())
-    assert promised_hit(EAGLE_0, producer, 33) == 0
-    assert contract_supply(producer, "gpu")[1] == frozenset({2, 3, 4})
-    assert promised_hit(EAGLE_0, producer, 33, replay_rule="gpu") == 16
+    assert producer.replay_boundaries == (16,)
+    assert reachable_boundaries(EAGLE_0, EAGLE_0.groups[1], producer) == [("replay", 16)]
+    assert contract_supply(producer) == (frozenset({0, 1}), frozenset({2, 3, 4}))
+    assert promised_hit(EAGLE_0, producer, 33) == 16
+    # P - 1 alone: boundary 32's window chunks {6, 7} are written as they complete (the
+    # mask marks them), but its peek chunk 8 never completes, so they serve nothing.
+    assert contract_supply(producer, "p-1") == (frozenset({0, 1}), frozenset({6, 7}))
+    assert promised_hit(EAGLE_0, producer, 33, replay_rule="p-1") == 0
     producer = finished(EAGLE_0, 48)
-    assert contract_supply(producer)[1] == frozenset({6, 7, 8})
+    assert contract_supply(producer)[1] == frozenset({2, 3, 4, 6, 7, 8})
+    assert contract_supply(producer, "p-1")[1] == frozenset({6, 7, 8})
     assert promised_hit(EAGLE_0, producer, 48) == 32
-    assert promised_hit(EAGLE_0, producer, 48, replay_rule="gpu") == 32
-    observed = run_end_to_end(EndToEndCase(finished(EAGLE_0, 33), Consumer(
-        "resend", 33, 33)), REFERENCE)
-    assert observed.hit_tokens == 0  # the gap the gpu rule measures (benchmarks/lost_hits.py)
+    assert promised_hit(EAGLE_0, producer, 48, replay_rule="p-1") == 32
+    case = EndToEndCase(finished(EAGLE_0, 33), Consumer("resend", 33, 33))
+    observed = run_end_to_end(case, REFERENCE)
+    assert observed.hit_tokens == 16 and no_lost_hit(case, observed) is None
+    with pytest.raises(ValueError, match="replay_rule"):
+        promised_hit(EAGLE_0, producer, 48, replay_rule="store")
 
 
 def test_gpu_replay_boundaries() -> None:
     """``P = 33, u = 16``: resend ``32 // 16 * 16 = 32``, extension ``33 // 16 * 16 = 32``,
     both minus 16: (16,). ``P = 48``: resend ``47 -> 32``, extension 48: (16, 32).
-    ``P = 10``: both align to 0, not below: (0,). Without EAGLE: ``(P - 1,)``."""
+    ``P = 10``: both align to 0, not below: (0,). Without EAGLE: ``(P - 1,)``.
+
+    The contract's replay boundaries are these with EAGLE (a boundary of 0 is no hit, so
+    ``P = 10`` has none), ``P - 1`` without, only with a retention interval."""
     assert gpu_replay_boundaries(33, 16, True) == (16,)
     assert gpu_replay_boundaries(48, 16, True) == (16, 32)
     assert gpu_replay_boundaries(10, 16, True) == (0,)
     assert gpu_replay_boundaries(48, 16, False) == (47,)
+    assert store_replay_boundaries(EAGLE_0, 33) == (16,)
+    assert store_replay_boundaries(EAGLE_0, 48) == (16, 32)
+    assert store_replay_boundaries(EAGLE_0, 10) == ()
+    assert store_replay_boundaries(RETENTION_0, 33) == (32,)
+    assert store_replay_boundaries(dataclasses.replace(EAGLE_0, retention_interval=None),
+                                   33) == ()
 
 
 def test_aborted_producer_owes_no_freed_final_tail() -> None:
@@ -184,6 +203,13 @@ def test_catalogue_is_buildable_and_varied() -> None:
     assert any(group.eagle and group.is_swa for g in geometries for group in g.groups)
     assert any(group.eagle and not group.is_swa for g in geometries for group in g.groups)
     assert any(group.kind.value == "mamba" for g in geometries for group in g.groups)
+    # An EAGLE resend whose peek chunk past (P - 1) // A * A is incomplete (the gap that
+    # vLLM's GPU EAGLE replay boundaries close), for an EAGLE SWA and an EAGLE FA group.
+    eagle_gaps = {next(group.is_swa for group in g.groups if group.eagle)
+                  for _, g, prompts in catalog
+                  if g.retention_interval == 0 and any(group.eagle for group in g.groups)
+                  and g.alignment_tokens and any(p % g.alignment_tokens for p in prompts)}
+    assert eagle_gaps == {True, False}
     kinds = {c.kind for c in consumers(finished(RETENTION_0, 33))}
     assert kinds == {"resend", "continuation", "sibling"}
 
@@ -216,20 +242,87 @@ def test_dropped_replay_marks_lose_hits() -> None:
     assert replay("C12/no-lost-hits", result.witness, REFERENCE) is None
 
 
+def test_upstream_loses_the_eagle_resend() -> None:
+    """Upstream's store path passes ``P - 1`` alone. The first case it fails: EAGLE SWA
+    group, retention 0, P = 33 in one shot, the resend. Its SWA group stores the tail of
+    boundary 32 (``{6, 7}``; the peek chunk 8 is incomplete) but not the GPU's EAGLE
+    replay boundary 16 (``{2, 3, 4}``): hit 0 instead of the promised 16."""
+    upstream = get_implementation("upstream-current")
+    result = run_property(PROPERTY, upstream)
+    assert result.verdict is Verdict.COUNTEREXAMPLE and result.impact == "lost-hit"
+    assert "SWA(bs=4, sw=8, eagle); bpc=1; retention=0" in result.message
+    assert "producer P=33 (prefill [33]" in result.message
+    assert "resend consumer of 33" in result.message
+    assert result.message.endswith("accepted hit 0, promised 16: 16 tokens lost")
+    assert result.witness is not None
+    assert replay("no-lost-hits", result.witness, REFERENCE) is None
+    picture = PROPERTY.draw(result.witness, upstream)
+    assert picture.hit == 16 and picture.offending == {1: {2, 3, 4}}
+    # The EAGLE full-attention group of the catalogue loses the same way.
+    eagle_fa = Geometry((fa(16, eagle=True), swa(4, 8)), retention_interval=0)
+    case = EndToEndCase(finished(eagle_fa, 33), Consumer("resend", 33, 33))
+    lost = replay("no-lost-hits", case.to_json(), upstream)
+    assert lost is not None and lost.endswith("accepted hit 0, promised 16: 16 tokens lost")
+    assert replay("no-lost-hits", case.to_json(), REFERENCE) is None
+
+
 def test_upstream_window_formula_loses_hits() -> None:
     """Upstream's ``W = max(cdiv(sw, tpc), cdiv(sw - 1, tpc))`` with ``sw 9, tpc 4``: 3
     chunks against the 2 the replay tail holds. Retention 0, P = 33: the replay boundary
     32 demands ``[8 - cdiv(8, 4), 8) = {6, 7}``; upstream also demands chunk 5, never
     stored: hit 0 instead of 32."""
     upstream = get_implementation("upstream-current")
-    result = run_property(PROPERTY, upstream)
-    assert result.verdict is Verdict.COUNTEREXAMPLE and result.impact == "lost-hit"
-    assert "SWA(bs=4, sw=9)" in result.message
-    assert result.message.endswith("accepted hit 0, promised 32: 32 tokens lost")
-    assert result.witness is not None
-    assert replay("no-lost-hits", result.witness, REFERENCE) is None
-    picture = PROPERTY.draw(result.witness, upstream)
+    geometry = Geometry((fa(16), swa(4, 9)), retention_interval=0)
+    witness = EndToEndCase(finished(geometry, 33), Consumer("resend", 33, 33)).to_json()
+    lost = replay("no-lost-hits", witness, upstream)
+    assert lost is not None and "SWA(bs=4, sw=9)" in lost
+    assert lost.endswith("accepted hit 0, promised 32: 32 tokens lost")
+    assert PROPERTY.impact_of(lost).value == "lost-hit"
+    assert replay("no-lost-hits", witness, REFERENCE) is None
+    picture = PROPERTY.draw(witness, upstream)
     assert picture.hit == 32 and picture.offending == {1: {5}}
+
+
+EAGLE_PRESETS = [(label, geometry) for preset in list_presets()
+                 for label, geometry in preset_geometries(preset)
+                 if any(group.eagle for group in geometry.groups)]
+PRESET_PROMPTS = (4097, 5003, 6143, 8192, 9999)
+
+
+@pytest.mark.parametrize(("label", "geometry"), EAGLE_PRESETS,
+                         ids=[label for label, _ in EAGLE_PRESETS])
+def test_reference_has_no_lost_hit_on_eagle_presets(label: str, geometry: Geometry) -> None:
+    """Every preset with an EAGLE (or MTP) group, at vLLM's default retention 0: a
+    one-shot producer, then its resend, its continuation and a sibling sharing
+    ``P - 1`` tokens get exactly the promise (vLLM's GPU rule, EAGLE replay boundaries
+    included) from the reference."""
+    assert geometry.retention_interval == 0
+    for prompt in PRESET_PROMPTS:
+        producer = StoreCase(label, geometry, prompt, (prompt,), "finished", decode=3)
+        sibling = Consumer("sibling", prompt + SIBLING_DIVERGENCE, prompt - 1)
+        for consumer in [*consumers(producer)[:2], sibling]:
+            case = EndToEndCase(producer, consumer)
+            assert no_lost_hit(case, run_end_to_end(case, REFERENCE)) is None, case
+
+
+def test_eagle_presets_are_covered_and_upstream_loses_there() -> None:
+    """The EAGLE presets are all there; at bpc 1 upstream's ``P - 1`` alone loses the
+    EAGLE resend of some of the prompt lengths above (GPT-OSS-EAGLE3: ``A = 16``, every
+    ``P`` not a multiple of 16; the DeepSeek-V4-like MTP preset: ``A = 256``)."""
+    names = {label.split(" ", 1)[0] for label, _ in EAGLE_PRESETS}
+    assert {"gpt-oss-120b-eagle3", "gpt-oss-20b-eagle3", "deepseek-v4-like-mtp"} <= names
+    upstream = get_implementation("upstream-current")
+    for label, geometry in EAGLE_PRESETS:
+        if geometry.blocks_per_chunk != 1:
+            continue
+        lost = []
+        for prompt in PRESET_PROMPTS:
+            producer = StoreCase(label, geometry, prompt, (prompt,), "finished", decode=3)
+            resend = EndToEndCase(producer, Consumer("resend", prompt, prompt))
+            found = no_lost_hit(resend, run_end_to_end(resend, upstream))
+            if found is not None and "tokens lost" in found:
+                lost.append(prompt)
+        assert lost, label
 
 
 def test_crash_and_waste_are_reported_too() -> None:

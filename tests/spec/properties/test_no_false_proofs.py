@@ -156,9 +156,10 @@ def test_store_all_geometries_are_in_the_catalogue() -> None:
     from kvcontract.spec.properties.store import store_catalog
 
     names = [name for name, *_ in store_catalog()]
-    assert "FA10+SWA4(sw5),store-all" in names and "FA4+FA8+SWA4(sw8),no-alignment" in names
-    # The geometry tells the two rules apart: the reference stores every block there.
-    assert all(is_block_reachable(b, 10, 4, 5, 0, False, None, None) for b in range(8))
+    assert "FA4+SWA8(sw9),store-all" in names and "FA4+FA8+SWA4(sw8),no-alignment" in names
+    # The geometry tells the two rules apart: the reference stores every block there
+    # (A = 4 is not a multiple of the SWA block 8; vLLM builds it: 8 = 2 x 4).
+    assert all(is_block_reachable(b, 4, 8, 9, 0, False, None, None) for b in range(8))
 
 
 def test_a_retained_range_below_block_zero_is_caught() -> None:

@@ -1,0 +1,527 @@
+"""The public Python API: what the command line does, as functions that return reports.
+
+```python
+import kvcontract
+
+report = kvcontract.prove("reference", clauses=["C2"])   # a ProveReport
+assert report.exit_code == 0, [r.message for r in report.results if not r.verdict.passed]
+
+impl = kvcontract.load_implementation("module:my_patch.py")  # the reference, patched
+kvcontract.assert_contract(impl, clauses=["C4"])              # AssertionError on a finding
+```
+
+* :func:`prove`, :func:`fuzz` and :func:`audit` take the arguments of ``kvcontract prove``,
+  ``fuzz`` and ``audit`` and validate every one of them before any work, raising the
+  errors the command line turns into exit code 2 (:mod:`kvcontract.errors`:
+  :class:`UsageError` and its subclasses, :class:`GeometryError`,
+  :class:`InputFileError`); they print nothing. Ctrl-C reaches the caller as
+  :class:`KeyboardInterrupt` (the prover's worker processes stop quietly).
+* An implementation is a registered name (``reference``, ``upstream-current``, ...), an
+  :class:`Implementation` object, or ``module:FILE.py``: a file that defines some of the
+  bundle's functions (``sliding_window_lookup``, ``load_window_size_in_chunks``, ... the
+  names of ``kvcontract/impl/reference.py``) under their names; the rest is the
+  reference's (:func:`load_implementation`). The ``KVCONTRACT_IMPL`` variable of generated
+  reproducers takes the same forms.
+* :func:`replay` re-runs one witness of a report on an implementation, without a solver.
+
+Importing this module (or :mod:`kvcontract`) is cheap: the prover (Z3), the executable
+system (torch) and the command line are imported by the calls that need them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import hashlib
+import os
+import sys
+import types
+from collections.abc import Iterable, Iterator, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from kvcontract.errors import (
+    GeometryError,
+    InputFileError,
+    KvContractError,
+    ProofError,
+    UnknownClauseError,
+    UnknownPropertyError,
+    UnknownTargetError,
+    UsageError,
+    WitnessError,
+)
+from kvcontract.vocabulary import Impact, Verdict
+
+if TYPE_CHECKING:
+    from kvcontract.impl.bundle import Implementation
+    from kvcontract.proofs.runner import ProveReport
+    from kvcontract.proofs.verdicts import TheoremResult
+    from kvcontract.spec.geometry import Geometry
+    from kvcontract.tools.fuzz import FuzzReport
+
+__all__ = [
+    "IMPL_ENV",
+    "ContractViolation",
+    "FuzzReport",
+    "Geometry",
+    "GeometryError",
+    "Impact",
+    "Implementation",
+    "InputFileError",
+    "KvContractError",
+    "ProofError",
+    "ProveReport",
+    "TheoremResult",
+    "UnknownClauseError",
+    "UnknownPropertyError",
+    "UnknownTargetError",
+    "UsageError",
+    "Verdict",
+    "WitnessError",
+    "assert_contract",
+    "audit",
+    "fuzz",
+    "implementation_names",
+    "load_implementation",
+    "prove",
+    "register_implementation",
+    "replay",
+]
+
+IMPL_ENV = "KVCONTRACT_IMPL"
+"""The environment variable generated reproducers (and the pytest plugin) read the
+implementation from: a registered name or ``module:FILE.py``."""
+
+MODULE_PREFIX = "module:"
+
+_LAZY_TYPES = {
+    "Implementation": "kvcontract.impl.bundle",
+    "ProveReport": "kvcontract.proofs.runner",
+    "TheoremResult": "kvcontract.proofs.verdicts",
+    "FuzzReport": "kvcontract.tools.fuzz",
+    "Geometry": "kvcontract.spec.geometry",
+}
+"""Result and input types, imported on first use (the prover's module imports Z3, the
+fuzzer's torch)."""
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY_TYPES.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
+
+    return getattr(importlib.import_module(module), name)
+
+
+class ContractViolation(AssertionError):
+    """:func:`assert_contract` found a counterexample (or an undecided theorem): the
+    message names each finding, its impact and its witness; ``report`` is the
+    :class:`ProveReport`."""
+
+    def __init__(self, message: str, report: ProveReport) -> None:
+        super().__init__(message)
+        self.report = report
+
+
+# -- implementations ---------------------------------------------------------------------
+def implementation_names() -> list[str]:
+    """The registered implementations (``reference`` and the historic variants)."""
+    from kvcontract.impl.variants import variant_names
+
+    return variant_names()
+
+
+def load_implementation(spec: str | Implementation) -> Implementation:
+    """The implementation ``spec`` names: a registered name (``reference``,
+    ``upstream-current``, ...), ``module:FILE.py``, or an :class:`Implementation` (returned
+    as it is).
+
+    ``module:FILE.py`` is a Python file that defines some of the bundle's functions under
+    their names in ``kvcontract/impl/reference.py`` (``sliding_window_lookup``,
+    ``load_window_size_in_chunks``, ``is_block_reachable``, ...; a helper of that module,
+    such as ``segment_blocks``, counts too): the reference module runs first and the file
+    runs over it, so a function the file does not define is the reference's, and one that
+    calls a redefined helper sees the file's. A relative path is taken from the current
+    folder. Loading the same unchanged file again returns the same object.
+
+    Raises :class:`UnknownTargetError` for an unknown name, :class:`UsageError` or
+    :class:`InputFileError` for a file that is missing, not Python, or defines none of the
+    bundle's functions.
+    """
+    from kvcontract.impl.bundle import Implementation
+    from kvcontract.impl.variants import VARIANTS
+
+    if isinstance(spec, Implementation):
+        return spec
+    if not isinstance(spec, str):
+        raise UsageError(f"an implementation is a registered name, module:FILE.py or an "
+                         f"Implementation, not {type(spec).__name__}")
+    text = spec.strip()
+    if text.startswith(MODULE_PREFIX):
+        return _module_implementation(text)
+    if text in VARIANTS:
+        return VARIANTS[text]
+    raise UnknownTargetError(spec, [*VARIANTS, "module:FILE.py"])
+
+
+def register_implementation(impl: str | Implementation) -> str:
+    """Register ``impl`` (anything :func:`load_implementation` takes) so that the prover's
+    worker processes and the fuzzer find it by name, and return that name. A name already
+    taken by another implementation (a ``dataclasses.replace`` of the reference keeps the
+    name ``reference``) is registered as ``custom:NAME``."""
+    from kvcontract.impl.variants import VARIANTS
+
+    implementation = load_implementation(impl)
+    name = implementation.name
+    if VARIANTS.get(name) is implementation:
+        return name
+    if name in VARIANTS or not name.strip():
+        base = f"custom:{name.strip() or 'implementation'}"
+        name, number = base, 1
+        while name in VARIANTS and VARIANTS[name] is not implementation:
+            number += 1
+            name = f"{base}#{number}"
+        implementation = dataclasses.replace(implementation, name=name)
+    VARIANTS[name] = implementation
+    return name
+
+
+@contextlib.contextmanager
+def _registered(impl: str | Implementation) -> Iterator[str]:
+    """:func:`register_implementation` for one call: an object the caller built is
+    unregistered afterwards (built-in names and ``module:`` files stay)."""
+    from kvcontract.impl.variants import VARIANTS
+
+    new = VARIANTS.get(impl.name if not isinstance(impl, str) else impl.strip()) is None
+    name = register_implementation(impl)
+    try:
+        yield name
+    finally:
+        if (new or name.startswith("custom:")) and not name.startswith(MODULE_PREFIX):
+            VARIANTS.pop(name, None)
+
+
+_MODULE_CACHE: dict[tuple[str, int, int], Implementation] = {}
+
+
+def _module_implementation(spec: str) -> Implementation:
+    """``module:FILE.py`` over the reference (see :func:`load_implementation`); the file
+    is read and checked by :func:`kvcontract.tools.mutate.targets.resolve_target`, which
+    decides which module it stands in for."""
+    from kvcontract.impl.bundle import Implementation
+    from kvcontract.impl.variants import REFERENCE
+    from kvcontract.tools.mutate.targets import (
+        REFERENCE_MODULE,
+        CallGraph,
+        _field_functions,
+        _snapshot,
+        resolve_target,
+    )
+
+    raw = spec[len(MODULE_PREFIX):].strip()
+    path = Path(raw).expanduser()
+    if path.is_dir():
+        raise InputFileError(raw, "a folder; module:FILE.py names one Python file")
+    try:
+        stat = path.stat()
+    except OSError:
+        raise InputFileError(raw or spec, "no such file") from None
+    key = (str(path.resolve()), stat.st_mtime_ns, stat.st_size)
+    if key in _MODULE_CACHE:
+        return _MODULE_CACHE[key]
+    target = resolve_target(f"{MODULE_PREFIX}{raw}")  # UsageError: unreadable, no role
+    source = target.modules[0]
+    fields = {f: where for f, where in _field_functions(REFERENCE).items()}
+    if source.name != REFERENCE_MODULE:
+        raise UsageError(
+            f"{spec}: the file defines functions of impl/scheduler.py; --impl module:FILE.py "
+            "takes the implementation's own functions (those of impl/reference.py: "
+            f"{', '.join(fields)}); `kvcontract mutate --impl module:FILE.py` takes a "
+            "scheduler file")
+    defined = _top_level_names(source.source)
+    graph = CallGraph([_snapshot(REFERENCE_MODULE)], fields)
+    changed = [f for f, (_, qualname) in fields.items()
+               if {q for _, q in graph.closure({(REFERENCE_MODULE, qualname)})} & defined]
+    if not changed:
+        raise UsageError(
+            f"{spec}: the file defines none of the implementation's functions "
+            f"({', '.join(fields)}) nor a helper they call, so it would check the reference")
+    digest = hashlib.sha1(key[0].encode()).hexdigest()[:12]
+    module = types.ModuleType(f"kvcontract_impl_{digest}")
+    module.__file__ = source.path
+    sys.modules[module.__name__] = module
+    try:
+        assert source.base_source is not None and source.base_path is not None
+        exec(compile(source.base_source, source.base_path, "exec"), module.__dict__)
+        exec(compile(source.source, source.path, "exec"), module.__dict__)
+    except Exception as exc:
+        raise InputFileError(raw, f"running it raised {type(exc).__name__}: {exc}") from None
+    functions: dict[str, Any] = {}
+    for name in fields:
+        fn = getattr(module, name, None) if name in changed else getattr(REFERENCE, name)
+        if not callable(fn):
+            raise UsageError(f"{spec}: {name} is not a function in the file")
+        functions[name] = fn
+    implementation = Implementation(
+        name=spec, description=f"{path.name}: {', '.join(changed)} over the reference",
+        notes={"file": str(path.resolve())}, **functions)
+    _MODULE_CACHE[key] = implementation
+    return implementation
+
+
+def _top_level_names(source: str) -> set[str]:
+    """Functions, classes and assigned names a file defines at its top level (and the
+    methods of its classes, as ``Class.method``)."""
+    import ast
+
+    names: set[str] = set()
+    for node in ast.parse(source).body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+            if isinstance(node, ast.ClassDef):
+                names |= {f"{node.name}.{item.name}" for item in node.body
+                          if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef))}
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            names |= {t.id for t in targets if isinstance(t, ast.Name)}
+    return names
+
+
+# -- arguments, validated as the command line validates them ---------------------------
+def _strings(option: str, value: str | Iterable[str] | None) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    items = [value] if isinstance(value, str) else list(value)
+    for item in items:
+        if not isinstance(item, str):
+            raise UsageError(f"{option} takes strings, not {item!r}")
+    return tuple(items)
+
+
+def _fail_on(value: str | Iterable[str | Impact] | None) -> frozenset[Impact]:
+    from kvcontract.tools.commands._common import parse_fail_on
+    from kvcontract.vocabulary import DEFAULT_FAIL_ON
+
+    if value is None:
+        return DEFAULT_FAIL_ON
+    if isinstance(value, str):
+        return parse_fail_on(value)
+    words = [v.value if isinstance(v, Impact) else v for v in value]
+    return parse_fail_on(",".join(_strings("fail_on", words)))
+
+
+def _int(option: str, value: Any, *, low: int | None = None) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise UsageError(f"{option} must be an integer, not {value!r}")
+    if low is not None and value < low:
+        raise UsageError(f"{option} must be at least {low}, not {value}")
+    return value
+
+
+GeometryLike = Any
+"""A :class:`Geometry`, a ``(label, Geometry)`` pair, a ``Geometry.to_dict`` mapping or a
+path to a ``--geometry`` JSON file."""
+
+
+def _scope(model: str | Iterable[str] | None, geometries: Iterable[GeometryLike] | None,
+           bpc: int | Iterable[int] | None,
+           retention: int | str | Iterable[int | str | None] | None,
+           ) -> list[tuple[str, Any]]:
+    """``--model``/``--geometry``/``--bpc``/``--retention`` as ``(label, Geometry)`` pairs,
+    through :func:`kvcontract.tools.commands._common.resolve_geometries`."""
+    from kvcontract.spec.geometry import Geometry
+    from kvcontract.tools.commands._common import load_geometry_file, resolve_geometries
+
+    models = _strings("model", model)
+    bpcs = tuple(int(_int("bpc", b) or 0) for b in ([] if bpc is None else
+                                                    [bpc] if isinstance(bpc, int) else bpc))
+    if retention is _NO_RETENTION:
+        retentions: tuple[str, ...] = ()
+    else:
+        given = retention if isinstance(retention, (list, tuple, set)) else [retention]
+        retentions = tuple("none" if r is None else str(r) for r in given)
+    found = resolve_geometries(models, (), bpcs, retentions)
+    for index, item in enumerate(list(geometries or ())):
+        if isinstance(item, Geometry):
+            found.append((item.describe(), item))
+        elif (isinstance(item, tuple) and len(item) == 2 and isinstance(item[0], str)
+              and isinstance(item[1], Geometry)):
+            found.append((item[0], item[1]))
+        elif isinstance(item, Mapping):
+            try:
+                geometry = Geometry.from_dict(dict(item))
+            except GeometryError as exc:
+                raise UsageError(f"geometries[{index}]: {exc}") from None
+            found.append((geometry.describe(), geometry))
+        elif isinstance(item, (str, os.PathLike)):
+            found.extend(load_geometry_file(os.fspath(item)))
+        else:
+            raise UsageError(f"geometries[{index}]: a Geometry, (label, Geometry), a "
+                             f"Geometry.to_dict mapping or a JSON file path, not {item!r}")
+    labels: dict[str, int] = {}
+    unique = []
+    for label, geometry in found:
+        labels[label] = labels.get(label, 0) + 1
+        unique.append((label if labels[label] == 1 else f"{label} ({labels[label]})",
+                       geometry))
+    return unique
+
+
+_NO_RETENTION: Any = object()
+"""``retention`` not given (``None`` means ``--retention none``)."""
+
+
+# -- the commands ---------------------------------------------------------------------
+def prove(impl: str | Implementation = "reference",
+          clauses: str | Iterable[str] | None = None,
+          model: str | Iterable[str] | None = None,
+          geometries: Iterable[GeometryLike] | None = None,
+          jobs: int | None = None, *,
+          bpc: int | Iterable[int] | None = None,
+          retention: Any = _NO_RETENTION,
+          fail_on: str | Iterable[str | Impact] | None = None) -> ProveReport:
+    """``kvcontract prove``: every clause the prover decides (or ``clauses``) for
+    ``impl``, on the built-in catalogues or on the geometries of ``model`` presets (at
+    each ``bpc``, default 1, 4 and 16, and ``retention``: 0, None or an interval) and
+    ``geometries``. ``jobs`` worker processes (default one per core). The
+    :class:`ProveReport` has ``results`` (each a :class:`TheoremResult` with its
+    verdict, witness and impact), ``exit_code`` (0, 1 or 3 as the command's, under
+    ``fail_on``) and ``to_json()`` (the ``--json`` report)."""
+    from kvcontract.proofs.runner import prove as run_prove
+    from kvcontract.tools.cli import sigint_guard
+    from kvcontract.tools.commands._common import check_clauses, check_jobs
+
+    implementation = load_implementation(impl)
+    wanted = check_clauses(_strings("clauses", clauses), prover=True)
+    check_jobs(_int("jobs", jobs))
+    failing = _fail_on(fail_on)
+    scope = _scope(model, geometries, bpc, retention)
+    with _registered(implementation) as name, sigint_guard():
+        return run_prove(name, wanted or None, jobs=jobs, fail_on=failing, geometries=scope)
+
+
+def assert_contract(impl: str | Implementation = "reference",
+                    clauses: str | Iterable[str] | None = None, **options: Any) -> ProveReport:
+    """:func:`prove`, then raise :class:`ContractViolation` (an ``AssertionError``, so a
+    test fails with it) when the report's exit code is not 0: a counterexample whose
+    impact ``fail_on`` names, or an unknown or vacuous theorem. The message names each
+    finding with its impact, message and witness (a witness replays with
+    :func:`replay`). Returns the report when the contract holds."""
+    import json
+
+    report = prove(impl, clauses, **options)
+    if report.exit_code == 0:
+        return report
+    lines = [f"{report.target}: the contract does not hold (exit code {report.exit_code})"]
+    for r in report.results:
+        if r.verdict.passed:
+            continue
+        impact = f" [{r.impact}]" if r.impact else ""
+        lines.append(f"{r.clause}/{r.theorem}: {r.verdict.value}{impact} {r.message}")
+        if r.witness:
+            lines.append(f"  witness: {json.dumps(r.witness, sort_keys=True)}")
+    raise ContractViolation("\n".join(lines), report)
+
+
+def fuzz(impl: str | Implementation = "reference", *, examples: int = 200, seed: int = 0,
+         matrix: bool = False, device: str = "cpu",
+         model: str | Iterable[str] | None = None,
+         geometries: Iterable[GeometryLike] | None = None,
+         bpc: int | Iterable[int] | None = None, retention: Any = _NO_RETENTION,
+         fail_on: str | Iterable[str | Impact] | None = None) -> FuzzReport:
+    """``kvcontract fuzz``: the seed scenarios (and the ``matrix``), then ``examples``
+    Hypothesis programs, through the mocked and the tensor-backed managers in lockstep.
+    The :class:`FuzzReport` has ``differences``, ``cases``, ``steps``, ``per_clause``,
+    ``exit_code`` and ``to_json()``."""
+    from kvcontract.tools.cli import sigint_guard
+    from kvcontract.tools.commands._common import check_int, check_seed
+    from kvcontract.tools.commands.fuzz import MAX_EXAMPLES
+    from kvcontract.tools.fuzz import _check_device, run_fuzz
+
+    implementation = load_implementation(impl)
+    check_int("examples", _int("examples", examples, low=0), high=MAX_EXAMPLES)
+    check_seed(int(_int("seed", seed) or 0), "seed")
+    if device not in ("cpu", "cuda"):
+        raise UsageError(f"device must be cpu or cuda, not {device!r}")
+    _check_device(device)
+    failing = _fail_on(fail_on)
+    scope = _scope(model, geometries, bpc, retention)
+    if scope and matrix:
+        raise UsageError("matrix runs the built-in geometry matrix; drop it to fuzz the "
+                         "geometries of model/geometries (or drop those)")
+    with _registered(implementation) as name, sigint_guard():
+        return run_fuzz(name, device=device, examples=examples, matrix=bool(matrix),
+                        seed=seed, fail_on=failing, geometries=scope)
+
+
+def audit(target: str, *, baseline: str | None = None,
+          clauses: str | Iterable[str] | None = None,
+          model: str | Iterable[str] | None = None,
+          geometries: Iterable[GeometryLike] | None = None,
+          bpc: int | Iterable[int] | None = None, retention: Any = _NO_RETENTION,
+          budget: int = 250_000, timeout: float = 2.0, jobs: int | None = None,
+          fail_on: str | Iterable[str | Impact] | None = None) -> dict[str, Any]:
+    """``kvcontract audit``: real vLLM code (``vllm:PATH``, ``vllm:installed``,
+    ``module:FILE.py`` with upstream's function names, or a registered name) against the
+    contract, with ``baseline`` a second target to compare with. Returns the versioned
+    report (the ``--json`` document: ``results``, ``bindings``, ``unchecked``,
+    ``summary``, ``comparison``, ``exit_code``); prints nothing."""
+    from kvcontract.tools.audit.binding import bind
+    from kvcontract.tools.audit.command import THEOREM_TIMEOUT, _options
+    from kvcontract.tools.audit.engine import run_audit
+    from kvcontract.tools.audit.report import build_report
+    from kvcontract.tools.audit.targets import resolve_target
+    from kvcontract.tools.cli import sigint_guard
+    from kvcontract.tools.commands._common import check_clauses, check_float, check_jobs
+
+    if not isinstance(target, str):
+        raise UsageError(f"target is a string (vllm:PATH, module:FILE.py, ...), not {target!r}")
+    resolved = resolve_target(target)
+    resolved_baseline = resolve_target(baseline) if baseline is not None else None
+    wanted = check_clauses(_strings("clauses", clauses))
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
+        raise UsageError(f"timeout must be a number of seconds, not {timeout!r}")
+    check_float("timeout", float(timeout), low=0.0, high=THEOREM_TIMEOUT, unit="seconds")
+    _int("budget", budget, low=1)
+    check_jobs(_int("jobs", jobs), "jobs")
+    failing = _fail_on(fail_on)
+    scope = _scope(model, geometries, bpc, retention)
+    options = _options(wanted, float(timeout), budget, jobs, scope)
+    with sigint_guard():
+        binding = bind(resolved)
+        run = run_audit(binding, options)
+        comparison = None
+        if resolved_baseline is not None:
+            from kvcontract.tools.audit.baseline import compare
+
+            base_binding = bind(resolved_baseline)
+            base_run = run_audit(base_binding, options)
+            comparison = compare(base_binding, base_run, binding, run, options)
+    report: dict[str, Any] = build_report(binding, run, comparison, failing)
+    if scope:
+        from kvcontract.spec.properties.scoped import describe_scope
+
+        report["geometries"] = describe_scope(tuple(scope))
+    return report
+
+
+def replay(theorem_id: str, witness: Mapping[str, Any],
+           impl: str | Implementation = "reference") -> str | None:
+    """Re-run one witness (a report's ``witness`` object) of theorem ``theorem_id``
+    (``C2/first-run-covers-load``) on ``impl``: the violation message, or None when the
+    property holds there. No solver runs. Raises :class:`UnknownPropertyError` for an
+    unknown id and :class:`WitnessError` for a malformed witness or one outside the
+    theorem's domain."""
+    from kvcontract.spec.properties import replay as replay_property
+
+    if not isinstance(theorem_id, str):
+        raise UsageError(f"a theorem id is a string such as 'C2/first-run-covers-load', not "
+                         f"{theorem_id!r}")
+    if not isinstance(witness, Mapping):
+        raise WitnessError(f"{theorem_id}: a witness is a mapping (a report's 'witness' "
+                           f"object), not {type(witness).__name__}")
+    return replay_property(theorem_id, witness, load_implementation(impl))

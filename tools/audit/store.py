@@ -1,0 +1,539 @@
+"""Upstream's own store path (``_build_store_jobs``), driven by stand-ins, and the
+end-to-end check (C12) of upstream's store path composed with upstream's lookup.
+
+The catalogue's store theorems run kvcontract's :class:`~kvcontract.impl.scheduler.StoreTracker`
+over the bound primitives (block mask, a horizon inferred from the shape of
+``_build_store_jobs``, the replay boundaries restated as ``P - 1``). This module runs
+*upstream's* store-job builder itself, step after step of a store case, with what it
+calls bound from the same release and executed too: ``_calc_num_offloadable_tokens``,
+``RequestOffloadState.storable_chunks`` and ``advance_stored_idx``,
+``_final_swa_alignment_blocks``, ``_reachable_store_block_mask`` over the manager's
+``reachable_block_mask`` (0.30+), or ``is_store_reachable_swa_chunk`` (0.28/0.29).
+Which of them a release needs is read off the builder's own calls (:func:`missing`): a
+release that lacks one leaves the theorems unchecked with a line naming it.
+
+Stand-ins carry only what those bodies read:
+
+* the scheduler: ``config`` (the group configs built as ``SchedulerOffloadConfig.from_spec``
+  builds them: ``sliding_window_size_in_chunks`` from the bound window function, the
+  manager class, ``requires_cow_source`` for a Mamba group in align mode, the EAGLE flag,
+  0.28/0.29's ``alignment_chunk_count``; ``blocks_per_chunk``, ``alignment_tokens``
+  (``A``, the geometry's), ``retention_interval``, ``offload_prompt_only``,
+  ``dcp_world_size`` 1 with the contract's block size), ``_req_status``, a manager whose
+  ``prepare_store`` records the keys offered and accepts them all, job bookkeeping
+  (``_generate_job_id``, ``_jobs``, the fence maps), a no-op ``_touch`` (0.28-0.30: it
+  only refreshes the manager's LRU) and an events tracker;
+* the request: status (``RUNNING``, ``FINISHED_STOPPED`` or ``FINISHED_ABORTED``),
+  ``num_computed_tokens``, ``num_prompt_tokens``, ``num_tokens``, ``is_finished()``,
+  ``shared_prefix_boundary`` None;
+* per group: ``offload_keys`` (one ``(group, chunk)`` key per complete chunk of the
+  request's tokens, as ``update_offload_keys`` derives them from the block hashes) and
+  ``block_ids`` (the blocks allocated up to the step's frontier, ``0`` below the group's
+  first live block, :func:`~kvcontract.impl.scheduler.group_first_live_block` of the
+  reference: the blocks the GPU manager freed. Upstream has a null block there when it
+  was never allocated, and zeroes a freed block in ``_update_req_states`` once it is
+  reallocated; one not reallocated yet keeps its id and its bytes. The runner treats
+  every freed block as reallocated, the case C10 guards against); a request that starts
+  from a cached prefix has ``next_stored_chunk_idx`` at its chunks
+  (``update_state_after_alloc`` after a load from the offload tier, chunk-level policy);
+* per step a ``SchedulerOutput`` (``num_scheduled_tokens``, ``finished_req_ids``).
+
+The observation is a :class:`~kvcontract.spec.properties.store.StoreRun` (per group the
+chunks offered to ``prepare_store`` at each step and ``next_stored_chunk_idx`` after
+it), so the store family's judges apply unchanged (:func:`upstream_store_theorems`).
+:func:`upstream_end_to_end_theorems` composes this producer with upstream's
+``_lookup_complete_chunks`` (:mod:`.lookup`) as the consumer and keeps C12's judge.
+"""
+
+from __future__ import annotations
+
+import ast
+import builtins
+import dataclasses
+import itertools
+import types
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, cast
+
+from kvcontract.impl.bundle import Implementation
+from kvcontract.impl.scheduler import StoreTracker, group_first_live_block
+from kvcontract.impl.variants import REFERENCE
+from kvcontract.spec import multigroup
+from kvcontract.spec.geometry import Geometry, GroupKind
+from kvcontract.spec.properties import CaseProperty
+from kvcontract.spec.properties.base import CaseSpace, LastCase
+from kvcontract.spec.properties.end_to_end import (
+    END_TO_END_SPACE,
+    EndToEndCase,
+    EndToEndObservation,
+    _unread,
+    consumer_keys,
+    contract_supply,
+    end_to_end_properties,
+    manager_state,
+    promise,
+)
+from kvcontract.spec.properties.store import (
+    ENDED,
+    STORE_SPACE,
+    StoreCase,
+    StoreRun,
+    offered_chunks,
+    schedule_steps,
+    store_properties,
+)
+from kvcontract.tools.audit import lookup
+from kvcontract.tools.audit.binding import (
+    Binding,
+    FullAttentionSpec,
+    GroupConfig,
+    MambaSpec,
+    SlidingWindowSpec,
+    UpstreamError,
+    UpstreamRequestStatus,
+    _EventsTracker,
+    _garbage,
+    _guarded,
+    _manager_class,
+    _namespace,
+    _Record,
+    cdiv,
+)
+from kvcontract.vocabulary import RequestStatus
+
+UPSTREAM_STORE = "upstream-store-"
+"""Name prefix of the store theorems observed on upstream's store path."""
+UPSTREAM_NO_LOST_HITS = "upstream-no-lost-hits"
+"""C12 on upstream's store path and upstream's lookup."""
+
+CALLED_ROLES: dict[str, tuple[str, ...]] = {
+    "_calc_num_offloadable_tokens": ("offloadable_tokens",),
+    "storable_chunks": ("storable_chunks",),
+    "advance_stored_idx": ("advance_stored_idx",),
+    "_reachable_store_block_mask": ("store_mask", "block_mask", "base_block_mask"),
+    "_final_swa_alignment_blocks": ("final_swa_alignment",),
+    "is_store_reachable_swa_chunk": ("store_predicate",),
+}
+"""What ``_build_store_jobs`` calls (``self.X``, ``req_status.X`` or a module function)
+-> the binding roles executed for it (``_reachable_store_block_mask`` drives the
+managers' ``reachable_block_mask``: the sliding-window one and the dense default)."""
+
+STAND_IN_METHODS = ("_generate_job_id", "_touch")
+"""Scheduler methods the builder calls that decide nothing about which chunks are
+offered: a job counter, and 0.28-0.30's LRU refresh of the manager."""
+
+RID = "audit"
+
+
+# -- what a release needs -------------------------------------------------------------------
+def _builder_calls(node: ast.FunctionDef) -> tuple[set[str], set[str]]:
+    """``(methods, functions)``: the names the builder calls on ``self`` or its request
+    state, and the bare names it calls."""
+    methods: set[str] = set()
+    functions: set[str] = set()
+    for call in ast.walk(node):
+        if not isinstance(call, ast.Call):
+            continue
+        func = call.func
+        if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and \
+                func.value.id in ("self", "req_status"):
+            methods.add(func.attr)
+        elif isinstance(func, ast.Name):
+            functions.add(func.id)
+    return methods, functions
+
+
+def missing(binding: Binding) -> list[str]:
+    """Why upstream's store path cannot run on ``binding`` (empty: it can): each missing
+    function the builder calls, named as upstream names it, or a call that has neither
+    a binding role nor a stand-in."""
+    node = binding.nodes.get("store_jobs")
+    if node is None or "store_jobs" not in binding.functions:
+        return [_role_line(binding, "store_jobs")]
+    methods, functions = _builder_calls(node)
+    known = set(_namespace()) | set(dir(builtins))
+    roles = ["window"]
+    reasons = []
+    for name in sorted(methods):
+        if name in CALLED_ROLES:
+            roles += CALLED_ROLES[name]
+        elif name not in STAND_IN_METHODS and not _is_state_method(name):
+            reasons.append(f"{name} (called by _build_store_jobs; no role or stand-in)")
+    for name in sorted(functions):
+        if name in CALLED_ROLES:
+            roles += CALLED_ROLES[name]
+        elif name not in known:
+            reasons.append(f"{name} (called by _build_store_jobs; no role or stand-in)")
+    absent = [r for r in dict.fromkeys(roles) if r not in binding.functions]
+    return [_role_line(binding, r) for r in absent] + reasons
+
+
+def _is_state_method(name: str) -> bool:
+    """Methods of the stand-in state objects (dicts, sets, lists) the builder may call."""
+    return name in ("get", "setdefault", "add", "append", "extend", "items", "keys", "values",
+                    "pop", "update", "discard", "remove", "clear")
+
+
+def _role_line(binding: Binding, role: str) -> str:
+    from kvcontract.tools.audit.binding import ROLE_BY_NAME
+
+    record = binding.roles.get(role)
+    status = record.status if record is not None else "missing"
+    return f"{ROLE_BY_NAME[role].qualnames[0]} ({status})"
+
+
+def unchecked(binding: Binding, wanted: set[str] | None) -> list[dict[str, Any]]:
+    """The plan's line for every upstream store theorem that cannot run on ``binding``
+    (the engine adds them next to the upstream lookup's)."""
+    absent = missing(binding)
+    lines = []
+    for prop in store_properties():
+        if absent and (wanted is None or prop.clause in wanted):
+            lines.append({"clause": prop.clause, "theorem": UPSTREAM_STORE + prop.name,
+                          "reason": "upstream's store path needs " + ", ".join(absent)})
+    absent_lookup = lookup.missing_roles(binding)
+    if (absent or absent_lookup) and (wanted is None or "C12" in wanted):
+        needs = absent + [_role_line(binding, r) for r in absent_lookup]
+        lines.append({"clause": "C12", "theorem": UPSTREAM_NO_LOST_HITS,
+                      "reason": "upstream's store path and lookup need " + ", ".join(needs)})
+    return lines
+
+
+# -- the stand-ins ----------------------------------------------------------------------------
+@dataclass
+class UpstreamOffers:
+    """One group's offers to ``prepare_store``, step by step: what the store judges read
+    of a producer's tracker (``offers``)."""
+
+    group_index: int
+    offers: list[list[int]] = field(default_factory=list)
+
+
+class _StoreManager:
+    """The offload manager as the store path sees it: ``prepare_store`` records the keys
+    offered and accepts them all (every offered chunk is stored)."""
+
+    def __init__(self) -> None:
+        self.offered: list[Any] = []
+
+    def prepare_store(self, keys: Any, req_context: Any = None) -> Any:
+        keys = list(keys)
+        self.offered.extend(keys)
+        return types.SimpleNamespace(keys_to_store=keys, store_spec=_Record(keys))
+
+    def touch(self, keys: Any, req_context: Any = None) -> None:
+        return None
+
+
+class _Stats:
+    def increase_counter(self, *args: Any, **kwargs: Any) -> None:
+        return None
+
+
+class _Request:
+    """The request fields the store path reads."""
+
+    def __init__(self, prompt_len: int) -> None:
+        self.request_id = RID
+        self.num_prompt_tokens = prompt_len
+        self.num_tokens = prompt_len
+        self.num_computed_tokens = 0
+        self.status = UpstreamRequestStatus.RUNNING
+        self.shared_prefix_boundary: int | None = None
+        self.kv_transfer_params: Any = None
+
+    def is_finished(self) -> bool:
+        finished: bool = self.status > UpstreamRequestStatus.PREEMPTED
+        return finished
+
+
+def _status(step_status: RequestStatus) -> UpstreamRequestStatus:
+    if step_status is RequestStatus.ABORTED:
+        return UpstreamRequestStatus.FINISHED_ABORTED
+    if step_status is RequestStatus.FINISHED:
+        return UpstreamRequestStatus.FINISHED_STOPPED
+    return UpstreamRequestStatus.RUNNING
+
+
+def _alignment_chunk_count(alignment: int | None, tpc: int, window: int | None) -> int | None:
+    """0.28/0.29's ``GroupOffloadConfig.alignment_chunk_count`` (``from_spec``: the FA
+    segment in this group's chunks, when longer than one chunk and than the window)."""
+    if alignment is None or window is None or alignment <= tpc:
+        return None
+    per_segment = alignment // tpc
+    return None if window >= per_segment else per_segment
+
+
+def _block_id(group: int, block: int) -> int:
+    """A distinct non-null GPU block id per group and block (0 is the null block)."""
+    return 1 + group * 1_000_000 + block
+
+
+def make_store_runner(binding: Binding) -> Callable[[StoreCase], StoreRun]:
+    """``run(case) -> StoreRun`` on upstream's ``_build_store_jobs`` (the roles of
+    :func:`missing` must be bound)."""
+    f = binding.functions
+    rb = binding.roles["store_jobs"]
+    where = f"{rb.qualname} ({rb.path}:{rb.line})"
+    builder = f["store_jobs"]
+    if "store_predicate" in f:
+        # 0.28/0.29 call the module function by name: give the builder the bound one.
+        builder = types.FunctionType(
+            builder.__code__, {**builder.__globals__,
+                               "is_store_reachable_swa_chunk": f["store_predicate"]},
+            builder.__name__, builder.__defaults__, builder.__closure__)
+    build = _guarded(where, builder)
+    window = _guarded(f"{binding.roles['window'].qualname} ({binding.roles['window'].path})",
+                      f["window"])
+    swa_cls = _manager_class(binding)
+    dense_cls = None
+    if "base_block_mask" in f:
+        dense_cls = type("FullAttentionManager", (),
+                         {"reachable_block_mask": classmethod(f["base_block_mask"])})
+
+    def configs_of(geometry: Geometry) -> list[GroupConfig]:
+        alignment = geometry.alignment_tokens
+        configs = []
+        for index, group in enumerate(geometry.groups):
+            tpc = geometry.chunk_tokens(group)
+            bs = geometry.block_tokens(group)
+            spec: Any
+            if group.kind is GroupKind.SLIDING_WINDOW:
+                spec = SlidingWindowSpec(block_size=bs, sliding_window=group.sliding_window,
+                                         extra_retained_tokens=group.extra_retained_tokens)
+            elif group.kind is GroupKind.MAMBA:
+                spec = MambaSpec(block_size=bs)
+            else:
+                spec = FullAttentionSpec(block_size=bs)
+            sw_chunks = window(spec, tpc)
+            configs.append(GroupConfig(
+                group_idx=index, tokens_per_block=bs, tokens_per_chunk=tpc,
+                sliding_window_size_in_chunks=sw_chunks, kv_cache_spec=spec,
+                manager_cls=swa_cls if group.kind is GroupKind.SLIDING_WINDOW else dense_cls,
+                requires_cow_source=group.kind is GroupKind.MAMBA,
+                is_eagle_group=group.eagle,
+                alignment_chunk_count=(_alignment_chunk_count(alignment, tpc, sw_chunks)
+                                       if group.kind is GroupKind.SLIDING_WINDOW else None)))
+        return configs
+
+    def run(case: StoreCase) -> StoreRun:
+        geometry = case.geometry
+        groups = geometry.groups
+        configs = configs_of(geometry)
+        manager = _StoreManager()
+        jobs = itertools.count()
+        sched = types.SimpleNamespace(
+            config=types.SimpleNamespace(
+                kv_group_configs=tuple(configs), blocks_per_chunk=geometry.blocks_per_chunk,
+                tokens_per_hash=geometry.hash_block_size, num_workers=1,
+                offload_prompt_only=case.prompt_only, supports_partial_tail=False,
+                alignment_tokens=geometry.alignment_tokens,
+                retention_interval=geometry.retention_interval, dcp_world_size=1),
+            manager=manager, _connector_stats=_Stats(), _events_tracker=_EventsTracker(),
+            _jobs={}, _block_id_to_pending_jobs={}, _current_batch_allocated_block_ids=set(),
+            _current_batch_jobs_to_flush=set(), _sliding_window_groups=tuple(
+                i for i, c in enumerate(configs) if c.sliding_window_size_in_chunks is not None),
+        )
+        sched._generate_job_id = lambda: next(jobs)
+        sched._touch = lambda req_status: None
+        for name, role in (("_calc_num_offloadable_tokens", "offloadable_tokens"),
+                           ("_final_swa_alignment_blocks", "final_swa_alignment"),
+                           ("_reachable_store_block_mask", "store_mask")):
+            if role in f:
+                setattr(sched, name, types.MethodType(f[role], sched))
+        request = _Request(case.prompt_len)
+        states = tuple(types.SimpleNamespace(
+            offload_keys=[], block_ids=[], next_stored_chunk_idx=0, num_hit_chunks=0,
+            lookup_hit_end_chunk_idx=0) for _ in groups)
+        req_status = types.SimpleNamespace(
+            config=sched.config, req=request, req_context=None, group_states=states,
+            max_load_tokens=None, max_offload_tokens=None, num_locally_computed_tokens=0,
+            transfer_jobs=set(), loaded_from_offload=bool(case.start_hit),
+            finished_signaled=False, partial_tail_boundary=None)
+        req_status.storable_chunks = types.MethodType(f["storable_chunks"], req_status)
+        req_status.advance_stored_idx = types.MethodType(f["advance_stored_idx"], req_status)
+        sched._req_status = {RID: req_status}
+        for g, state in enumerate(states):
+            # A cached prefix loaded from the offload tier: update_state_after_alloc sets
+            # the stored index past its chunks (chunk-level policy).
+            state.next_stored_chunk_idx = cdiv(case.start_hit, geometry.chunk_tokens(groups[g]))
+        offers = [UpstreamOffers(g) for g in range(len(groups))]
+        next_indices: list[list[int]] = [[] for _ in groups]
+        frontiers = []
+        allocated = [0] * len(groups)
+        steps = schedule_steps(case)
+        for step in steps:
+            ended = step.status in ENDED
+            if step.status is RequestStatus.PREFILLING:
+                frontiers.append(step.num_computed)
+            request.status = _status(step.status)
+            request.num_computed_tokens = step.num_computed
+            request.num_tokens = max(step.num_tokens, case.prompt_len)
+            for g, (group, state) in enumerate(zip(groups, states, strict=True)):
+                bs = geometry.block_tokens(group)
+                if not ended:
+                    allocated[g] = max(allocated[g],
+                                       cdiv(step.num_computed + step.num_scheduled, bs))
+                live = group_first_live_block(REFERENCE, geometry, group, step.num_computed)
+                state.offload_keys = [(g, k) for k in range(
+                    request.num_tokens // geometry.chunk_tokens(group))]
+                state.block_ids = [0 if j < live else _block_id(g, j)
+                                   for j in range(allocated[g])]
+            output = types.SimpleNamespace(
+                num_scheduled_tokens={} if ended else {RID: step.num_scheduled},
+                finished_req_ids={RID} if ended else set(), kv_connector_block_state=None,
+                kv_cache_block_copies=None, preempted_req_ids=None, scheduled_new_reqs=[])
+            manager.offered = []
+            built = build(sched, output)
+            if not isinstance(built, dict):
+                raise _garbage(where, built, "a dict of store jobs")
+            for offer in offers:
+                offer.offers.append([])
+            for key in manager.offered:
+                if not (isinstance(key, tuple) and len(key) == 2
+                        and 0 <= key[0] < len(groups)):
+                    raise _garbage(where, key, "an offload key of the request")
+                offers[key[0]].offers[-1].append(key[1])
+            for g, state in enumerate(states):
+                index = state.next_stored_chunk_idx
+                if not isinstance(index, int) or isinstance(index, bool):
+                    raise _garbage(where, index, "next_stored_chunk_idx, an int")
+                next_indices[g].append(index)
+        trackers = cast(list[StoreTracker], offers)  # the judges read ``offers`` only
+        return StoreRun(trackers, next_indices, frontiers, steps[-1].num_computed)
+
+    return run
+
+
+# -- the theorems -----------------------------------------------------------------------------
+def _has_mamba(geometry: Geometry) -> bool:
+    return any(group.kind is GroupKind.MAMBA for group in geometry.groups)
+
+
+MAMBA_NOTE = ("geometries with a Mamba group are left out: upstream stores a Mamba state "
+              "through the GPU's boundary hand-off (_build_aligned_boundary_store_jobs), "
+              "not _build_store_jobs, which skips a group with requires_cow_source")
+
+
+def _without_mamba(space: CaseSpace[Any, Any], family: str, observe: Callable[[Any, Any], Any],
+                   geometry_of: Callable[[Any], Geometry]) -> CaseSpace[Any, Any]:
+    base_cases, base_describe = space.cases, space.describe
+    return dataclasses.replace(
+        space, family=family, observe=observe,
+        cases=lambda: (c for c in base_cases() if not _has_mamba(geometry_of(c))),
+        describe=lambda: f"{base_describe()}; {MAMBA_NOTE}")
+
+
+def upstream_store_theorems(binding: Binding,
+                            properties: Sequence[CaseProperty] | None = None,
+                            ) -> list[CaseProperty]:
+    """The store family (C8 ``offered-at-most-once``, ``stores-only-demanded``; C9
+    ``store-horizon``, ``store-steps``; C10 ``stores-well-formed``), observed on
+    upstream's ``_build_store_jobs`` (empty when it cannot run); ids
+    ``Cn/upstream-store-<name>``. Every judge applies: each reads only the offers per
+    step, the stored index after each step and the spec. ``properties``: the store
+    properties to observe (by default the catalogue's; a scoped run passes its own)."""
+    if binding.target.kind == "builtin" or missing(binding):
+        return []
+    if properties is None:
+        properties = store_properties()
+    run = make_store_runner(binding)
+
+    def observe_upstream(case: StoreCase, impl: Implementation) -> StoreRun:
+        del impl  # upstream's store path is bound to its own functions
+        return run(case)
+
+    base = properties[0].space if properties else STORE_SPACE
+    space = _without_mamba(base, "upstream-store", LastCase(observe_upstream),
+                           lambda case: case.geometry)
+    return [dataclasses.replace(prop, name=UPSTREAM_STORE + prop.name, space=space, uses=(),
+                                description=f"upstream's store path: {prop.description}")
+            for prop in properties]
+
+
+class ConsumerError(Exception):
+    """The consumer's side of C12 (upstream's lookup) raised: blamed on the lookup."""
+
+
+def upstream_end_to_end_theorems(binding: Binding,
+                                 properties: Sequence[CaseProperty] | None = None,
+                                 ) -> list[CaseProperty]:
+    """C12 ``no-lost-hits`` with the producer run by upstream's ``_build_store_jobs``
+    and the consumer by upstream's ``_lookup_complete_chunks`` (empty when either cannot
+    run); id ``C12/upstream-no-lost-hits``. The consumer has a key per complete chunk of
+    its tokens (upstream's loop asserts as much); those past the prefix it shares with
+    the producer hash differently, so the manager answers MISS for them (the
+    observation's ``num_keys``, as upstream meets it). The judge is unchanged."""
+    if binding.target.kind == "builtin" or missing(binding) or lookup.missing_roles(binding):
+        return []
+    if properties is None:
+        properties = end_to_end_properties()
+    store_run = make_store_runner(binding)
+    lookup_run = lookup.make_runner(binding)
+    producer_run: LastCase[StoreCase, StoreRun] = LastCase(
+        lambda producer, _impl: store_run(producer))
+
+    def observe_upstream(case: EndToEndCase, impl: Implementation) -> EndToEndObservation:
+        del impl
+        run = producer_run(case.producer)
+        offered = [offered_chunks(tracker) for tracker in run.trackers]
+        keys = consumer_keys(case.geometry, case.consumer.num_tokens,
+                             case.consumer.shared_tokens)
+        observation = EndToEndObservation(None, offered, keys)
+        try:
+            outcome = lookup_run(case.geometry, case.consumer.num_tokens, 0,
+                                 lambda g, k: manager_state(observation, g, k))
+        except Exception as exc:
+            shown = str(exc) if isinstance(exc, UpstreamError) else \
+                f"the consumer's lookup raised {type(exc).__name__}: {exc}"
+            raise ConsumerError(shown) from exc
+        observation.hit_tokens = outcome.hit_tokens
+        return observation
+
+    base = properties[0].space if properties else END_TO_END_SPACE
+    space = _without_mamba(base, "upstream-end-to-end", LastCase(observe_upstream),
+                           lambda case: case.geometry)
+    return [dataclasses.replace(prop, name=f"upstream-{prop.name}", space=space, uses=(),
+                                description=f"upstream's store path and lookup: "
+                                            f"{prop.description}")
+            for prop in properties if prop.name == "no-lost-hits"]
+
+
+def is_upstream(name: str) -> bool:
+    """Whether a theorem name is one of this module's."""
+    return name.startswith(UPSTREAM_STORE) or name == UPSTREAM_NO_LOST_HITS
+
+
+def blame(theorem: CaseProperty, case: Any) -> tuple[list[str], str]:
+    """``(blamed upstream functions, binding role to locate)`` of a counterexample: the
+    store path's theorems blame ``_build_store_jobs``; C12 blames the store path when
+    it failed to offer a chunk the promised hit reads (or raised, or stored more than
+    owed), else the lookup."""
+    store = (["_build_store_jobs"], "store_jobs")
+    if not isinstance(case, EndToEndCase):
+        return store
+    lookup_side = (["_lookup_complete_chunks"], "multi_group_lookup")
+    try:
+        observation = theorem.space.observe(case, REFERENCE)
+    except ConsumerError:
+        return lookup_side
+    except Exception:
+        return store  # the producer's run raised
+    promised = promise(case)
+    supply = contract_supply(case.producer)
+    geometry = case.geometry
+    if promised:
+        for g, group in enumerate(geometry.groups):
+            lo, hi = multigroup.read_range(geometry, group, promised, 0)
+            if any(k in supply[g] and k not in observation.offered[g] for k in range(lo, hi)):
+                return store
+    hit = observation.hit_tokens
+    if hit is not None and hit > promised and _unread(case, observation, hit) is None:
+        return store  # every chunk read is HIT: the producer stored more than it owes
+    return lookup_side
+
+
+__all__ = ["UPSTREAM_NO_LOST_HITS", "UPSTREAM_STORE", "ConsumerError", "UpstreamOffers",
+           "blame", "is_upstream", "make_store_runner", "missing", "unchecked",
+           "upstream_end_to_end_theorems", "upstream_store_theorems"]
