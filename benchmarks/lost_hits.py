@@ -40,7 +40,6 @@ from kvcontract.spec.properties.end_to_end import (
     Consumer,
     EndToEndCase,
     gpu_hit_unit,
-    gpu_hit_unit,
     promised_hit,
     run_end_to_end,
 )

@@ -255,15 +255,16 @@ def store_replay_boundaries(
     incomplete gets no offloaded hit at all. A boundary of 0 is no hit and is not passed.
     Only with a retention interval (0 included).
     """
-    if retention_interval is None or prompt_len < 1:
+    if retention_interval is None:
         return ()
     if not use_eagle or alignment_tokens is None:
-        return (prompt_len - 1,)
-    resend = (prompt_len - 1) // alignment_tokens * alignment_tokens - alignment_tokens
-    extension = prompt_len // alignment_tokens * alignment_tokens - alignment_tokens
-    if resend < 1:
-        return (extension,) if extension > 0 else ()
-    return (resend,) if extension == resend else (resend, extension)
+        candidates: tuple[int, ...] = (prompt_len - 1,)
+    else:
+        unit = alignment_tokens
+        resend = (prompt_len - 1) // unit * unit
+        extension = prompt_len // unit * unit
+        candidates = (resend - unit, extension - unit)
+    return tuple(sorted({boundary for boundary in candidates if boundary > 0}))
 
 
 def get_num_offloadable_tokens(

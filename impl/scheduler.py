@@ -77,8 +77,8 @@ def mamba_load_range(hit: int, local_hit: int, chunk_tokens: int) -> tuple[int, 
     Accepted hits and local hits with a Mamba group are chunk ends (a state exists
     nowhere else): a caller that breaks that is stopped, not answered.
     """
-    assert hit % chunk_tokens == 0 and local_hit % chunk_tokens == 0, (
-        "a Mamba group is loaded at chunk ends only")
+    assert hit % chunk_tokens == 0, "a Mamba group is loaded at chunk ends only"
+    assert local_hit % chunk_tokens == 0, "a Mamba group is loaded at chunk ends only"
     return max(local_hit // chunk_tokens, mamba_state_chunk(hit, chunk_tokens)), \
         hit // chunk_tokens
 
@@ -156,7 +156,8 @@ def _scan_group(
     if group.kind is GroupKind.MAMBA:
         mamba_found: int | None = impl.sliding_window_lookup(lookup, start, end, 1, 1)
         return mamba_found
-    assert group.sliding_window is not None and window is not None
+    assert group.sliding_window is not None
+    assert window is not None
     initial = int(
         impl.load_window_size_in_chunks(
             max_hit, group.sliding_window, group.extra_retained_tokens,
@@ -195,15 +196,10 @@ def lookup_complete_chunks(
     the mark is dropped and the group is re-checked (C3). The loop ends when every group
     confirmed the same boundary; the boundary only decreases, so it terminates (C6).
     """
-    windows: dict[int, int | None] = {
-        g: _group_window(impl, geometry, s) if s.kind is GroupKind.SLIDING_WINDOW else None
-        for g, s in enumerate(geometry.groups)
-    }
+    windows = {g: _group_window(impl, geometry, s) for g, s in enumerate(geometry.groups)
+               if s.kind is GroupKind.SLIDING_WINDOW}
     fa_groups = [g for g, s in enumerate(geometry.groups) if s.kind is GroupKind.FULL]
-    swa_groups = sorted(
-        (g for g, s in enumerate(geometry.groups) if s.kind is GroupKind.SLIDING_WINDOW),
-        key=lambda g: -int(windows[g] or 0),
-    )
+    swa_groups = sorted(windows, key=lambda g: -windows[g])
     other_groups = [g for g, s in enumerate(geometry.groups) if s.kind is GroupKind.MAMBA]
     order = fa_groups + swa_groups + other_groups
     max_hit = num_tokens - 1 if geometry.has_swa else num_tokens
@@ -263,13 +259,13 @@ def lookup_complete_chunks(
                 verified = False
             else:
                 found = _scan_group(impl, geometry, group, traced(g), start, end, max_hit,
-                                    windows[g])
+                                    windows.get(g))
                 if found is None:
                     # Deferred by a pending key of the window it found. Scan again with
                     # pending keys counted as present to learn which boundary that window
                     # serves: the defer holds only if that boundary is the final one (C3).
                     found = _scan_group(impl, geometry, group, _present_view(traced(g)),
-                                        start, end, max_hit, windows[g])
+                                        start, end, max_hit, windows.get(g))
                     if found is None:  # a RETRY: location unknown, sticky defer
                         deferred_at[g] = max_hit
                         confirmed[g] = max_hit

@@ -76,8 +76,23 @@ _API = (
 )
 """Names served from :mod:`kvcontract.api` on first access."""
 
-__all__ = [
-    *_API,
+__all__ = [  # noqa: RUF022 - the API names first, then the errors
+    "ContractViolation",
+    "FuzzReport",
+    "Geometry",
+    "Impact",
+    "Implementation",
+    "ProveReport",
+    "TheoremResult",
+    "Verdict",
+    "assert_contract",
+    "audit",
+    "fuzz",
+    "implementation_names",
+    "load_implementation",
+    "prove",
+    "register_implementation",
+    "replay",
     "GeometryError",
     "InputFileError",
     "KvContractError",

@@ -130,7 +130,8 @@ def implementation_names() -> list[str]:
     """The registered implementations (``reference`` and the historic variants)."""
     from kvcontract.impl.variants import variant_names
 
-    return variant_names()
+    names: list[str] = variant_names()
+    return names
 
 
 def load_implementation(spec: str | Implementation) -> Implementation:
@@ -174,7 +175,7 @@ def register_implementation(impl: str | Implementation) -> str:
     from kvcontract.impl.variants import VARIANTS
 
     implementation = load_implementation(impl)
-    name = implementation.name
+    name: str = implementation.name
     if VARIANTS.get(name) is implementation:
         return name
     if name in VARIANTS or not name.strip():
@@ -306,10 +307,10 @@ def _fail_on(value: str | Iterable[str | Impact] | None) -> frozenset[Impact]:
 
     if value is None:
         return DEFAULT_FAIL_ON
-    if isinstance(value, str):
-        return parse_fail_on(value)
-    words = [v.value if isinstance(v, Impact) else v for v in value]
-    return parse_fail_on(",".join(_strings("fail_on", words)))
+    text = value if isinstance(value, str) else ",".join(
+        _strings("fail_on", [v.value if isinstance(v, Impact) else v for v in value]))
+    impacts: frozenset[Impact] = parse_fail_on(text)
+    return impacts
 
 
 def _int(option: str, value: Any, *, low: int | None = None) -> int | None:
@@ -413,6 +414,7 @@ def assert_contract(impl: str | Implementation = "reference",
     :func:`replay`). Returns the report when the contract holds."""
     import json
 
+    __tracebackhide__ = True  # pytest shows the message, not this frame
     report = prove(impl, clauses, **options)
     if report.exit_code == 0:
         return report
@@ -524,4 +526,5 @@ def replay(theorem_id: str, witness: Mapping[str, Any],
     if not isinstance(witness, Mapping):
         raise WitnessError(f"{theorem_id}: a witness is a mapping (a report's 'witness' "
                            f"object), not {type(witness).__name__}")
-    return replay_property(theorem_id, witness, load_implementation(impl))
+    violation: str | None = replay_property(theorem_id, witness, load_implementation(impl))
+    return violation

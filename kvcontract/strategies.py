@@ -24,6 +24,7 @@ values (one sliding-window group, block size 1, short prompts, HIT everywhere).
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Sequence
 from typing import Any
@@ -208,7 +209,7 @@ def store_schedules(draw: st.DrawFn,
     cuts = draw(st.lists(st.integers(1, max(1, remaining - 1)), max_size=max_steps - 1,
                          unique=True)) if remaining > 1 else []
     bounds = [0, *sorted(c for c in cuts if c < remaining), remaining]
-    steps = tuple(b - a for a, b in zip(bounds, bounds[1:], strict=False) if b > a)
+    steps = tuple(b - a for a, b in itertools.pairwise(bounds) if b > a)
     ending = draw(st.sampled_from(("finished", "aborted") if aborted else ("finished",)))
     decode = 0
     if ending == "aborted":
@@ -314,7 +315,7 @@ def _formula_witnesses(prop: Any) -> st.SearchStrategy[dict[str, Any]]:
     @st.composite
     def witness(draw: st.DrawFn) -> dict[str, Any]:
         config = draw(st.sampled_from(configs))
-        targets = {v: draw(st.integers(0, 64)) for v in prop.variables}
+        targets = {v: draw(st.integers(0, 8) | st.integers(0, 64)) for v in prop.variables}
         values = _nearest_admissible(prop, dict(config.values), targets)
         assume(values is not None)
         assert values is not None

@@ -182,12 +182,11 @@ def store_replay_boundaries(geometry: Geometry, prompt_len: int) -> tuple[int, .
     Sorted, without duplicates. Only with a retention interval (0 included); without
     one the segments of ``A`` already end at every multiple of ``A``, these included.
     """
-    if geometry.retention_interval is None or prompt_len < 1:
+    if geometry.retention_interval is None:
         return ()
     unit = geometry.alignment_tokens
-    if unit is None or not any(group.eagle for group in geometry.groups):
-        return (prompt_len - 1,)
-    return tuple(b for b in gpu_replay_boundaries(prompt_len, unit, True) if b > 0)
+    eagle = unit is not None and any(group.eagle for group in geometry.groups)
+    return tuple(b for b in gpu_replay_boundaries(prompt_len, unit or 1, eagle) if b > 0)
 
 
 # -- the store rule of one group of a geometry (concrete ints) ---------------------------

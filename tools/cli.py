@@ -208,9 +208,9 @@ def _pipe_safe_output() -> Iterator[None]:
     saved = sys.stdout, sys.stderr
     wrapped = [None if s is None or isinstance(s, _PipeSafe) else _PipeSafe(s) for s in saved]
     if wrapped[0] is not None:
-        sys.stdout = wrapped[0]  # type: ignore[assignment]
+        sys.stdout = wrapped[0]
     if wrapped[1] is not None:
-        sys.stderr = wrapped[1]  # type: ignore[assignment]
+        sys.stderr = wrapped[1]
     try:
         yield
     finally:

@@ -32,8 +32,8 @@ EAGLE boundaries add (``benchmarks/lost_hits.py``).
 from __future__ import annotations
 
 import functools
-import math
 import itertools
+import math
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -186,7 +186,7 @@ def reachable_boundaries(geometry: Geometry, group: GroupSpec, producer: StoreCa
         found.append(("final", horizon * tpc))
     return [(kind, b) for kind, b in dict.fromkeys(found)
             if b > 0 and (_demand(geometry, group, b)[1] <= horizon
-                          or not complete_only and _demand(geometry, group, b)[0] < horizon)]
+                          or (not complete_only and _demand(geometry, group, b)[0] < horizon))]
 
 
 def _final_tail_live(geometry: Geometry, group: GroupSpec, producer: StoreCase,

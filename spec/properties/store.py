@@ -12,7 +12,7 @@ from typing import Any
 
 from kvcontract.impl.bundle import Implementation
 from kvcontract.impl.scheduler import StoreTracker
-from kvcontract.spec.geometry import Geometry, GroupSpec, fa, swa
+from kvcontract.spec.geometry import Geometry, GroupSpec, fa, mamba, swa
 from kvcontract.spec.properties.base import (
     CaseProperty,
     CaseSpace,
@@ -118,8 +118,11 @@ def store_catalog() -> list[tuple[str, Geometry, tuple[int, ...], bool, int]]:
          Geometry((fa(16), swa(4, 8)), retention_interval=0), (35, 64), True, 0),
         ("FA16+SWA4(sw8,eagle)", Geometry((fa(16), swa(4, 8, eagle=True))), (33, 64), True,
          0),
+        # EAGLE at retention 0: vLLM's GPU replay boundaries (P 25: both are 0, none;
+        # P 49: P - 1 aligned, the resend's and the extension's coincide at 32).
         ("FA16+SWA4(sw8,eagle),retention0",
-         Geometry((fa(16), swa(4, 8, eagle=True)), retention_interval=0), (35, 64), True, 0),
+         Geometry((fa(16), swa(4, 8, eagle=True)), retention_interval=0), (25, 35, 49, 64),
+         True, 0),
         ("FA16+SWA4(sw8,e3),decoded", Geometry((fa(16), swa(4, 8, 3))), (32, 33), False, 0),
         ("FA16+SWA4(sw8,eagle),decoded", Geometry((fa(16), swa(4, 8, eagle=True))), (31, 32),
          False, 0),
@@ -133,6 +136,10 @@ def store_catalog() -> list[tuple[str, Geometry, tuple[int, ...], bool, int]]:
         # chunk starts, the peek chunk's first block marked (rule (b)) and nothing after it.
         ("FA8+SWA2(sw3,eagle),bpc2", Geometry((fa(8), swa(2, 3, eagle=True)),
                                               blocks_per_chunk=2), (41, 57), True, 0),
+        # A Mamba group as vLLM builds it (the base block): it stores every chunk whose
+        # state is live, the chunk of the last chunk end before the frontier on.
+        ("Mamba8+SWA8(sw12),retention0",
+         Geometry((mamba(8), swa(8, 12)), retention_interval=0), (35,), True, 0),
         # No mask: A is not a multiple of the SWA block, or the FA groups disagree (no A).
         ("FA4+SWA8(sw9),store-all", Geometry((fa(4), swa(8, 9))), (33,), True, 0),
         ("FA4+FA8+SWA4(sw8),no-alignment", Geometry((fa(4), fa(8), swa(4, 8))), (33,), True,

@@ -95,7 +95,7 @@ def _prove_equal(name: str, old: Implementation, new: Implementation) -> dict[st
         except (LiftError, UpstreamError) as exc:
             return f"not liftable: {exc}", None
         solver = z3.Solver()
-        solver.set("timeout", 5000)
+        solver.set("rlimit", 50_000_000)  # resources, never seconds: load-independent
         solver.add(*[h for h in _hyps(symbols)])
         solver.add(z3.Or(*[x != y for x, y in zip(_terms(a), _terms(b), strict=True)]))
         verdict = solver.check()

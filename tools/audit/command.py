@@ -205,8 +205,11 @@ def _audit(console: Console, resolved: Target, resolved_baseline: Target | None,
     if picture_dir:
         report["pictures"] = draw_pictures(binding, report, picture_dir, options)
     if quiet:
+        from kvcontract.tools.reports.gate import gate_summary
+
         console.print(f"{report['target']}: exit code {report['exit_code']} "
-                      f"({len(report['results'])} theorems, {report['seconds']:.1f}s)")
+                      f"({len(report['results'])} theorems, {report['seconds']:.1f}s"
+                      f"{gate_summary(report)})")
     else:
         print_report(console, report, show_bindings=False)
         for path in [*report.get("reproducers", []), *report.get("pictures", [])]:

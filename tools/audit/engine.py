@@ -42,7 +42,7 @@ from kvcontract.proofs.verdicts import TheoremResult, Verdict
 from kvcontract.spec.clauses import CLAUSES, get_clause
 from kvcontract.spec.properties import CaseProperty, Config, Env, FormulaProperty, Property
 from kvcontract.spec.properties.base import HYPOTHESES_ONLY, latent_reason, raised
-from kvcontract.tools.audit.binding import Binding, UpstreamError
+from kvcontract.tools.audit.binding import Binding, UpstreamError, UpstreamTimeout
 from kvcontract.tools.audit.sandbox import Outcome, run_jobs
 
 _LOOKUP_FIELDS: tuple[str, ...] = LOOKUP_FUNCTIONS
@@ -107,9 +107,9 @@ class AuditOptions:
     """Knobs of one audit (the CLI's ``--clause``, ``--timeout``, ``--jobs``...)."""
 
     clauses: Sequence[str] | None = None
-    call_timeout: float = 2.0
+    call_timeout: float = 10.0
     """Seconds one upstream call may take (a hang becomes a finding of that case)."""
-    theorem_timeout: float = 110.0
+    theorem_timeout: float = 600.0
     """Seconds one theorem's child process may take before it is killed."""
     budget: int = 250_000
     """Cases of concrete search per theorem (a family's shared pass counts each case
@@ -209,6 +209,8 @@ def _violation(
     try:
         _, goal = theorem.statement(Env(values), impl)
         holds = bool(goal)
+    except UpstreamTimeout:
+        raise  # decides nothing: the theorem becomes UNKNOWN (_concrete_z3_theorem)
     except UpstreamError as exc:
         return str(exc)
     except Exception as exc:  # the adapters turn upstream errors into UpstreamError
@@ -217,6 +219,11 @@ def _violation(
         return None
     shown = ", ".join(f"{k}={v}" for k, v in values.items())
     return f"{theorem.description} fails for {shown}"
+
+
+def _timeout_message(exc: UpstreamTimeout) -> str:
+    return (f"{exc}: a wall-clock limit, so this says nothing about the code (machine load "
+            "or a hang); rerun with a larger --timeout")
 
 
 def _latent(theorem: FormulaProperty, values: Mapping[str, int]) -> bool:
@@ -241,7 +248,8 @@ def _z3_models(theorem: FormulaProperty, config: Config, bound: int, count: int,
         return []
     solver = z3.Solver()
     solver.set("random_seed", seed)
-    solver.set("timeout", 2000)
+    # A resource count, never seconds: the cases chosen do not depend on machine load.
+    solver.set("rlimit", MODEL_RLIMIT)
     solver.add(*[h for h in hyps if isinstance(h, z3.BoolRef)])
     solver.add(*[z3.And(v >= 0, v <= bound) for v in variables])
     models: list[dict[str, int]] = []
@@ -252,6 +260,9 @@ def _z3_models(theorem: FormulaProperty, config: Config, bound: int, count: int,
         solver.add(z3.Or(*[v != values[str(v)] for v in variables]))
     return models
 
+
+MODEL_RLIMIT = 20_000_000
+"""Z3 resources per admissible-case query of the concrete search (deterministic)."""
 
 SHRINK_STEPS = 2_000
 """Trials of the greedy shrinker (a count, so the witness does not depend on load)."""
@@ -314,6 +325,18 @@ def _concrete_z3_theorem(theorem: FormulaProperty, impl: Implementation, options
     result = TheoremResult(clause=theorem.clause, theorem=theorem.name,
                            verdict=Verdict.PROVED_FOR_DOMAIN, domain="", seconds=0.0,
                            description=theorem.description)
+    try:
+        return _concrete_search(theorem, impl, options, why, result, started)
+    except UpstreamTimeout as exc:
+        result.verdict = Verdict.UNKNOWN
+        result.message = _timeout_message(exc)
+        result.domain = theorem.domain
+        result.seconds = time.perf_counter() - started
+        return result
+
+
+def _concrete_search(theorem: FormulaProperty, impl: Implementation, options: AuditOptions,
+                     why: str, result: TheoremResult, started: float) -> TheoremResult:
     configs = theorem.configs()
     # Smallest configurations first, so the first failure is a small witness.
     order = sorted(configs, key=lambda c: (sum(abs(v) for v in c.values.values()), c.label))
@@ -434,6 +457,18 @@ def _family(theorems: Sequence[CaseProperty], impl: Implementation,
             begun = clock()
             try:
                 violation = theorem.check(case, impl)
+            except UpstreamTimeout as exc:
+                # A wall-clock limit decides nothing about the code: the theorem is
+                # UNKNOWN (never a crash finding that machine load could produce).
+                if witnesses[j] is None or latent[j] is not None:
+                    results[j].verdict = Verdict.UNKNOWN
+                    results[j].message = _timeout_message(exc)
+                    results[j].witness = {"kind": "exhaustive", "theorem": theorem.theorem_id,
+                                          **theorem.space.to_json(case)}
+                    results[j].impact = results[j].latent = None
+                    witnesses[j] = case
+                open_.remove(j)
+                continue
             except Exception as exc:
                 violation = raised(exc)
             spent[j] += clock() - begun

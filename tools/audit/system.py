@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from kvcontract.errors import KvContractError
-from kvcontract.tools.audit.binding import Binding
+from kvcontract.tools.audit.binding import Binding, UpstreamTimeout
 from kvcontract.vocabulary import Verdict
 
 if TYPE_CHECKING:
@@ -43,6 +43,11 @@ def run_system_scenarios(binding: Binding, seed: int = 0,
         except KvContractError as exc:
             rows.append(_row("C11", name, Verdict.UNKNOWN, started,
                              message=f"could not run: {exc}"))
+            continue
+        except UpstreamTimeout as exc:  # a wall-clock limit: says nothing about the code
+            rows.append(_row("C11", name, Verdict.UNKNOWN, started,
+                             message=f"{exc}: a wall-clock limit (machine load or a hang); "
+                                     "rerun with a larger --timeout"))
             continue
         except Exception as exc:  # a crash inside the bound code is a finding
             rows.append(_row("C11", name, Verdict.COUNTEREXAMPLE, started,

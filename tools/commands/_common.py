@@ -171,7 +171,8 @@ def report_options(fn: F) -> F:
     fn = click.option(
         "--output", "outputs", multiple=True, metavar="FILE",
         help="write the report here (repeatable, paired with --format in order; the format "
-             "is inferred from .json/.xml/.sarif/.md/.txt/.mypy when --format is absent)",
+             "is inferred from .json/.xml/.sarif/.md/.txt/.mypy/.github when --format is "
+             "absent; - is standard output)",
     )(fn)
     return click.option(
         "--format", "formats", multiple=True, type=click.Choice(FORMATS),

@@ -41,7 +41,7 @@ MIN_TIMEOUT = 0.001
 @click.option("--clause", "clauses", multiple=True, metavar="ID",
               help="only this clause (repeatable), e.g. --clause C3")
 @click.option("--json", "json_path", metavar="FILE", help="write the JSON report here")
-@click.option("--timeout", type=float, default=2.0, show_default=True,
+@click.option("--timeout", type=float, default=10.0, show_default=True,
               help="seconds one upstream call may take (a hang is reported as a finding)")
 @click.option("--budget", type=int, default=250_000, show_default=True,
               help="cases of concrete search per theorem (enumeration, sampled cases): a "

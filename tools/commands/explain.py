@@ -108,8 +108,8 @@ def explain(report_path: str | None, theorems: tuple[str, ...], draw_all: bool,
         if not quiet:
             console.print(render_terminal(scene))
             console.print()
-        for path in written:
-            click.echo(f"wrote {path}")
+        for picture in written:
+            click.echo(f"wrote {picture}")
 
 
 def _report_scenes(report_path: str, theorems: tuple[str, ...],

@@ -78,7 +78,7 @@ def prove(impl_name: str, clauses: tuple[str, ...], json_path: str | None,
     from kvcontract.proofs.runner import select
     from kvcontract.tools.config import apply_config
     from kvcontract.tools.reports import pair_outputs
-    from kvcontract.tools.reports.gate import gate_exit_code
+    from kvcontract.tools.reports.gate import gate_exit_code, gate_summary
 
     # Every input is validated before any proof runs (issue #11), the project's
     # [tool.kvcontract] defaults included.
@@ -134,7 +134,7 @@ def prove(impl_name: str, clauses: tuple[str, ...], json_path: str | None,
     summary = ", ".join(f"{n} {v}" for v, n in sorted(counts.items()))
     console.print(
         f"{impl_name}: {len(report.results)} theorems over {len(report.clauses)} clauses in "
-        f"{report.seconds:.1f}s: {summary}"
+        f"{report.seconds:.1f}s: {summary}{gate_summary(data)}"
     )
     if json_path:
         pairs.append(("json", json_path))

@@ -253,9 +253,9 @@ def _z3(original: Callable[..., Any], mutant: Callable[..., Any],
                 args.append(choice)
         symbolic = {name: arg for (name, _), arg in zip(kinds, args, strict=True)
                     if isinstance(arg, z3.ArithRef)}
-        for a, b in WHOLE_MULTIPLES:
-            if a in symbolic and b in symbolic:
-                domain.append(symbolic[a] % symbolic[b] == 0)
+        for multiple, divisor in WHOLE_MULTIPLES:
+            if multiple in symbolic and divisor in symbolic:
+                domain.append(symbolic[multiple] % symbolic[divisor] == 0)
         try:
             left, right = _lift(original, args, domain), _lift(mutant, args, domain)
             differ = _differs(left, right)

@@ -340,6 +340,16 @@ def gate_exit_code(results: Iterable[Mapping[str, Any]], fail_on: frozenset[Impa
     return finding_exit_code(pairs, fail_on, empty=empty)
 
 
+def gate_summary(report: Mapping[str, Any]) -> str:
+    """``; 1 new, 2 in the baseline, 0 fixed`` for a summary line (empty without a
+    findings baseline)."""
+    section = report.get("findings_baseline")
+    if not isinstance(section, Mapping) or "path" not in section:
+        return ""
+    return (f"; {section['new']} new, {section['baseline']} in the baseline, "
+            f"{len(section['fixed'])} fixed")
+
+
 def summary_lines(report: Mapping[str, Any]) -> list[str]:
     """Plain lines for a terminal or a text report: each finding new or in the
     baseline, then the fixed entries and those the run did not recheck."""

@@ -287,3 +287,27 @@ def test_eagle_peek_past_the_last_key_is_a_violation() -> None:
     observation = LookupObservation(8, {0: (0, 2)}, [(0, 2), (0, 1), (0, 0)])
     message = eagle_peek(case, observation)
     assert message is not None and "peek chunk 2" in message
+
+
+def test_pass_count_allows_a_clamp_per_group() -> None:
+    """Found by ``kvcontract.strategies`` on a geometry vLLM builds, outside the catalogue:
+    SWA bs 4 (sw 15) + SWA bs 2 (sw 12), bpc 2, 29 tokens. Clamping maxhit to a group's
+    keys lowers it without a traced shrink, so the loop may take a pass per group more
+    than the trace's decreases; the reference's 3 passes for one decrease are within the
+    ranking bound (decreases + groups + 1), and every clause holds on the case."""
+    from kvcontract.impl import get_implementation
+    from kvcontract.spec.geometry import Geometry, swa
+    from kvcontract.spec.lookup import LookupResult
+    from kvcontract.spec.properties import get_property
+    from kvcontract.spec.properties.lookup import LookupCase, run_lookup
+
+    hit, pending, miss = LookupResult.HIT, LookupResult.HIT_PENDING, LookupResult.MISS
+    geometry = Geometry((swa(4, 15), swa(2, 12)), blocks_per_chunk=2)
+    case = LookupCase("strategies", geometry, 29, 0,
+                      ((pending, hit, pending), (hit, hit, pending, miss, pending, hit, pending)))
+    reference = get_implementation("reference")
+    observed = run_lookup(case, reference)
+    assert observed.iterations == 3 and observed.max_hit_trace == [28, 12]
+    for theorem in ("C2/lookup-loads-only-hit", "C3/lookup-defers-only-in-scope",
+                    "C4/lookup-is-maximal", "C5/eagle-peek", "C6/lookup-converges"):
+        assert get_property(theorem).check(case, reference) is None, theorem

@@ -48,7 +48,7 @@ def _audit(version: str, clauses: list[str]) -> tuple[Binding, AuditRun]:
     if key not in _RUNS:
         binding = bind(resolve_target(f"vllm:{release_tree(version)}"))
         _RUNS[key] = binding, run_audit(
-            binding, AuditOptions(clauses=clauses, examples=50, jobs=2))
+            binding, AuditOptions(clauses=clauses, examples=50, jobs=2, budget=50_000))
     return _RUNS[key]
 
 
@@ -113,7 +113,7 @@ def test_baseline_classifies_fixes() -> None:
     old_binding, old_run = _audit("0.29.0", CLAUSES)
     new_binding, new_run = _audit("0.33.0", CLAUSES)
     comparison = compare(old_binding, old_run, new_binding, new_run,
-                         AuditOptions(clauses=CLAUSES, jobs=2))
+                         AuditOptions(clauses=CLAUSES, jobs=2, budget=50_000))
     kinds = {e["clause"]: e["classification"] for e in comparison["clauses"]}
     # The horizon is fixed; the EAGLE replay boundaries of vLLM's GPU rule are not.
     assert kinds["C9"] == "still violated"
@@ -138,7 +138,7 @@ def test_baseline_029_to_030() -> None:
     old_binding, old_run = _audit("0.29.0", CLAUSES)
     new_binding, new_run = _audit("0.30.0", CLAUSES)
     comparison = compare(old_binding, old_run, new_binding, new_run,
-                         AuditOptions(clauses=CLAUSES, jobs=2))
+                         AuditOptions(clauses=CLAUSES, jobs=2, budget=50_000))
     theorems = {t["theorem"]: t["classification"] for t in comparison["theorems"]}
     assert theorems["scan-defers-only-in-scope"] == "fixed"
     kinds = {e["clause"]: e["classification"] for e in comparison["clauses"]}

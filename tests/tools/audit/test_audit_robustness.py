@@ -38,13 +38,16 @@ def _only(run: AuditRun, theorem: str) -> dict[str, Any]:
     return row
 
 
-def test_hang_is_a_finding(write_module: Callable[..., Path]) -> None:
+def test_hang_is_unknown_and_names_the_call(write_module: Callable[..., Path]) -> None:
+    """A call past the wall-clock limit names itself, and its theorem is UNKNOWN (exit 3:
+    never a pass), not a counterexample: machine load must not produce findings."""
     path = write_module("hang.py", HANGING_SCAN)
     run = _audit(path, ["C3"], call_timeout=0.3)
     row = _only(run, "scan-defers-only-in-scope")
-    assert row["verdict"] == "COUNTEREXAMPLE"
+    assert row["verdict"] == "UNKNOWN"
     assert "did not return within 0.3s" in str(row["message"])
-    assert row["location"] == {"path": str(path), "line": 1}
+    assert "rerun with a larger --timeout" in str(row["message"])
+    assert row.get("impact") is None
 
 
 def test_raise_is_a_finding(write_module: Callable[..., Path]) -> None:

@@ -1,0 +1,69 @@
+"""Packaging (issue 11): the license, the pre-commit hooks, the project metadata."""
+
+from __future__ import annotations
+
+import hashlib
+import shlex
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from kvcontract.tools.cli import cli
+
+ROOT = Path(__file__).resolve().parents[1]
+
+APACHE_2_MD5 = "3b83ef96387f14655fc854ddc3c6bd57"
+"""md5 of https://www.apache.org/licenses/LICENSE-2.0.txt, the full text."""
+
+
+def test_license_is_the_full_apache_2_text() -> None:
+    text = (ROOT / "LICENSE").read_bytes()
+    assert hashlib.md5(text).hexdigest() == APACHE_2_MD5
+    tomllib = pytest.importorskip("tomllib")
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    assert project["license"] == "Apache-2.0"
+    assert project["license-files"] == ["LICENSE"]
+    assert not [c for c in project["classifiers"] if c.startswith("License ::")]  # PEP 639
+
+
+def _hooks() -> list[dict[str, object]]:
+    yaml = pytest.importorskip("yaml")  # PyYAML: not a declared dependency
+    hooks = yaml.safe_load((ROOT / ".pre-commit-hooks.yaml").read_text(encoding="utf-8"))
+    assert isinstance(hooks, list)
+    return hooks
+
+
+def test_pre_commit_hooks() -> None:
+    hooks = {h["id"]: h for h in _hooks()}
+    assert set(hooks) == {"kvcontract-prove", "kvcontract-audit"}
+    for hook in hooks.values():
+        assert {"id", "name", "entry", "language"} <= set(hook)
+        assert hook["pass_filenames"] is False
+        argv = shlex.split(str(hook["entry"]))
+        assert argv[0] == "kvcontract"
+        # The entry parses (its options exist): --help after them exits 0.
+        done = CliRunner().invoke(cli, [*argv[1:], "--help"])
+        assert done.exit_code == 0, done.output
+    try:  # pre-commit's own schema, when pre-commit is installed
+        from pre_commit.clientlib import load_manifest
+    except ImportError:
+        return
+    assert [h["id"] for h in load_manifest(str(ROOT / ".pre-commit-hooks.yaml"))] == [
+        "kvcontract-prove", "kvcontract-audit"]
+
+
+def test_readme_pre_commit_snippet_names_the_hooks() -> None:
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = text.split("## pre-commit\n", 1)[1].split("\n## ", 1)[0]
+    yaml = pytest.importorskip("yaml")
+    config = yaml.safe_load(section.split("```yaml\n", 1)[1].split("```", 1)[0])
+    ids = {h["id"] for repo in config["repos"] for h in repo["hooks"]}
+    assert ids == {h["id"] for h in _hooks()}
+    for repo in config["repos"]:
+        for hook in repo["hooks"]:
+            entry = next(h for h in _hooks() if h["id"] == hook["id"])["entry"]
+            argv = [*shlex.split(str(entry))[1:], *hook.get("args", [])]
+            if argv[0] == "prove":  # the args parse with the entry (not run: --help)
+                done = CliRunner().invoke(cli, [*argv, "--help"])
+                assert done.exit_code == 0, done.output
