@@ -11,8 +11,8 @@ the block sizes) and every implementation, a producer prefills each prompt lengt
 shot, decodes 3 tokens and finishes; the consumer resends the prompt. Columns:
 
 * ``lost``: share of the prompt lengths whose accepted hit is below the C12 promise
-  (``spec/properties/end_to_end.promised_hit``: vLLM's GPU replay rule, ``P - 1``, or
-  with an EAGLE group the EAGLE replay boundaries; in whole scheduler blocks,
+  (``spec/properties/end_to_end.promised_hit``: vLLM's GPU replay rule, ``P - 1`` plus,
+  with an EAGLE group, the EAGLE replay boundaries; in whole scheduler blocks,
   ``gpu_hit_unit``: what vLLM's GPU prefix cache itself would serve);
 * ``accepted`` / ``promised``: mean accepted hit and mean promised hit, in tokens;
 * ``p-1`` / ``lost(p-1)``: the mean promise and the share of lengths losing hits when the

@@ -249,21 +249,21 @@ def store_replay_boundaries(
     EAGLE group): the GPU prefix cache serves an EAGLE hit one unit below the aligned
     boundary it matched (the drafter's last unit is volatile), so vLLM's GPU replay rule
     (``kv_cache_coordinator.replay_boundaries``) keeps the resend's ``P - 1`` and the
-    extension's ``P``, each aligned down to the unit, minus one unit, and with EAGLE only
-    those (no EAGLE hit lands on ``P - 1``). The offload's unit is the alignment ``A``.
+    extension's ``P``, each aligned down to the unit, minus one unit. ``P - 1`` stays: its
+    tail serves an EAGLE resend at the offload's finer grain whenever its peek chunk is
+    complete (an SWA chunk smaller than ``A``). The offload's unit is the alignment ``A``.
     Without them an EAGLE resend whose peek chunk past ``(P - 1)`` aligned down is
     incomplete gets no offloaded hit at all. A boundary of 0 is no hit and is not passed.
     Only with a retention interval (0 included).
     """
     if retention_interval is None:
         return ()
-    if not use_eagle or alignment_tokens is None:
-        candidates: tuple[int, ...] = (prompt_len - 1,)
-    else:
+    candidates: tuple[int, ...] = (prompt_len - 1,)
+    if use_eagle and alignment_tokens is not None:
         unit = alignment_tokens
         resend = (prompt_len - 1) // unit * unit
         extension = prompt_len // unit * unit
-        candidates = (resend - unit, extension - unit)
+        candidates += (resend - unit, extension - unit)
     return tuple(sorted({boundary for boundary in candidates if boundary > 0}))
 
 

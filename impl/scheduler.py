@@ -389,8 +389,7 @@ class StoreTracker:
     def mark_computed(self, num_chunks: int) -> None:
         """Chunks ``[0, num_chunks)`` came from a hit (CPU or GPU cache): never offer them."""
         self.offered.update(range(num_chunks))
-        if num_chunks > self.next_stored_chunk_idx:
-            self.next_stored_chunk_idx = num_chunks
+        self.next_stored_chunk_idx = max(self.next_stored_chunk_idx, num_chunks)
 
     def step(
         self, status: RequestStatus | str, num_computed: int, num_scheduled: int,
@@ -420,9 +419,9 @@ class StoreTracker:
             candidates = list(range(self.next_stored_chunk_idx, end_chunk))
         first_live = self._first_live_block(num_computed)
         new: list[int] = []
+        # Chunks at or past the stored index were never offered (the index only moves
+        # past what was offered or came from a hit), so no re-check of ``offered`` here.
         for chunk in candidates:
-            if chunk in self.offered:
-                continue
             marked = self._marked_blocks(chunk, final_end)
             if not marked:
                 continue
@@ -431,7 +430,6 @@ class StoreTracker:
                 continue
             new.append(chunk)
         self.offered.update(new)
-        if end_chunk > self.next_stored_chunk_idx:
-            self.next_stored_chunk_idx = end_chunk
+        self.next_stored_chunk_idx = max(self.next_stored_chunk_idx, end_chunk)
         self.offers.append(new)
         return new

@@ -171,22 +171,24 @@ def store_replay_boundaries(geometry: Geometry, prompt_len: int) -> tuple[int, .
     vLLM's GPU replay rule (:func:`gpu_replay_boundaries`) with the offload's unit ``A``.
 
     The resend's ``P - 1`` (its last prompt token is recomputed); when the geometry has
-    an EAGLE group, instead the boundaries an EAGLE consumer is served at, one unit below
+    an EAGLE group, also the boundaries an EAGLE consumer is served at, one unit below
     the resend's and the extension's aligned boundaries (an EAGLE hit at ``(P - 1)``
     aligned down needs the peek chunk past it, which is incomplete unless ``A`` divides
     ``P``): without them an EAGLE resend gets nothing where the GPU cache serves one unit
-    less than the aligned prompt, and like the GPU rule they replace ``P - 1`` (no EAGLE
-    hit lands there, so its tail would be stored for nobody). An EAGLE boundary of 0 (no
-    hit) is left out.
+    less than the aligned prompt. ``P - 1`` stays too: where an SWA chunk is smaller than
+    ``A`` its tail's peek chunk is complete and the offload serves an EAGLE resend there,
+    at a finer grain than the GPU's unit. A boundary of 0 (no hit) is left out.
 
     Sorted, without duplicates. Only with a retention interval (0 included); without
     one the segments of ``A`` already end at every multiple of ``A``, these included.
     """
     if geometry.retention_interval is None:
         return ()
+    found = {prompt_len - 1}
     unit = geometry.alignment_tokens
-    eagle = unit is not None and any(group.eagle for group in geometry.groups)
-    return tuple(b for b in gpu_replay_boundaries(prompt_len, unit or 1, eagle) if b > 0)
+    if unit is not None and any(group.eagle for group in geometry.groups):
+        found.update(gpu_replay_boundaries(prompt_len, unit, True))
+    return tuple(sorted(b for b in found if b > 0))
 
 
 # -- the store rule of one group of a geometry (concrete ints) ---------------------------

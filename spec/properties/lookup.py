@@ -109,6 +109,10 @@ def lookup_catalog() -> list[tuple[str, Geometry, int, int]]:
         ("SWA4(sw8,eagle)", Geometry((swa(4, 8, eagle=True),)), 25, 0),
         ("SWA2(sw5),bpc2", Geometry((swa(2, 5),), blocks_per_chunk=2), 25, 0),
         ("FA4+SWA4(sw8),local4", Geometry((fa(4), swa(4, 8))), 21, 4),
+        # A prompt of whole chunks: with an SWA group the last token is recomputed, so
+        # the last chunk can never be loaded (maxhit N - 1); without one it can.
+        ("FA4+SWA4(sw8),aligned", Geometry((fa(4), swa(4, 8))), 16, 0),
+        ("FA4,aligned", Geometry((fa(4),)), 16, 0),
         # Mamba in align mode as vLLM builds it: the Mamba block is the base block, so
         # every attention chunk ends on a Mamba chunk end.
         ("Mamba4+SWA8(sw12)", Geometry((mamba(4), swa(8, 12))), 25, 0),
@@ -337,6 +341,12 @@ def eagle_peek(case: LookupCase, observation: LookupObservation) -> str | None:
             if (g, boundary) in seen:
                 return f"EAGLE group {g} popped twice at boundary {boundary}"
             seen.add((g, boundary))
+            # A pop drops the peek chunk past the candidate's last chunk, so that chunk
+            # must exist (a key): checked from the case, not from the pop count.
+            peek = -(-boundary // case.geometry.chunk_tokens(case.geometry.groups[g]))
+            if peek >= len(case.states[g]):
+                return (f"EAGLE group {g} popped at boundary {boundary}, but its peek chunk "
+                        f"{peek} has no key ({len(case.states[g])} keys)")
         if observation.pops is not None:
             for g, count in observation.pops.items():
                 recorded = sum(1 for p, _ in observation.popped_at if p == g)

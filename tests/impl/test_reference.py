@@ -164,8 +164,8 @@ def test_store_replay_boundaries_are_the_spec_s(geometry: Geometry) -> None:
 
 def test_store_replay_boundaries_on_every_small_alignment() -> None:
     """``A`` from 1 to 12 (FA ``bs A`` + SWA ``bs 1``), EAGLE or not, retention None, 0
-    and ``4 A``, every ``P`` below 120 (``P <= A`` included: both EAGLE boundaries are 0
-    or below, so nothing is passed: an EAGLE resend of one unit gets no hit)."""
+    and ``4 A``, every ``P`` below 120 (``P = A`` included: both EAGLE boundaries are 0
+    or below, only ``P - 1`` is passed)."""
     for align in range(1, 13):
         for eagle in (False, True):
             for retention in (None, 0, 4 * align):
@@ -179,11 +179,10 @@ def test_store_replay_boundaries_on_every_small_alignment() -> None:
 
 
 def test_store_tracker_passes_the_implementation_s_boundaries() -> None:
-    """FA 16 + SWA 4 (sw 8, EAGLE), retention 0, P = 33: the reference passes ``(16,)``
-    (the GPU's EAGLE boundary ``32 - 16``; with EAGLE vLLM keeps no ``P - 1``) and stores
-    SWA chunks ``{2, 3, 4}``, what an EAGLE resend reads at 16 (window and peek chunk);
-    upstream's ``_build_store_jobs`` passes ``(32,)`` and stores ``{6, 7}``, the tail of a
-    boundary no EAGLE resend lands on (its peek chunk 8 is incomplete)."""
+    """FA 16 + SWA 4 (sw 8, EAGLE), retention 0, P = 33: the reference passes
+    ``(16, 32)`` (the GPU's EAGLE boundary ``32 - 16`` and ``P - 1``) and stores SWA chunks
+    ``{2, 3, 4}`` for boundary 16 and ``{6, 7}`` of boundary 32's tail (its peek chunk 8
+    is incomplete); upstream's ``_build_store_jobs`` passes ``(32,)``: ``{6, 7}`` only."""
     geometry = Geometry((fa(16), swa(4, 8, eagle=True)), retention_interval=0)
     offered = {}
     for name in ("reference", "upstream-current"):
@@ -191,7 +190,7 @@ def test_store_tracker_passes_the_implementation_s_boundaries() -> None:
         tracker.step("prefilling", 0, 33, 33)
         tracker.step("finished", 33, 0, 34)
         offered[name] = (tracker.replay_boundaries, sorted(tracker.offered))
-    assert offered == {"reference": ((16,), [2, 3, 4]),
+    assert offered == {"reference": ((16, 32), [2, 3, 4, 6, 7]),
                        "upstream-current": ((32,), [6, 7])}
     pinned = StoreTracker(REFERENCE, geometry, 1, 33, replay_boundaries=())
     assert pinned.replay_boundaries == ()

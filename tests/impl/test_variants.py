@@ -72,10 +72,9 @@ DISCRIMINATING: dict[tuple[str, str], tuple[Callable[[Implementation], Any], Any
     ("upstream-current", MASK): (
         lambda i: bool(i.is_block_reachable(34, 1056, 32, 2, 0, True, None, None, (), 2)),
         True, False),
-    # 12: P 33, A 16, retention 0, an EAGLE group: the GPU's EAGLE replay boundary 16
-    # (no EAGLE hit lands on P - 1 = 32).
+    # 12: P 33, A 16, retention 0, an EAGLE group: the GPU's EAGLE replay boundary 16 too.
     ("upstream-current", REPLAY): (
-        lambda i: i.store_replay_boundaries(33, 16, 0, True), (16,), (32,)),
+        lambda i: i.store_replay_boundaries(33, 16, 0, True), (16, 32), (32,)),
 }
 
 

@@ -102,16 +102,18 @@ def test_eagle_resend_is_promised_the_gpu_replay_boundary() -> None:
     the 33 prompt tokens: never complete, so an EAGLE resend cannot be served there.
 
     vLLM's GPU keeps, for EAGLE, the resend's and the extension's aligned boundaries minus
-    one unit: ``32 - 16 = 16`` for both, and only those, and so does the contract now
-    (``store_replay_boundaries``: ``(16,)``). Demand at 16: ``{2, 3}`` plus the peek
+    one unit: ``32 - 16 = 16`` for both, and so does the contract now
+    (``store_replay_boundaries``: ``(16, 32)``). Demand at 16: ``{2, 3}`` plus the peek
     chunk 4 (tokens [16, 20)): promised 16, and the reference stores it. With ``P - 1``
     alone (``replay_rule="p-1"``, upstream's store path) nothing servable is owed: 0.
 
     P = 48: boundary 32's peek chunk 8 ends at 36 <= 48: promised 32 under both rules."""
     producer = finished(EAGLE_0, 33)
-    assert producer.replay_boundaries == (16,)
+    assert producer.replay_boundaries == (16, 32)
     assert reachable_boundaries(EAGLE_0, EAGLE_0.groups[1], producer) == [("replay", 16)]
-    assert contract_supply(producer) == (frozenset({0, 1}), frozenset({2, 3, 4}))
+    # 32's window chunks {6, 7} are owed too (the mask writes them as they complete), but
+    # its peek chunk 8 never completes, so they serve nothing: the promise is 16.
+    assert contract_supply(producer) == (frozenset({0, 1}), frozenset({2, 3, 4, 6, 7}))
     assert promised_hit(EAGLE_0, producer, 33) == 16
     # P - 1 alone: boundary 32's window chunks {6, 7} are written as they complete (the
     # mask marks them), but its peek chunk 8 never completes, so they serve nothing.
@@ -134,15 +136,15 @@ def test_gpu_replay_boundaries() -> None:
     both minus 16: (16,). ``P = 48``: resend ``47 -> 32``, extension 48: (16, 32).
     ``P = 10``: both align to 0, not below: (0,). Without EAGLE: ``(P - 1,)``.
 
-    The contract's replay boundaries are these with EAGLE (a boundary of 0 is no hit, so
-    ``P = 10`` has none), ``P - 1`` without, only with a retention interval."""
+    The contract's replay boundaries are ``P - 1`` and these (a boundary of 0 is no hit),
+    only with a retention interval."""
     assert gpu_replay_boundaries(33, 16, True) == (16,)
     assert gpu_replay_boundaries(48, 16, True) == (16, 32)
     assert gpu_replay_boundaries(10, 16, True) == (0,)
     assert gpu_replay_boundaries(48, 16, False) == (47,)
-    assert store_replay_boundaries(EAGLE_0, 33) == (16,)
-    assert store_replay_boundaries(EAGLE_0, 48) == (16, 32)
-    assert store_replay_boundaries(EAGLE_0, 10) == ()
+    assert store_replay_boundaries(EAGLE_0, 33) == (16, 32)
+    assert store_replay_boundaries(EAGLE_0, 48) == (16, 32, 47)
+    assert store_replay_boundaries(EAGLE_0, 10) == (9,)
     assert store_replay_boundaries(RETENTION_0, 33) == (32,)
     assert store_replay_boundaries(dataclasses.replace(EAGLE_0, retention_interval=None),
                                    33) == ()

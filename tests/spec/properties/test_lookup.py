@@ -200,10 +200,14 @@ def test_eagle_reference_observation() -> None:
         (LookupObservation(20, {0: (3, 6)}, [(0, 5), (0, 4), (0, 3)]),
          "EAGLE group 0: the peek chunk 5 is in the load set"),
         (LookupObservation(20, {0: (3, 5)}, [(0, 5)], pops={0: 2},
-                           popped_at=[(0, 24), (0, 24)]),
-         "EAGLE group 0 popped twice at boundary 24"),
-        (LookupObservation(20, {0: (3, 5)}, [(0, 5)], pops={0: 2}, popped_at=[(0, 24)]),
+                           popped_at=[(0, 20), (0, 20)]),
+         "EAGLE group 0 popped twice at boundary 20"),
+        (LookupObservation(20, {0: (3, 5)}, [(0, 5)], pops={0: 2}, popped_at=[(0, 20)]),
          "EAGLE group 0 popped 2 times for 1 verified boundaries"),
+        # 24 tokens, 6 keys: a pop at 24 drops chunk 6, which has no key (a mutant that
+        # popped when it had *not* peeked survived before this rule).
+        (LookupObservation(20, {0: (3, 5)}, [(0, 5)], pops={0: 1}, popped_at=[(0, 24)]),
+         "EAGLE group 0 popped at boundary 24, but its peek chunk 6 has no key (6 keys)"),
     ],
 )
 def test_eagle_peek_violations(observation: LookupObservation, problem: str) -> None:

@@ -142,8 +142,9 @@ def test_offering_the_volatile_eagle_chunk_is_caught(monkeypatch: pytest.MonkeyP
 
 
 def test_a_stored_index_that_never_advances_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
-    _patched_step(monkeypatch, "if end_chunk > self.next_stored_chunk_idx:",
-                  "if not end_chunk > self.next_stored_chunk_idx:")
+    _patched_step(monkeypatch,
+                  "self.next_stored_chunk_idx = max(self.next_stored_chunk_idx, end_chunk)",
+                  "self.next_stored_chunk_idx = min(self.next_stored_chunk_idx, end_chunk)")
     result = run_property(get_property("C9/store-steps"), REFERENCE)
     assert result.verdict is Verdict.COUNTEREXAMPLE
     assert "next_stored_chunk_idx" in result.message

@@ -49,6 +49,8 @@ def _differences(binding: Binding) -> list[tuple[StoreCase, int, Any, Any]]:
     run = store.make_store_runner(binding)
     found = []
     for case in store_cases():
+        if store._has_mamba(case.geometry):
+            continue  # left out of the upstream store theorems (store.MAMBA_NOTE)
         upstream = run(case)
         ours = simulate_store_case(case, binding.implementation)
         for g in range(len(case.geometry.groups)):
@@ -127,8 +129,9 @@ def _failing(theorem: CaseProperty, binding: Binding) -> dict[str, str]:
 def test_store_judges_on_upstream_store_path() -> None:
     """Every store judge applies to the upstream run, and on 0.33.0 it fails exactly the
     cases it fails on the tracker over the bound primitives (the EAGLE replay tails: ``P -
-    1`` alone, its tail waste, the GPU's EAGLE boundaries' tails missing), plus the cases
-    of the retention finding above (no final tail with a retention interval)."""
+    1`` alone, the GPU's EAGLE boundaries' tails missing; the mask's first EAGLE block at
+    ``need == per``), plus the cases of the retention finding above (no final tail with a
+    retention interval)."""
     binding = _bound("0.33.0")
     theorems = {t.name: t for t in store.upstream_store_theorems(binding)}
     catalogue = {t.name: t for t in store_properties()}
@@ -142,8 +145,12 @@ def test_store_judges_on_upstream_store_path() -> None:
         assert set(upstream) ^ set(ours) <= final_tail, name
         assert Impact.CRASH.value not in upstream.values(), name
         geometries = {json.loads(key)["geometry_name"] for key in upstream}
-        if name in ("stores-only-demanded", "store-horizon", "store-steps"):
-            assert eagle in geometries, name
+        if name in ("store-horizon", "store-steps"):
+            assert eagle in geometries, name  # the GPU's EAGLE boundary tails missing
+        if name == "stores-only-demanded":
+            # upstream's mask stores everything at need == per, an EAGLE group's first
+            # block too, which no boundary demands (one block of waste per request)
+            assert "FA8+SWA4(sw5,eagle),need=period" in geometries, name
         if name in ("store-horizon", "store-steps"):
             assert retention in geometries and final_tail <= set(upstream), name
         if name in ("offered-at-most-once", "stores-well-formed"):
