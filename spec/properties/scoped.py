@@ -12,8 +12,8 @@ by id with :func:`kvcontract.spec.properties.replay`):
 
   - store (C8-C10): every geometry at the prompt lengths of :func:`prompt_lengths`,
     one shot and a few chunked-prefill schedules (:func:`store_schedules`), finished
-    after 3 decode steps or aborted after any step, ``offload_prompt_only`` both ways,
-    the geometry's retention interval;
+    after 3 decode steps or aborted after up to 14 spread steps (:func:`abort_cuts`),
+    ``offload_prompt_only`` both ways, the geometry's retention interval;
   - end to end (C12): those producers (``offload_prompt_only``) with a resend, a
     continuation and siblings sharing the prefixes of :func:`sibling_prefixes`;
   - lookup (C2-C6): every assignment is out of reach at real sizes (``W`` up to 257
@@ -156,17 +156,31 @@ def store_schedules(geometry: Geometry, prompt: int) -> list[tuple[int, ...]]:
 
 
 # -- the store family ----------------------------------------------------------------------
+ABORT_CUTS = 12
+"""Aborts per schedule: after every step of a short schedule, else after the first two,
+the last and evenly spaced steps between (a long prompt's hundreds of steps would make
+the family quadratic in the prompt)."""
+
+
+def abort_cuts(num_steps: int) -> list[int]:
+    """After which steps a schedule of ``num_steps`` steps is aborted (1-based counts)."""
+    if num_steps - 1 <= ABORT_CUTS:
+        return list(range(1, num_steps))
+    spread = {round(1 + i * (num_steps - 2) / (ABORT_CUTS - 1)) for i in range(ABORT_CUTS)}
+    return sorted(spread | {1, 2, num_steps - 1})
+
+
 def store_cases(scope: Scope) -> Iterator[StoreCase]:
     """Per geometry and prompt (:func:`prompt_lengths`), each schedule of
-    :func:`store_schedules` finished after 3 decode steps and aborted after each step
-    but the last, with ``offload_prompt_only`` on and off."""
+    :func:`store_schedules` finished after 3 decode steps and aborted after the steps of
+    :func:`abort_cuts`, with ``offload_prompt_only`` on and off."""
     for label, geometry in scope:
         for prompt in prompt_lengths(geometry):
             for prompt_only in (True, False):
                 for steps in store_schedules(geometry, prompt):
                     yield StoreCase(label, geometry, prompt, steps, "finished",
                                     decode=DECODE_STEPS, prompt_only=prompt_only)
-                    for cut in range(1, len(steps)):
+                    for cut in abort_cuts(len(steps)):
                         yield StoreCase(label, geometry, prompt, steps[:cut], "aborted",
                                         prompt_only=prompt_only)
 
@@ -184,7 +198,7 @@ def _producers(label: str, geometry: Geometry, prompt: int) -> Iterator[StoreCas
     schedules = store_schedules(geometry, prompt)[:2]  # one shot and the first chunked one
     for steps in schedules:
         yield StoreCase(label, geometry, prompt, steps, "finished", decode=DECODE_STEPS)
-        for cut in range(1, len(steps)):
+        for cut in abort_cuts(len(steps)):
             yield StoreCase(label, geometry, prompt, steps[:cut], "aborted")
 
 
@@ -207,8 +221,9 @@ def sibling_prefixes(geometry: Geometry, prompt: int) -> list[int]:
 
 def end_to_end_cases(scope: Scope) -> Iterator[EndToEndCase]:
     """Producers of :func:`e2e_prompt_lengths` (one shot and the first chunked schedule
-    of :func:`store_schedules`, finished or aborted after any step), each with a resend,
-    a continuation and the siblings of :func:`sibling_prefixes`."""
+    of :func:`store_schedules`, finished or aborted after the steps of
+    :func:`abort_cuts`), each with a resend, a continuation and the siblings of
+    :func:`sibling_prefixes`."""
     for label, geometry in scope:
         for prompt in e2e_prompt_lengths(geometry):
             for producer in _producers(label, geometry, prompt):
@@ -325,13 +340,14 @@ def _store_domain(scope: Scope) -> str:
             "prompt lengths around each group's chunk, A and window boundaries (+-1; 4k-12k "
             "tokens where chunks are large), one shot, steps of A + tpc + 1 tokens (or a "
             "quarter prompt), of a multiple of A and of 2048, finished after 3 decode "
-            "steps or aborted after any step, offload_prompt_only on and off")
+            f"steps or aborted after up to {ABORT_CUTS + 2} of the steps, offload_prompt_only "
+            "on and off")
 
 
 def _end_to_end_domain(scope: Scope) -> str:
     return (f"{_count(end_to_end_cases(scope))} producer/consumer pairs on {_labels(scope)}: "
             "producers at up to 24 of the store prompts (one shot and chunked steps, "
-            "finished or aborted after any step, offload_prompt_only, replay boundary P - "
+            "finished or aborted after spread steps, offload_prompt_only, replay boundary P - "
             "1); consumers: a resend, a continuation, siblings sharing kA - 1, kA, kA + 1 "
             "tokens near A, 2A and the replay boundary, sw +- 1, the chunk end past the "
             "window, and P - 1")
