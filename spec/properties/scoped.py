@@ -180,6 +180,8 @@ def store_cases(scope: Scope) -> Iterator[StoreCase]:
                 for steps in store_schedules(geometry, prompt):
                     yield StoreCase(label, geometry, prompt, steps, "finished",
                                     decode=DECODE_STEPS, prompt_only=prompt_only)
+                    if not prompt_only:
+                        continue  # an abort during prefill stored no decoded token either way
                     for cut in abort_cuts(len(steps)):
                         yield StoreCase(label, geometry, prompt, steps[:cut], "aborted",
                                         prompt_only=prompt_only)
