@@ -335,7 +335,11 @@ def _scope(model: str | Iterable[str] | None, geometries: Iterable[GeometryLike]
     """``--model``/``--geometry``/``--bpc``/``--retention`` as ``(label, Geometry)`` pairs,
     through :func:`kvcontract.tools.commands._common.resolve_geometries`."""
     from kvcontract.spec.geometry import Geometry
-    from kvcontract.tools.commands._common import load_geometry_file, resolve_geometries
+    from kvcontract.tools.commands._common import (
+        distinct_labels,
+        load_geometry_file,
+        resolve_geometries,
+    )
 
     models = _strings("model", model)
     bpcs = tuple(int(_int("bpc", b) or 0) for b in ([] if bpc is None else
@@ -363,12 +367,7 @@ def _scope(model: str | Iterable[str] | None, geometries: Iterable[GeometryLike]
         else:
             raise UsageError(f"geometries[{index}]: a Geometry, (label, Geometry), a "
                              f"Geometry.to_dict mapping or a JSON file path, not {item!r}")
-    labels: dict[str, int] = {}
-    unique = []
-    for label, geometry in found:
-        labels[label] = labels.get(label, 0) + 1
-        unique.append((label if labels[label] == 1 else f"{label} ({labels[label]})",
-                       geometry))
+    unique: list[tuple[str, Any]] = distinct_labels(found)
     return unique
 
 

@@ -259,6 +259,20 @@ class ConnectorMetricName(enum.Enum):
     ALLOCATION_FAILURE = "allocation_failure"
 
 
+def spec_stand_in(geometry: Any, group: Any) -> KVCacheSpec:
+    """The stand-in KV-cache spec upstream's code reads for one group of ``geometry``
+    (its block size in tokens; a sliding window with its ``e``; Mamba in align mode)."""
+    from kvcontract.vocabulary import GroupKind
+
+    bs = geometry.block_tokens(group)
+    if group.kind is GroupKind.SLIDING_WINDOW:
+        return SlidingWindowSpec(block_size=bs, sliding_window=group.sliding_window,
+                                 extra_retained_tokens=group.extra_retained_tokens)
+    if group.kind is GroupKind.MAMBA:
+        return MambaSpec(block_size=bs)
+    return FullAttentionSpec(block_size=bs)
+
+
 class _AssertFailed(AssertionError):
     pass
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kvcontract.impl.bundle import Implementation
-from kvcontract.spec.geometry import Geometry, GroupKind
+from kvcontract.spec.geometry import Geometry
 from kvcontract.spec.lookup import LookupResult
 from kvcontract.spec.properties import CaseProperty
 from kvcontract.spec.properties.base import LastCase
@@ -34,14 +34,13 @@ from kvcontract.spec.properties.lookup import (
 )
 from kvcontract.tools.audit.binding import (
     Binding,
-    FullAttentionSpec,
     GroupConfig,
     MambaSpec,
-    SlidingWindowSpec,
     UpstreamError,
     _EventsTracker,
     _garbage,
     _guarded,
+    spec_stand_in,
 )
 
 NEEDED_ROLES = ("multi_group_lookup", "sw_scan", "prefix_scan", "window")
@@ -112,14 +111,7 @@ def make_runner(binding: Binding) -> Callable[[Geometry, int, int, Callable[[int
         for index, group in enumerate(geometry.groups):
             tpc = geometry.chunk_tokens(group)
             bs = geometry.block_tokens(group)
-            spec: Any
-            if group.kind is GroupKind.SLIDING_WINDOW:
-                spec = SlidingWindowSpec(block_size=bs, sliding_window=group.sliding_window,
-                                         extra_retained_tokens=group.extra_retained_tokens)
-            elif group.kind is GroupKind.MAMBA:
-                spec = MambaSpec(block_size=bs)
-            else:
-                spec = FullAttentionSpec(block_size=bs)
+            spec = spec_stand_in(geometry, group)
             config = GroupConfig(group_idx=index, tokens_per_block=bs, tokens_per_chunk=tpc,
                                  sliding_window_size_in_chunks=window(spec, tpc),
                                  kv_cache_spec=spec, is_eagle_group=group.eagle)

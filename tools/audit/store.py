@@ -86,10 +86,7 @@ from kvcontract.spec.properties.store import (
 from kvcontract.tools.audit import lookup
 from kvcontract.tools.audit.binding import (
     Binding,
-    FullAttentionSpec,
     GroupConfig,
-    MambaSpec,
-    SlidingWindowSpec,
     UpstreamError,
     UpstreamRequestStatus,
     _EventsTracker,
@@ -99,6 +96,7 @@ from kvcontract.tools.audit.binding import (
     _namespace,
     _Record,
     cdiv,
+    spec_stand_in,
 )
 from kvcontract.vocabulary import RequestStatus
 
@@ -298,14 +296,7 @@ def make_store_runner(binding: Binding) -> Callable[[StoreCase], StoreRun]:
         for index, group in enumerate(geometry.groups):
             tpc = geometry.chunk_tokens(group)
             bs = geometry.block_tokens(group)
-            spec: Any
-            if group.kind is GroupKind.SLIDING_WINDOW:
-                spec = SlidingWindowSpec(block_size=bs, sliding_window=group.sliding_window,
-                                         extra_retained_tokens=group.extra_retained_tokens)
-            elif group.kind is GroupKind.MAMBA:
-                spec = MambaSpec(block_size=bs)
-            else:
-                spec = FullAttentionSpec(block_size=bs)
+            spec = spec_stand_in(geometry, group)
             sw_chunks = window(spec, tpc)
             configs.append(GroupConfig(
                 group_idx=index, tokens_per_block=bs, tokens_per_chunk=tpc,

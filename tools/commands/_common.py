@@ -715,6 +715,12 @@ def resolve_geometries(models: tuple[str, ...], geometry_files: tuple[str, ...],
     found = _preset_geometries(models, bpcs, retentions)
     for path in geometry_files:
         found.extend(load_geometry_file(path))
+    return distinct_labels(found)
+
+
+def distinct_labels(found: list[tuple[str, Any]]) -> list[tuple[str, Any]]:
+    """The pairs in order, a repeated label numbered (``label (2)``) so reports tell the
+    geometries apart."""
     labels: dict[str, int] = {}
     unique = []
     for label, geometry in found:
