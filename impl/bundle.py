@@ -26,7 +26,9 @@ class Implementation:
     sliding_window_lookup: Callable[..., int | None]
     prefix_lookup: Callable[..., int | None]
     is_block_reachable: Callable[..., Any]
-    store_final_segment_end: Callable[..., int]
+    store_final_segment_end: Callable[..., int | None]
+    """``(status, prompt_horizon_chunks, current_chunks, retention_interval)``: the chunk
+    count that closes the final partial segment of a store job, None for no final tail."""
     store_replay_boundaries: Callable[..., tuple[int, ...]]
     """``(prompt_len, alignment_tokens, retention_interval, use_eagle)``: the replay
     boundaries (tokens) the producer's store path passes to its mask; ``use_eagle`` is

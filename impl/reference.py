@@ -94,6 +94,28 @@ def load_window_size_in_chunks(
 LookupFn = Callable[[int], LookupResult]
 
 
+def sliding_window_step(
+    consecutive: Any, required: Any, defer: Any, pending_in_run: Any, result: Any, window: Any
+) -> tuple[Any, Any, Any, Any, Any]:
+    """One key of the right-to-left scan: the scan state after ``result``, and whether the
+    run now completes its window.
+
+    The state is the run of present keys counted so far, the run length it must reach
+    (``initial_window`` while the run touches the right end, ``window`` after), the
+    sticky RETRY defer and whether the run holds a HIT_PENDING. A MISS or RETRY ends the
+    run and forgets its pending mark. Pure and loop-free, so the prover lifts it for
+    every state and every window (an induction over the scan).
+    """
+    if result in (HIT, HIT_PENDING):
+        consecutive += 1
+        if result == HIT_PENDING:
+            pending_in_run = True
+        return consecutive, required, defer, pending_in_run, consecutive >= required
+    if result == RETRY:
+        defer = True
+    return 0, window, defer, False, False
+
+
 def sliding_window_lookup(
     lookup: LookupFn, start: int, end: int, initial_window: int, window: int
 ) -> int | None:
@@ -102,51 +124,55 @@ def sliding_window_lookup(
     Returns the exclusive end index of the window, the length of the prefix run when
     the scan reaches ``start``, or None to defer. A HIT_PENDING only defers if it is in
     the window that completes: a MISS or RETRY ends the run and forgets its pending mark
-    (a RETRY keeps a sticky defer, since the key's location is unknown).
+    (a RETRY keeps a sticky defer, since the key's location is unknown). Each key is one
+    :func:`sliding_window_step`.
     """
     consecutive = 0
     required = initial_window
     defer = False
     pending_in_run = False
     for idx in range(end - 1, start - 1, -1):
-        result = lookup(idx)
-        if result in (HIT, HIT_PENDING):
-            consecutive += 1
-            if result == HIT_PENDING:
-                pending_in_run = True
-            if consecutive >= required:
-                if defer or pending_in_run:
-                    return None
-                return idx + consecutive
-            continue
-        if result == RETRY:
-            defer = True
-        consecutive = 0
-        pending_in_run = False
-        required = window
+        consecutive, required, defer, pending_in_run, complete = sliding_window_step(
+            consecutive, required, defer, pending_in_run, lookup(idx), window
+        )
+        if complete:
+            if defer or pending_in_run:
+                return None
+            found: int = idx + consecutive
+            return found
     if defer or pending_in_run:
         return None
     return start + consecutive
+
+
+def prefix_step(count: Any, defer: Any, result: Any) -> tuple[Any, Any, Any]:
+    """One key of the left-to-right prefix scan: ``(count, defer, stop)`` after ``result``.
+
+    A MISS stops the scan; a RETRY defers and is scanned past uncounted (it starts the
+    asynchronous lookups of the keys after it); a HIT_PENDING counts and defers. Pure
+    and loop-free, so the prover lifts it for every state.
+    """
+    if result == MISS:
+        return count, defer, True
+    if result == RETRY:
+        return count, True, False
+    if result == HIT_PENDING:
+        defer = True
+    return count + 1, defer, False
 
 
 def prefix_lookup(lookup: LookupFn, start: int, end: int) -> int | None:
     """Left-to-right scan of a full-attention group: the present keys before a MISS.
 
     A RETRY defers but the scan continues (it starts the asynchronous lookups of the
-    keys after it); a HIT_PENDING counts and defers.
+    keys after it); a HIT_PENDING counts and defers. Each key is one :func:`prefix_step`.
     """
     defer = False
     count = 0
     for idx in range(start, end):
-        result = lookup(idx)
-        if result == MISS:
+        count, defer, stop = prefix_step(count, defer, lookup(idx))
+        if stop:
             break
-        if result == RETRY:
-            defer = True
-            continue
-        if result == HIT_PENDING:
-            defer = True
-        count += 1
     if defer:
         return None
     return start + count
@@ -225,14 +251,20 @@ def is_block_reachable(
 
 
 def store_final_segment_end(
-    status: RequestStatus | str, prompt_horizon_chunks: int, current_chunks: int
-) -> int:
-    """Which chunk count closes the final partial segment for this step's store job.
+    status: RequestStatus | str, prompt_horizon_chunks: int, current_chunks: int,
+    retention_interval: int | None,
+) -> int | None:
+    """Which chunk count closes the final partial segment for this step's store job
+    (None: no final tail).
 
     While the prompt is being prefilled (and while decoding) the prompt horizon does:
     an intermediate frontier is not the end of anything. On finish or abort the
-    request's actual horizon does.
+    request's actual horizon does. Only with dense retention (``None``): under a
+    retention interval vLLM's GPU cache keeps no final partial-segment tail and serves
+    that segment at its replay boundaries alone, so a final tail would go unused.
     """
+    if retention_interval is not None:
+        return None
     if status in ENDED_STATUSES:
         return current_chunks
     return prompt_horizon_chunks

@@ -34,6 +34,8 @@ class LookupOutcome:
     """Accepted external hit in tokens (``local_hit`` when nothing is gained); None: defer."""
     load_ranges: dict[int, tuple[int, int]] = field(default_factory=dict)
     max_hit_trace: list[int] = field(default_factory=list)
+    """Every value maxhit took: the first candidate, each shrink and each clamp to a
+    group's keys, in order (the ranking function of C6 counts them)."""
     lookups: list[tuple[int, int]] = field(default_factory=list)
     iterations: int = 0
     pops: dict[int, int] = field(default_factory=dict)
@@ -206,7 +208,6 @@ def lookup_complete_chunks(
     if max_hit_tokens is not None:
         max_hit = min(max_hit, max_hit_tokens)  # scheduling budgets cap the candidate
     outcome = LookupOutcome(hit_tokens=None, max_hit_trace=[max_hit])
-    budget = max_iterations if max_iterations is not None else 4 * len(order) * (max_hit + 2)
 
     confirmed: dict[int, int] = {}
     deferred_at: dict[int, int] = {}
@@ -226,6 +227,14 @@ def lookup_complete_chunks(
 
     while True:
         outcome.iterations += 1
+        # The ranking function of C6: every pass but the last lowers maxhit (a shrink or
+        # a clamp to a group's keys, each traced), so pass k starts with at least k
+        # distinct values in the trace. A pass past them followed one that lowered
+        # nothing and yet did not confirm every group: the loop would never end. (Distinct
+        # values, not entries: a recorded "lowering" to the same value must not extend
+        # the budget, and maxhit stays within [0, N], so the loop stops in any case.)
+        distinct = len(set(outcome.max_hit_trace))
+        budget = distinct if max_iterations is None else max_iterations
         if outcome.iterations > budget:
             raise ConvergenceError(
                 f"multi-group lookup did not converge in {budget} iterations "
@@ -237,14 +246,16 @@ def lookup_complete_chunks(
                 continue
             group = geometry.groups[g]
             tpc = geometry.chunk_tokens(group)
-            keys = num_tokens // tpc if num_keys is None else num_keys.get(g, num_tokens // tpc)
+            keys = num_tokens // tpc
+            if num_keys is not None:
+                keys = num_keys.get(g, keys)
             if max_hit > keys * tpc:
                 max_hit = keys * tpc
+                outcome.max_hit_trace.append(max_hit)
             start = local_hit // tpc
             if max_hit // tpc <= start:
                 outcome.hit_tokens = local_hit
                 outcome.reason = f"group {g} has less than one chunk beyond the local hit"
-                outcome.max_hit_trace.append(max_hit)
                 return outcome
             end = -(-max_hit // tpc)
             eagle = 1 if group.eagle else 0
@@ -358,7 +369,7 @@ class StoreTracker:
     def group(self) -> GroupSpec:
         return self.geometry.groups[self.group_index]
 
-    def _marked_blocks(self, chunk: int, final_end_chunk: int) -> list[int]:
+    def _marked_blocks(self, chunk: int, final_end_chunk: int | None) -> list[int]:
         group = self.group
         bpc = self.geometry.blocks_per_chunk
         blocks = range(chunk * bpc, chunk * bpc + bpc)
@@ -379,7 +390,8 @@ class StoreTracker:
             if self.impl.is_block_reachable(
                 block, align, block_tokens, group.sliding_window,
                 group.extra_retained_tokens, group.eagle,
-                self.geometry.retention_interval, final_end_chunk * bpc, replay_blocks, bpc,
+                self.geometry.retention_interval,
+                None if final_end_chunk is None else final_end_chunk * bpc, replay_blocks, bpc,
             )
         ]
 
@@ -407,12 +419,17 @@ class StoreTracker:
             self.max_offload_tokens, self.offload_prompt_only,
         )
         end_chunk = tokens // tpc
-        if self.group.eagle and status is RequestStatus.DECODING and end_chunk > 0:
-            end_chunk -= 1  # the last chunk of an EAGLE group is volatile while decoding
+        if self.group.eagle and status is RequestStatus.DECODING:
+            # The last chunk of an EAGLE group is volatile while decoding. With no chunk
+            # complete this leaves -1: no candidate either way, and the index never
+            # moves back (``max`` below), so no clamp at 0 is needed.
+            end_chunk -= 1
         prompt_tokens = self.prompt_len
         if self.max_offload_tokens is not None:
             prompt_tokens = min(prompt_tokens, self.max_offload_tokens)
-        final_end = self.impl.store_final_segment_end(status, prompt_tokens // tpc, end_chunk)
+        final_end = self.impl.store_final_segment_end(
+            status, prompt_tokens // tpc, end_chunk, self.geometry.retention_interval
+        )
         if status.ended:
             candidates = [c for c in range(end_chunk) if c not in self.offered]
         else:

@@ -165,8 +165,9 @@ def _mtp_block_reachable(
 
 # -- prefill-horizon ----------------------------------------------------------------
 def _prefill_horizon_final_end(
-    status: RequestStatus | str, prompt_horizon_chunks: int, current_chunks: int
-) -> int:
+    status: RequestStatus | str, prompt_horizon_chunks: int, current_chunks: int,
+    retention_interval: int | None,
+) -> int | None:
     # The defect: the current frontier closes the "final" segment even mid-prefill.
     return current_chunks
 

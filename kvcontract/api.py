@@ -34,6 +34,7 @@ import contextlib
 import dataclasses
 import hashlib
 import os
+import re
 import sys
 import types
 from collections.abc import Iterable, Iterator, Mapping
@@ -87,6 +88,7 @@ __all__ = [
     "prove",
     "register_implementation",
     "replay",
+    "replay_audit",
 ]
 
 IMPL_ENV = "KVCONTRACT_IMPL"
@@ -94,6 +96,14 @@ IMPL_ENV = "KVCONTRACT_IMPL"
 implementation from: a registered name or ``module:FILE.py``."""
 
 MODULE_PREFIX = "module:"
+
+ENTRY_POINT_GROUP = "kvcontract.implementations"
+"""The entry-point group third-party packages register implementations in: each entry
+point's name is the implementation's name, its object (``package.module:NAME``) an
+:class:`Implementation`."""
+
+_IMPORT_PATH = re.compile(r"^[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*:[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*$")
+"""``package.module:NAME`` (an attribute path after the colon)."""
 
 _LAZY_TYPES = {
     "Implementation": "kvcontract.impl.bundle",
@@ -127,17 +137,75 @@ class ContractViolation(AssertionError):
 
 # -- implementations ---------------------------------------------------------------------
 def implementation_names() -> list[str]:
-    """The registered implementations (``reference`` and the historic variants)."""
+    """The registered implementations (``reference`` and the historic variants), then
+    those installed packages provide in the ``kvcontract.implementations`` entry-point
+    group."""
     from kvcontract.impl.variants import variant_names
 
     names: list[str] = variant_names()
+    names += [name for name in sorted(_entry_points()) if name not in names]
     return names
+
+
+def _entry_points() -> dict[str, Any]:
+    """The installed ``kvcontract.implementations`` entry points, by name."""
+    from importlib.metadata import entry_points
+
+    return {ep.name: ep for ep in entry_points(group=ENTRY_POINT_GROUP)}
+
+
+def _checked(spec: str, obj: Any) -> Implementation:
+    """``obj`` if it is an :class:`Implementation` (or a function of no arguments that
+    returns one), else a usage error naming ``spec``."""
+    from kvcontract.impl.bundle import Implementation
+
+    if not isinstance(obj, Implementation) and callable(obj) and not isinstance(obj, type):
+        try:
+            obj = obj()
+        except Exception as exc:
+            raise UsageError(f"{spec}: calling it raised {type(exc).__name__}: {exc}") from None
+    if not isinstance(obj, Implementation):
+        raise UsageError(
+            f"{spec} is a {type(obj).__name__}, not a kvcontract Implementation (build one "
+            "with dataclasses.replace(kvcontract.load_implementation('reference'), name=..., "
+            "<function>=...))")
+    return obj
+
+
+def _imported_implementation(spec: str) -> Implementation:
+    """``package.module:NAME``: the attribute ``NAME`` (dotted: an attribute path) of the
+    importable module; an :class:`Implementation` or a function returning one."""
+    import importlib
+
+    module_name, _, attribute = spec.partition(":")
+    try:
+        obj: Any = importlib.import_module(module_name)
+    except Exception as exc:
+        raise UsageError(f"{spec}: cannot import {module_name} "
+                         f"({type(exc).__name__}: {exc})") from None
+    for part in attribute.split("."):
+        if not hasattr(obj, part):
+            raise UsageError(f"{spec}: {module_name} has no attribute {attribute}")
+        obj = getattr(obj, part)
+    return _checked(spec, obj)
+
+
+def _entry_point_implementation(name: str, entry_point: Any) -> Implementation:
+    try:
+        obj = entry_point.load()
+    except Exception as exc:
+        raise UsageError(f"the {ENTRY_POINT_GROUP} entry point {name!r} "
+                         f"({entry_point.value}) cannot be loaded: "
+                         f"{type(exc).__name__}: {exc}") from None
+    return _checked(f"{name} ({entry_point.value})", obj)
 
 
 def load_implementation(spec: str | Implementation) -> Implementation:
     """The implementation ``spec`` names: a registered name (``reference``,
-    ``upstream-current``, ...), ``module:FILE.py``, or an :class:`Implementation` (returned
-    as it is).
+    ``upstream-current``, ...), ``module:FILE.py``, ``package.module:NAME`` (an importable
+    module's :class:`Implementation`, or a function of no arguments returning one), the
+    name of a ``kvcontract.implementations`` entry point of an installed package, or an
+    :class:`Implementation` (returned as it is).
 
     ``module:FILE.py`` is a Python file that defines some of the bundle's functions under
     their names in ``kvcontract/impl/reference.py`` (``sliding_window_lookup``,
@@ -164,7 +232,13 @@ def load_implementation(spec: str | Implementation) -> Implementation:
         return _module_implementation(text)
     if text in VARIANTS:
         return VARIANTS[text]
-    raise UnknownTargetError(spec, [*VARIANTS, "module:FILE.py"])
+    if _IMPORT_PATH.match(text):
+        return _imported_implementation(text)
+    installed = _entry_points()
+    if text in installed:
+        return _entry_point_implementation(text, installed[text])
+    raise UnknownTargetError(spec, [*VARIANTS, *sorted(installed), "module:FILE.py",
+                                    "package.module:NAME"])
 
 
 def register_implementation(impl: str | Implementation) -> str:
@@ -383,15 +457,24 @@ def prove(impl: str | Implementation = "reference",
           jobs: int | None = None, *,
           bpc: int | Iterable[int] | None = None,
           retention: Any = _NO_RETENTION,
-          fail_on: str | Iterable[str | Impact] | None = None) -> ProveReport:
+          fail_on: str | Iterable[str | Impact] | None = None,
+          cache: bool = False, shard: str | tuple[int, int] | None = None,
+          fail_fast: bool = False) -> ProveReport:
     """``kvcontract prove``: every clause the prover decides (or ``clauses``) for
     ``impl``, on the built-in catalogues or on the geometries of ``model`` presets (at
     each ``bpc``, default 1, 4 and 16, and ``retention``: 0, None or an interval) and
     ``geometries``. ``jobs`` worker processes (default one per core). The
     :class:`ProveReport` has ``results`` (each a :class:`TheoremResult` with its
     verdict, witness and impact), ``exit_code`` (0, 1 or 3 as the command's, under
-    ``fail_on``) and ``to_json()`` (the ``--json`` report)."""
+    ``fail_on``) and ``to_json()`` (the ``--json`` report).
+
+    ``cache=True`` reads and writes the command line's proof cache (off by default: a
+    library call leaves the user's cache folder alone); ``shard`` (``"I/N"`` or
+    ``(I, N)``) proves one shard, as ``--shard``; ``fail_fast`` stops at the first
+    counterexample that fails the run, as ``--fail-fast``."""
+    from kvcontract.proofs.cache import ProofCache, cache_dir
     from kvcontract.proofs.runner import prove as run_prove
+    from kvcontract.proofs.shards import parse_shard
     from kvcontract.tools.cli import sigint_guard
     from kvcontract.tools.commands._common import check_clauses, check_jobs
 
@@ -400,8 +483,18 @@ def prove(impl: str | Implementation = "reference",
     check_jobs(_int("jobs", jobs))
     failing = _fail_on(fail_on)
     scope = _scope(model, geometries, bpc, retention)
+    if isinstance(shard, tuple):
+        if len(shard) != 2 or not all(isinstance(v, int) and not isinstance(v, bool)
+                                      for v in shard):
+            raise UsageError(f"shard is 'I/N' or (I, N), not {shard!r}")
+        shard = f"{shard[0]}/{shard[1]}"
+    if shard is not None and not isinstance(shard, str):
+        raise UsageError(f"shard is 'I/N' or (I, N), not {shard!r}")
+    which = parse_shard(shard, "shard")
+    store = ProofCache(cache_dir()) if cache else None
     with _registered(implementation) as name, sigint_guard():
-        return run_prove(name, wanted or None, jobs=jobs, fail_on=failing, geometries=scope)
+        return run_prove(name, wanted or None, jobs=jobs, fail_on=failing, geometries=scope,
+                         cache=store, shard=which, fail_fast=bool(fail_fast))
 
 
 def assert_contract(impl: str | Implementation = "reference",
@@ -526,4 +619,25 @@ def replay(theorem_id: str, witness: Mapping[str, Any],
         raise WitnessError(f"{theorem_id}: a witness is a mapping (a report's 'witness' "
                            f"object), not {type(witness).__name__}")
     violation: str | None = replay_property(theorem_id, witness, load_implementation(impl))
+    return violation
+
+
+def replay_audit(target: str, theorem_id: str, witness: Mapping[str, Any],
+                 call_timeout: float = 10.0) -> str | None:
+    """Re-run one witness of an audit report's theorem ``theorem_id`` (``C3/upstream-lookup-
+    defers-only-in-scope``, ...) on the audit target ``target`` (``vllm:PATH``,
+    ``module:FILE.py``, ...; the environment variable ``KVCONTRACT_AUDIT_TARGET``, when set,
+    names another target, so a reproducer re-runs on a fixed release): the violation
+    message, or None when the property holds there. The upstream functions are bound as
+    the audit binds them, never imported; ``call_timeout`` (seconds) guards each call into
+    them. What ``kvcontract audit --reproducers`` writes calls this."""
+    from kvcontract.tools.audit.reproduce import replay_witness
+
+    if not isinstance(theorem_id, str) or not isinstance(target, str):
+        raise UsageError("replay_audit(target, theorem_id, witness): target and theorem_id "
+                         "are strings")
+    if not isinstance(witness, Mapping):
+        raise WitnessError(f"{theorem_id}: a witness is a mapping (a report's 'witness' "
+                           f"object), not {type(witness).__name__}")
+    violation: str | None = replay_witness(target, theorem_id, dict(witness), call_timeout)
     return violation

@@ -7,6 +7,7 @@ indices and :class:`TheoremResult` objects cross process boundaries.
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import os
 import time
@@ -17,6 +18,8 @@ from typing import Any
 
 from kvcontract.errors import UsageError
 from kvcontract.impl.variants import get_implementation
+from kvcontract.proofs.cache import ProofCache
+from kvcontract.proofs.shards import Shard, partition, selection_digest, shard_section
 from kvcontract.proofs.theorem import (
     ShardOutcome,
     finish_family,
@@ -27,7 +30,7 @@ from kvcontract.proofs.verdicts import TheoremResult
 from kvcontract.spec.clauses import get_clause
 from kvcontract.spec.geometry import Geometry
 from kvcontract.spec.properties import CaseProperty, FormulaProperty, Property, properties
-from kvcontract.vocabulary import DEFAULT_FAIL_ON, Impact, finding_exit_code
+from kvcontract.vocabulary import DEFAULT_FAIL_ON, EXIT_FINDING, Impact, finding_exit_code
 
 Scope = tuple[tuple[str, Geometry], ...]
 """``(label, geometry)`` pairs a run is scoped to (``--model``/``--geometry``);
@@ -78,31 +81,86 @@ def _run_task(task: Task) -> tuple[Task, list[TheoremResult] | ShardOutcome]:
     return task, run_family(family, impl, shard, shards)
 
 
-def _tasks(impl_name: str, indices: Sequence[int], shards: int,
-           scope: Scope = ()) -> list[Task]:
-    """One task per theorem, and ``shards`` tasks per exhaustive family, biggest first."""
-    theorems = catalog(scope)
-    families: dict[str, list[int]] = {}
-    tasks: list[Task] = []
+def _groups(theorems: Sequence[Property], indices: Sequence[int]) -> list[tuple[int, ...]]:
+    """The units of work in catalogue order: each formula theorem alone, each exhaustive
+    family's selected members together (checked in one pass, cached as one entry, never
+    split across ``--shard`` machines: a member's details name its co-members)."""
+    groups: list[tuple[int, ...]] = []
+    families: dict[str, int] = {}
     for index in indices:
         theorem = theorems[index]
         if isinstance(theorem, CaseProperty):
-            families.setdefault(theorem.family, []).append(index)
-        else:
-            tasks.append((impl_name, (index,), 0, 1, scope))
-    family_tasks = [
-        (impl_name, tuple(members), shard, shards, scope)
-        for members in families.values()
-        for shard in range(shards)
-    ]
-    # Longest work first, so no long task starts last and runs alone (measured: the
-    # 131-configuration C8 split, scheduled last, added 7 s of one-core tail). The
-    # report is put back into catalogue order, so the order here only affects speed.
-    def cost(task: Task) -> int:
-        theorem = theorems[task[1][0]]
-        return len(theorem.configs()) if isinstance(theorem, FormulaProperty) else 0
+            if theorem.family in families:
+                at = families[theorem.family]
+                groups[at] = (*groups[at], index)
+                continue
+            families[theorem.family] = len(groups)
+        groups.append((index,))
+    return groups
 
-    return family_tasks + sorted(tasks, key=cost, reverse=True)
+
+FORMULA_CONFIG_COST = 40.0
+"""Static cost (about milliseconds) of one configuration of a formula theorem's case
+split (measured on two shared cores: 0.02-0.06 s each for the C7 and scanner splits)."""
+
+SYMBOLIC_CONFIG_COST = 4.0
+"""Per configuration of a theorem tried with symbolic sizes first: those are mostly
+decided by one query (0.1-0.9 s for 45 configurations)."""
+
+CASE_COST = 0.03
+"""Per case and member of an exhaustive family (the lookup family: 224,330 cases times
+six members took 36 s)."""
+
+
+def _costs(theorems: Sequence[Property], groups: Sequence[tuple[int, ...]]) -> list[float]:
+    """A static cost per group (for ``--shard`` balance and ``--fail-fast`` order): never
+    a timing, so every machine computes the same partition."""
+    counted: dict[int, int] = {}
+    costs: list[float] = []
+    for group in groups:
+        first = theorems[group[0]]
+        if isinstance(first, CaseProperty):
+            space = id(first.space)
+            if space not in counted:
+                counted[space] = sum(1 for _ in first.space.cases())
+            costs.append(CASE_COST * counted[space] * len(group))
+        elif isinstance(first, FormulaProperty):
+            per = SYMBOLIC_CONFIG_COST if first.symbolic_sizes else FORMULA_CONFIG_COST
+            costs.append(per * max(1, len(first.configs())))
+        else:
+            costs.append(FORMULA_CONFIG_COST)
+    return costs
+
+
+def _tasks(impl_name: str, groups: Sequence[tuple[int, ...]], shards: int,
+           scope: Scope = (), costs: Sequence[float] | None = None,
+           cheapest_first: bool = False) -> list[Task]:
+    """One task per formula theorem, and ``shards`` tasks per exhaustive family.
+
+    Longest work first, so no long task starts last and runs alone (measured: the
+    131-configuration C8 split, scheduled last, added 7 s of one-core tail); with
+    ``cheapest_first`` (``--fail-fast``), the cheapest first, so a counterexample in a
+    cheap theorem is reported before the expensive ones are started. The report is put
+    back into catalogue order, so the order here only affects speed."""
+    theorems = catalog(scope)
+    if costs is None:
+        costs = [
+            len(t.configs()) if isinstance(t := theorems[g[0]], FormulaProperty) else 0
+            for g in groups
+        ]
+    family_tasks: list[tuple[float, Task]] = []
+    single: list[tuple[float, Task]] = []
+    for group, cost in zip(groups, costs, strict=True):
+        if isinstance(theorems[group[0]], CaseProperty):
+            family_tasks += [(cost, (impl_name, group, shard, shards, scope))
+                             for shard in range(shards)]
+        else:
+            single.append((cost, (impl_name, group, 0, 1, scope)))
+    if cheapest_first:
+        ordered = sorted(family_tasks + single, key=lambda pair: pair[0])
+        return [task for _, task in ordered]
+    return ([task for _, task in family_tasks]
+            + [task for _, task in sorted(single, key=lambda pair: pair[0], reverse=True)])
 
 
 @dataclass
@@ -116,6 +174,14 @@ class ProveReport:
     geometries: list[dict[str, Any]] = field(default_factory=list)
     """The geometries a scoped run used
     (:func:`kvcontract.spec.properties.scoped.describe_scope`); empty: the catalogue."""
+    cached: list[bool] = field(default_factory=list)
+    """Per result: read from the proof cache (:mod:`kvcontract.proofs.cache`), not
+    proved in this run (the JSON row says ``"cached": true``); empty: none."""
+    not_run: list[str] = field(default_factory=list)
+    """Theorem ids selected but not run: ``--fail-fast`` stopped at a counterexample."""
+    shard: dict[str, Any] | None = None
+    """``--shard I/N``: which shard and which positions of the unsharded theorem list
+    (:func:`kvcontract.proofs.shards.shard_section`), for ``kvcontract merge``."""
 
     @property
     def exit_code(self) -> int:
@@ -124,6 +190,10 @@ class ProveReport:
         return finding_exit_code(((r.verdict, r.impact) for r in self.results), self.fail_on)
 
     def to_json(self) -> dict[str, Any]:
+        rows = [r.to_json() for r in self.results]
+        for row, cached in zip(rows, self.cached, strict=False):
+            if cached:
+                row["cached"] = True
         return {
             "version": 1,
             "command": "prove",
@@ -132,8 +202,10 @@ class ProveReport:
             "seconds": round(self.seconds, 3),
             "fail_on": sorted(i.value for i in self.fail_on),
             "exit_code": self.exit_code,
-            "results": [r.to_json() for r in self.results],
+            "results": rows,
             **({"geometries": self.geometries} if self.geometries else {}),
+            **({"not_run": self.not_run} if self.not_run else {}),
+            **({"shard": self.shard} if self.shard is not None else {}),
         }
 
 
@@ -144,56 +216,137 @@ def prove(
     on_result: Callable[[TheoremResult, int, int], None] | None = None,
     fail_on: frozenset[Impact] = DEFAULT_FAIL_ON,
     geometries: Sequence[tuple[str, Geometry]] = (),
+    cache: ProofCache | None = None,
+    shard: Shard | None = None,
+    fail_fast: bool = False,
 ) -> ProveReport:
     """Run the selected theorems against a registered implementation (on ``geometries``,
-    ``(label, geometry)`` pairs, when given: :mod:`kvcontract.spec.properties.scoped`)."""
+    ``(label, geometry)`` pairs, when given: :mod:`kvcontract.spec.properties.scoped`).
+
+    ``cache``: reuse and store results (:mod:`kvcontract.proofs.cache`); ``shard``: run
+    only this shard's part of the selection (:mod:`kvcontract.proofs.shards`);
+    ``fail_fast``: stop at the first counterexample whose impact is in ``fail_on``
+    (the rest is listed in ``not_run``)."""
     from kvcontract.spec.properties.scoped import describe_scope
 
     get_implementation(impl_name)  # validate early: a clear error before any work
     scope: Scope = tuple((str(label), geometry) for label, geometry in geometries)
-    indices = select(clauses, scope)
+    theorems = catalog(scope)
+    selected = select(clauses, scope)
     if jobs is None:
-        jobs = max(1, min(len(indices), os.cpu_count() or 1))
+        # From the whole selection, not the shard's: the family shard count (in the
+        # families' details) must be the unsharded run's.
+        jobs = max(1, min(len(selected), os.cpu_count() or 1))
     if jobs < 1:
         raise UsageError(f"--jobs must be at least 1, not {jobs}")
     started = time.perf_counter()
-    tasks = _tasks(impl_name, indices, FAMILY_SHARDS if jobs > 1 else 1, scope)
+    family_shards = FAMILY_SHARDS if jobs > 1 else 1
+    groups = _groups(theorems, selected)
+    costs = _costs(theorems, groups) if shard is not None or fail_fast else None
+    section: dict[str, Any] | None = None
+    if shard is not None:
+        assert costs is not None
+        mine = set(partition(costs, shard.count)[shard.index - 1])
+        groups = [g for i, g in enumerate(groups) if i in mine]
+        costs = [c for i, c in enumerate(costs) if i in mine]
+        kept = {i for g in groups for i in g}
+        ids = [theorems[i].theorem_id for i in selected]
+        section = shard_section(
+            shard, [p for p, i in enumerate(selected) if i in kept], len(selected),
+            selection_digest(ids, [[label, g.to_dict()] for label, g in scope]),
+            theorems=[theorems[i].theorem_id for i in selected if i in kept],
+            family_shards=family_shards)
+    indices = sorted(i for g in groups for i in g)
     results: dict[int, TheoremResult] = {}
+    from_cache: set[int] = set()
+    stop = False
+
+    def finished(members: Sequence[int], outcome: Sequence[TheoremResult]) -> None:
+        nonlocal stop
+        for index, result in zip(members, outcome, strict=True):
+            results[index] = result
+            if on_result:
+                on_result(result, len(results), len(indices))
+        if fail_fast and finding_exit_code(
+                ((r.verdict, r.impact) for r in outcome), fail_on) == EXIT_FINDING:
+            stop = True
+
+    keys: dict[int, str | None] = {}
+    if cache is not None:
+        from kvcontract.proofs.cache import group_key, theorem_keys
+
+        keys = theorem_keys(impl_name, theorems, groups, scope, family_shards)
+        remaining = []
+        for group, cost in zip(groups, costs or [0.0] * len(groups), strict=True):
+            key = group_key(keys, group)
+            hit = cache.get(key, len(group)) if key is not None and not stop else None
+            if hit is None:
+                remaining.append((group, cost))
+                continue
+            from_cache.update(group)
+            finished(group, hit)
+        groups = [g for g, _ in remaining]
+        costs = [c for _, c in remaining] if costs is not None else None
+
+    tasks = [] if stop else _tasks(impl_name, groups, family_shards, scope, costs,
+                                   cheapest_first=fail_fast)
     pending_shards: dict[tuple[int, ...], list[ShardOutcome]] = {}
 
     def collect(task: Task, outcome: list[TheoremResult] | ShardOutcome) -> None:
         _, members, _, shards, _ = task
         if isinstance(outcome, list):
-            finished = list(zip(members, outcome, strict=True))
+            merged = outcome
         else:
             done = pending_shards.setdefault(members, [])
             done.append(outcome)
             if len(done) < shards:
                 return
-            theorems = catalog(scope)
             family = [t for t in (theorems[i] for i in members) if isinstance(t, CaseProperty)]
             merged = finish_family(family, done)
-            finished = list(zip(members, merged, strict=True))
-        for index, result in finished:
-            results[index] = result
-            if on_result:
-                on_result(result, len(results), len(indices))
+        if cache is not None:
+            key = group_key(keys, members)
+            if key is not None:
+                cache.put(key, merged)
+        finished(members, merged)
 
     if jobs == 1:
         for task in tasks:
             collect(*_run_task(task))
+            if stop:
+                break
     else:
         context = multiprocessing.get_context("fork" if os.name == "posix" else "spawn")
         with ProcessPoolExecutor(max_workers=jobs, mp_context=context) as pool:
             futures = [pool.submit(_run_task, task) for task in tasks]
             for future in as_completed(futures):
                 collect(*future.result())
-    ordered = [results[i] for i in indices]
+                if stop:
+                    _cancel(pool)
+                    break
+    ordered = [i for i in indices if i in results]
     return ProveReport(
         target=impl_name,
-        results=ordered,
+        results=[results[i] for i in ordered],
         seconds=time.perf_counter() - started,
-        clauses=sorted({r.clause for r in ordered}, key=lambda c: int(c[1:])),
+        clauses=sorted({results[i].clause for i in ordered}, key=lambda c: int(c[1:])),
         fail_on=fail_on,
         geometries=describe_scope(scope) if scope else [],
+        cached=[i in from_cache for i in ordered] if from_cache else [],
+        not_run=[theorems[i].theorem_id for i in indices if i not in results],
+        shard=section,
     )
+
+
+def _cancel(pool: ProcessPoolExecutor) -> None:
+    """``--fail-fast``: end the queued and the running tasks now (a family shard may
+    run for many seconds more; its result is no longer wanted)."""
+    # The executor has no public way to stop a running task: end its workers (this
+    # process's own children). The executor then fails every pending future with
+    # BrokenProcessPool, which nobody reads. Futures are not cancelled first: Python
+    # 3.11's executor raises InvalidStateError in its thread on a cancelled future of a
+    # broken pool.
+    workers = getattr(pool, "_processes", None) or {}
+    for process in list(workers.values()):
+        with contextlib.suppress(OSError, AttributeError, ValueError):
+            process.terminate()
+    pool.shutdown(wait=True)

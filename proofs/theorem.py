@@ -38,6 +38,7 @@ from kvcontract.spec.properties.base import (
     latent_reason,
     raised,
 )
+from kvcontract.spec.properties.unbounded import InductiveProperty, NotAFold
 
 
 class SymbolicEnv(Env):  # type: ignore[misc]  # mypy sees the package as Any (ARCHITECTURE.md)
@@ -86,6 +87,10 @@ class SymbolicEnv(Env):  # type: ignore[misc]  # mypy sees the package as Any (A
         def abstract(value: Any) -> Any:
             if isinstance(value, tuple):
                 return tuple(abstract(v) for v in value)
+            if isinstance(value, z3.BoolRef):  # a flag of a scan state
+                hole = z3.Bool(f"__arg{len(placeholders)}")
+                placeholders.append((hole, value))
+                return hole
             if isinstance(value, z3.ExprRef):
                 hole = z3.Int(f"__arg{len(placeholders)}")
                 placeholders.append((hole, value))
@@ -144,9 +149,12 @@ def prove_formula(prop: FormulaProperty, impl: Implementation) -> TheoremResult:
     )
     try:
         _decide(prop, impl, result)
-    except LiftError as exc:
-        result.verdict = Verdict.UNKNOWN
-        result.message = f"the implementation could not be lifted: {exc}"
+    except (LiftError, NotAFold) as exc:
+        if isinstance(prop, InductiveProperty) and prop.grid():
+            _decide_on_grid(prop, impl, result, str(exc))
+        else:
+            result.verdict = Verdict.UNKNOWN
+            result.message = f"the implementation could not be lifted: {exc}"
     result.seconds = time.perf_counter() - started
     return result
 
@@ -191,6 +199,8 @@ def _decide(prop: FormulaProperty, impl: Implementation, result: TheoremResult) 
         if outcome.status is z3driver.QueryStatus.PROVED:
             result.verdict = Verdict.PROVED
             result.domain = "all values (" + ", ".join(free) + " unbounded)"
+            if isinstance(prop, InductiveProperty) and prop.induction:
+                result.domain += "; by " + prop.induction
             return
         if outcome.status is z3driver.QueryStatus.VACUOUS:
             result.verdict = Verdict.VACUOUS
@@ -253,6 +263,30 @@ def _decide(prop: FormulaProperty, impl: Implementation, result: TheoremResult) 
     result.domain = f"{prop.domain}; {', '.join(prop.variables)} unbounded"
     if vacuous:
         result.details.append(f"{vacuous} configurations have no admissible values")
+
+
+def _decide_on_grid(
+    prop: InductiveProperty, impl: Implementation, result: TheoremResult, reason: str
+) -> None:
+    """The statement on plain ints at every point of the property's grid: the fallback
+    for a scanner whose step cannot be lifted (PROVED-FOR-DOMAIN at best, with why)."""
+    admissible = 0
+    for values in prop.grid():
+        if not prop.admissible(values):
+            continue
+        admissible += 1
+        result.queries += 1
+        violation = prop.violation(values, impl)
+        if violation is not None:
+            _fill(prop, result, dict(values), violation, f"{prop.grid_domain} ({reason})")
+            return
+    result.domain = f"{prop.grid_domain}; {reason}"
+    if admissible == 0:
+        result.verdict = Verdict.VACUOUS
+        result.message = "no point of the grid satisfies the hypotheses"
+        return
+    result.verdict = Verdict.PROVED_FOR_DOMAIN
+    result.details.append(f"{admissible} states checked on ints (no step function to lift)")
 
 
 def _counterexample(

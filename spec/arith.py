@@ -14,7 +14,8 @@ the satisfiable combinations of those conditions ("boundary classes").
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator, Sequence
+import itertools
+from collections.abc import Callable, Iterator, Sequence
 from typing import TypeAlias
 
 try:
@@ -165,3 +166,48 @@ def in_range(x: Num, lo: Num, hi: Num) -> Bool:
     if type(x) is int and type(lo) is int and type(hi) is int:
         return lo <= x < hi
     return and_(lo <= x, x < hi)
+
+
+# -- quantified ranges: finite on ints, a quantifier on Z3 terms --------------------
+# The declarative scanners quantify over key indices. On a list of ints the range is
+# finite and the quantifier is a conjunction; over a symbolic sequence (an uninterpreted
+# function of the key index) and symbolic bounds it is a Z3 quantifier, so the same
+# definition states the answer for every sequence length (the induction theorems of
+# :mod:`kvcontract.spec.properties.unbounded`).
+_bound_indices = itertools.count()
+
+
+def _fresh_index() -> z3.ArithRef:
+    # A bound variable: its name is for printing only (Z3 binds by position).
+    return z3.Int(f"key{next(_bound_indices)}")
+
+
+def all_in(lo: Num, hi: Num, pred: Callable[[Num], Bool]) -> Bool:
+    """``pred(k)`` for every ``lo <= k < hi``."""
+    if type(lo) is int and type(hi) is int:
+        return all_of([pred(k) for k in range(lo, hi)])
+    k = _fresh_index()
+    body = pred(k)
+    return z3.ForAll([k], z3.Implies(z3.And(lo <= k, k < hi),
+                                      z3.BoolVal(body) if isinstance(body, bool) else body))
+
+
+def any_in(lo: Num, hi: Num, pred: Callable[[Num], Bool]) -> Bool:
+    """``pred(k)`` for some ``lo <= k < hi``."""
+    if type(lo) is int and type(hi) is int:
+        return any_of([pred(k) for k in range(lo, hi)])
+    k = _fresh_index()
+    body = pred(k)
+    return z3.Exists([k], z3.And(lo <= k, k < hi,
+                                 z3.BoolVal(body) if isinstance(body, bool) else body))
+
+
+def symbolic_sequence(name: str) -> Callable[[Num], Num]:
+    """A sequence of every length: an uninterpreted function from key index to value."""
+    function = z3.Function(name, z3.IntSort(), z3.IntSort())
+
+    def at(index: Num) -> Num:
+        value: Num = function(index)
+        return value
+
+    return at

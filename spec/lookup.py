@@ -10,13 +10,15 @@ integer variables (see :class:`LookupResult`).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from kvcontract.spec.arith import (
     Bool,
     Num,
+    all_in,
     and_,
+    any_in,
     any_of,
     cdiv,
     ite,
@@ -161,6 +163,176 @@ def prefix_answer(results: Sequence[Num]) -> ScanAnswer:
         )
         deferred = ite_bool(stop == k, here, deferred)
     return ScanAnswer(deferred=deferred, end=stop, window_start=0)
+
+
+# -- scanners as folds (docs/CONTRACT.md 4.5) ----------------------------------------
+# The same two answers, computed one key at a time over a small state. The prover shows
+# by induction over the keys (spec/properties/unbounded.py) that each fold's answer is
+# the declarative answer above for every sequence length, and that the implementation's
+# own step functions refine these steps; the declarative functions stay the definition.
+@dataclass(frozen=True)
+class WindowScanState:
+    """The sliding-window fold's state after the keys right of the scan position.
+
+    ``run`` present keys from the position on, then the end of the keys
+    (``touches_end``) or a MISS/RETRY; ``retry_seen``: a RETRY was scanned;
+    ``pending_in_run``: a HIT_PENDING lies in the run.
+    """
+
+    run: Num
+    touches_end: Bool
+    retry_seen: Bool
+    pending_in_run: Bool
+
+
+WINDOW_SCAN_START = WindowScanState(0, True, False, False)
+
+
+def window_required(state: WindowScanState, initial_window: Num, window: Num) -> Num:
+    """The run length that completes a window: ``initial_window`` for the run touching
+    the right end (its window ends at the boundary), ``window`` for any other run."""
+    return ite(state.touches_end, initial_window, window)
+
+
+def sliding_window_spec_step(
+    state: WindowScanState, result: Num, initial_window: Num, window: Num
+) -> tuple[WindowScanState, Bool]:
+    """One key, scanned right to left: the next state and whether its run completes."""
+    present = is_present(result)
+    complete = and_(present, state.run + 1 >= window_required(state, initial_window, window))
+    return (
+        WindowScanState(
+            run=ite(present, state.run + 1, 0),
+            touches_end=and_(present, state.touches_end),
+            retry_seen=or_(state.retry_seen, result == RETRY),
+            pending_in_run=and_(present, or_(state.pending_in_run, result == HIT_PENDING)),
+        ),
+        complete,
+    )
+
+
+def window_fold_answer(state: WindowScanState, position: Num) -> ScanAnswer:
+    """The fold's answer when the run of ``state`` completes at key ``position``, or
+    when the keys are exhausted at ``position = 0`` (the prefix run)."""
+    return ScanAnswer(
+        deferred=or_(state.retry_seen, state.pending_in_run),
+        end=position + state.run,
+        window_start=position,
+    )
+
+
+def sliding_window_fold(results: Sequence[int], initial_window: int, window: int) -> ScanAnswer:
+    """:func:`sliding_window_answer` computed by the fold (plain ints)."""
+    state = WINDOW_SCAN_START
+    for position in range(len(results) - 1, -1, -1):
+        state, complete = sliding_window_spec_step(
+            state, results[position], initial_window, window
+        )
+        if complete:
+            return window_fold_answer(state, position)
+    return window_fold_answer(state, 0)
+
+
+@dataclass(frozen=True)
+class PrefixScanState:
+    """The prefix fold's state after the keys left of the scan position: ``end`` is the
+    first MISS once ``stopped``, else the position; ``deferred``: a RETRY or HIT_PENDING
+    lies before ``end``."""
+
+    end: Num
+    stopped: Bool
+    deferred: Bool
+
+
+PREFIX_SCAN_START = PrefixScanState(0, False, False)
+
+
+def prefix_spec_step(state: PrefixScanState, result: Num) -> PrefixScanState:
+    """One key, scanned left to right."""
+    stop = or_(state.stopped, result == MISS)
+    return PrefixScanState(
+        end=ite(stop, state.end, state.end + 1),
+        stopped=stop,
+        deferred=ite_bool(stop, state.deferred,
+                          or_(state.deferred, result == RETRY, result == HIT_PENDING)),
+    )
+
+
+def prefix_fold(results: Sequence[int]) -> ScanAnswer:
+    """:func:`prefix_answer` computed by the fold (plain ints)."""
+    state = PREFIX_SCAN_START
+    for result in results:
+        state = prefix_spec_step(state, result)
+    return ScanAnswer(deferred=state.deferred, end=state.end, window_start=0)
+
+
+# -- the declarative answers as predicates over a sequence of any length -------------
+KeyAt = Callable[[Num], Num]
+"""The lookup result of key ``k``: a list's ``__getitem__``, or a symbolic sequence."""
+
+
+def window_complete(at: KeyAt, end: Num, length: Num, initial_window: Num, window: Num) -> Bool:
+    """Keys ``[end - req(end), end)`` are all present (``req`` as in
+    :func:`sliding_window_answer`)."""
+    required = ite(end == length, initial_window, window)
+    fits = and_(required >= 1, end - required >= 0)
+    if fits is False:
+        return False  # on ints: no key below 0 is ever read
+    return and_(fits, all_in(end - required, end, lambda k: is_present(at(k))))
+
+
+def _past_end_or(at: KeyAt, index: Num, length: Num, pred: Callable[[Num], Bool]) -> Bool:
+    """``index == length`` or ``pred(at(index))``, reading no key past the end on ints."""
+    at_end = index == length
+    if at_end is True:
+        return True
+    return or_(at_end, pred(at(index)))
+
+
+def deferral_rule(at: KeyAt, length: Num, answer: ScanAnswer) -> Bool:
+    """A RETRY at or right of the answer's end, or a HIT_PENDING inside its window."""
+    return or_(any_in(answer.end, length, lambda k: at(k) == RETRY),
+               any_in(answer.window_start, answer.end, lambda k: at(k) == HIT_PENDING))
+
+
+def is_sliding_window_answer(
+    at: KeyAt, length: Num, initial_window: Num, window: Num, answer: ScanAnswer
+) -> Bool:
+    """``answer`` is :func:`sliding_window_answer` of keys ``at(0) .. at(length - 1)``:
+    the rightmost complete window, else the longest present prefix; deferred by
+    :func:`deferral_rule`. Finite on a list, quantified over a symbolic sequence."""
+    end, start = answer.end, answer.window_start
+
+    def complete(j: Num) -> Bool:
+        return window_complete(at, j, length, initial_window, window)
+
+    found = and_(complete(end), start == end - ite(end == length, initial_window, window))
+    prefix = and_(
+        all_in(1, end + 1, lambda j: not_(complete(j))),
+        start == 0,
+        all_in(0, end, lambda k: is_present(at(k))),
+        _past_end_or(at, end, length, lambda r: not_(is_present(r))),
+    )
+    return and_(
+        end >= 0,
+        end <= length,
+        all_in(end + 1, length + 1, lambda j: not_(complete(j))),
+        or_(found, prefix),
+        answer.deferred == deferral_rule(at, length, answer),
+    )
+
+
+def is_prefix_answer(at: KeyAt, length: Num, answer: ScanAnswer) -> Bool:
+    """``answer`` is :func:`prefix_answer` of keys ``at(0) .. at(length - 1)``."""
+    end = answer.end
+    return and_(
+        end >= 0,
+        end <= length,
+        answer.window_start == 0,
+        all_in(0, end, lambda k: at(k) != MISS),
+        _past_end_or(at, end, length, lambda r: r == MISS),
+        answer.deferred == any_in(0, end, lambda k: or_(at(k) == RETRY, at(k) == HIT_PENDING)),
+    )
 
 
 def eagle_query_end(candidate_end: Num, num_keys: Num) -> Num:

@@ -150,15 +150,21 @@ def contract_answer(
     num_tokens: int,
     local_hit: int,
     states: Mapping[int, Sequence[LookupResult]],
+    max_hit_tokens: int | None = None,
 ) -> ContractAnswer:
     """The declarative answer of the multi-group lookup for concrete chunk states.
 
     ``states[g][k]`` is the lookup result of chunk ``k`` of group index ``g``.
+    ``max_hit_tokens`` is a scheduling budget: candidates past it are left out, with the
+    same read requirements for the rest (a budget caps the candidate, not the keys: an
+    EAGLE group still peeks past it).
     """
     best: int | None = None
     best_ranges: tuple[tuple[int, int], ...] = ()
     present = (HIT, HIT_PENDING)
     for hit, ranges in _requirements(geometry, num_tokens, local_hit):
+        if max_hit_tokens is not None and hit > max_hit_tokens:
+            continue
         if ranges is not None and all(
             states[g][k] in present
             for g, (start, end) in enumerate(ranges)

@@ -42,6 +42,18 @@ class MaskRule:
     alignment_blocks: int | None
 
 
+def keeps_final_tail(retention_interval: int | None) -> bool:
+    """Whether a store job closes a final partial segment at all (C9).
+
+    Only with dense retention (``None``, segments of ``A``). Under a retention interval
+    vLLM's GPU prefix cache keeps no such tail (its ``cache_blocks`` passes no final
+    segment end): a hit inside the final partial segment is served only at the replay
+    boundaries, whose tails the mask marks anyway. A final tail there would be stored for
+    no boundary the GPU rule serves (docs/CONTRACT.md 5, rule (c)).
+    """
+    return retention_interval is None
+
+
 def mask_rule(
     alignment_tokens: int | None, block_tokens: int, retention_interval: int | None
 ) -> MaskRule:
@@ -312,14 +324,18 @@ def storable_chunks(tokens: Num, chunk_tokens: Num, eagle: bool, status: Request
 
 
 def final_segment_end_chunk(
-    status: RequestStatus, prompt_horizon_chunks: Num, current_chunks: Num
+    status: RequestStatus, prompt_horizon_chunks: Num, current_chunks: Num,
+    retention_interval: int | None,
 ) -> Num | None:
-    """Which horizon closes the final partial segment (C9).
+    """Which horizon closes the final partial segment (C9), None for none.
 
     While prefilling (and decoding), the prompt horizon: intermediate frontiers never
     create a final tail, and an active decode frontier past the prompt creates none.
-    On finish or abort, the actual horizon.
+    On finish or abort, the actual horizon. Under a retention interval none
+    (:func:`keeps_final_tail`).
     """
+    if not keeps_final_tail(retention_interval):
+        return None
     if status in ENDED_STATUSES:
         return current_chunks
     return prompt_horizon_chunks

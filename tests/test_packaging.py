@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import shlex
+import shutil
 from pathlib import Path
 
 import pytest
@@ -67,3 +68,52 @@ def test_readme_pre_commit_snippet_names_the_hooks() -> None:
             if argv[0] == "prove":  # the args parse with the entry (not run: --help)
                 done = CliRunner().invoke(cli, [*argv, "--help"])
                 assert done.exit_code == 0, done.output
+
+
+USER_FILE = '''
+from kvcontract.spec.geometry import Geometry
+
+
+def alignment(geometry: Geometry) -> int:
+    return geometry.alignment_tokens
+'''
+
+
+def test_mypy_sees_the_types_of_a_strict_editable_install(tmp_path: Path) -> None:
+    """A user's mypy run types ``kvcontract`` from an editable install made the way the
+    README says (``editable_mode=strict``: a link tree, which mypy follows; the default
+    mode's import hook leaves every ``kvcontract`` name ``Any``). The user file returns an
+    ``int | None`` as ``int``: mypy must say so, which it can only if it sees the type."""
+    import subprocess
+    import sys
+    import venv
+
+    if shutil.which("mypy") is None and subprocess.run(
+            [sys.executable, "-m", "mypy", "--version"], capture_output=True).returncode:
+        pytest.skip("mypy is not installed")
+    project = tmp_path / "project"  # a copy: the install writes build/ into the project
+    project.mkdir()
+    for name in ("pyproject.toml", "README.md", "LICENSE"):
+        shutil.copy(ROOT / name, project / name)
+    for package in ("kvcontract", "spec", "impl", "proofs", "tools"):
+        shutil.copytree(ROOT / package, project / package,
+                        ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+    env_dir = tmp_path / "venv"
+    # No pip of its own: the system one, and its setuptools (the bundled one is too old
+    # for the project's SPDX license expression).
+    venv.create(env_dir, system_site_packages=True, with_pip=False)
+    python = env_dir / "bin" / "python"
+    install = subprocess.run(
+        [str(python), "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation",
+         "-e", str(project), "--config-settings", "editable_mode=strict"],
+        capture_output=True, text=True, cwd=tmp_path)
+    assert install.returncode == 0, install.stderr
+    user = tmp_path / "user.py"
+    user.write_text(USER_FILE)
+    checked = subprocess.run(
+        [sys.executable, "-m", "mypy", "--no-incremental", "--python-executable", str(python),
+         str(user)], capture_output=True, text=True, cwd=tmp_path)
+    assert checked.returncode == 1, checked.stdout + checked.stderr
+    assert 'Incompatible return value type (got "int | None", expected "int")' in \
+        checked.stdout, checked.stdout
+    assert "import-not-found" not in checked.stdout

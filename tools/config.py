@@ -1,8 +1,9 @@
 """Project defaults from ``[tool.kvcontract]`` in ``pyproject.toml``.
 
 The nearest ``pyproject.toml`` with a ``[tool.kvcontract]`` table, walking up from the
-working directory (the convention of ruff), gives defaults to ``prove`` and ``audit``;
-an option given on the command line always wins. Keys are the long option names::
+working directory (the convention of ruff), gives defaults to ``prove`` and ``audit``
+(``fail-on`` and ``baseline-file`` also to ``merge``, which applies the findings baseline
+to a sharded run); an option given on the command line always wins. Keys are the long option names::
 
     [tool.kvcontract]
     fail-on = "new"                            # or ["crash", "lost-hit", "new"]

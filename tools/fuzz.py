@@ -50,6 +50,7 @@ from kvcontract.spec.clauses import get_clause
 from kvcontract.spec.geometry import Geometry, fa, mamba, swa
 from kvcontract.spec.properties.base import latent_reason
 from kvcontract.tools.harness import FIXTURE_OPERATIONS, SystemHarness
+from kvcontract.tools.hypothesis_runs import deterministic_hypothesis
 from kvcontract.tools.monitor import Monitor
 from kvcontract.vocabulary import DEFAULT_FAIL_ON, Impact, Verdict, finding_exit_code
 
@@ -280,7 +281,8 @@ EVICT_GPU: Op = ("evict_gpu_cache",)
 
 
 def seed_scenarios(salt: int = 0) -> list[Scenario]:
-    """The four historic defects of docs/CONTRACT.md section 8 as concrete programs."""
+    """The four historic defects of docs/CONTRACT.md section 8 as concrete programs, the
+    window bound, and a Mamba group's retention."""
     scenarios: list[Scenario] = []
     # seed 000: stale pending flag.
     geo = Geometry((fa(4), swa(4, 8)))
@@ -315,6 +317,17 @@ def seed_scenarios(salt: int = 0) -> list[Scenario]:
     scenarios.append(
         Scenario("window-sw9-tpc4", geo,
                  [*_produce("producer", toks, 35), EVICT_GPU, *_consume(toks, 64)])
+    )
+    # A Mamba group as vLLM builds it (align mode: the Mamba block is the base block):
+    # after a resend's external hit, the Mamba group keeps only the chunk holding the
+    # state at the hit (C1), and a continuation hits at a chunk end past the prompt's.
+    geo = Geometry((mamba(4), swa(8, 12)))
+    toks = _tokens(33, salt)
+    scenarios.append(
+        Scenario("mamba-retention", geo,
+                 [*_produce("producer", toks, 11), EVICT_GPU, *_consume(toks, 64),
+                  EVICT_GPU, ("add_request", "continuation", [*toks, 1, 2, 3], 1),
+                  *[("step", 64)] * 4])
     )
     return scenarios
 
@@ -722,7 +735,9 @@ def _run_programs(
             def collect(text: object) -> None:
                 lines.append(str(text))
 
-            with with_reporter(collect):
+            # Without local constants: the programs depend on the seed alone, never on
+            # how kvcontract is installed or what else the process loaded.
+            with with_reporter(collect), deterministic_hypothesis():
                 run_state_machine_as_test(  # type: ignore[no-untyped-call]
                     machine,
                     settings=settings(

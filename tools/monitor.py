@@ -24,7 +24,8 @@ finding (never raising) and counting the checks per clause in ``checks``:
   :class:`~kvcontract.impl.system.events.LoadCrashEvent` (a C2 violation: upstream's
   "not found" / "not ready" crash);
 * :class:`~kvcontract.impl.system.events.AllocationEvent` (C1): the live blocks of a
-  sliding-window group after a hit are ``Ret(N)``;
+  sliding-window group after a hit are ``Ret(N)``, those of a Mamba group the chunk
+  holding the state at ``N`` (:func:`kvcontract.spec.multigroup.first_live_block`);
 * :class:`~kvcontract.impl.system.events.StoreEvent` (C7, C8, C9, C10): the chunks
   offered equal the spec's reachability mask at the spec's horizon for this step
   (:meth:`Monitor.spec_offers`), are offered at most once, ``next_stored_chunk_idx``
@@ -183,14 +184,22 @@ class Monitor:
 
     # -- allocation -------------------------------------------------------------------------
     def _allocation(self, event: AllocationEvent) -> None:
-        spec = self.geometry.groups[event.group]
-        if spec.kind is not GroupKind.SLIDING_WINDOW:
+        geo = self.geometry
+        spec = geo.groups[event.group]
+        bs = geo.block_tokens(spec)
+        if spec.kind is GroupKind.SLIDING_WINDOW:
+            assert spec.sliding_window is not None
+            first, end = retention.retained_block_range(
+                event.hit, bs, spec.sliding_window, spec.extra_retained_tokens
+            )
+            kept = f"Ret({event.hit})"
+        elif spec.kind is GroupKind.MAMBA:
+            # The chunk holding the state at the hit (a chunk end), nothing below it.
+            first = multigroup.first_live_block(geo, spec, event.hit)
+            end = -(-event.hit // bs)
+            kept = f"the state chunk at {event.hit}"
+        else:
             return
-        assert spec.sliding_window is not None
-        bs = self.geometry.block_tokens(spec)
-        first, end = retention.retained_block_range(
-            event.hit, bs, spec.sliding_window, spec.extra_retained_tokens
-        )
         table = event.live
         self.checks["C1"] += 1
         ok = len(table) == int(end) and all(
@@ -201,7 +210,7 @@ class Monitor:
             self._violate(
                 "C1", "retention",
                 f"request {event.request} group {event.group}: live blocks "
-                f"{live_blocks[:3]}..{live_blocks[-3:]} != Ret({event.hit}) = [{first}, {end})",
+                f"{live_blocks[:3]}..{live_blocks[-3:]} != {kept} = [{first}, {end})",
                 request=event.request, group=event.group,
             )
 

@@ -16,14 +16,16 @@ from kvcontract.spec.properties.lookup import lookup_properties
 from kvcontract.spec.properties.scan import scan_properties
 from kvcontract.spec.properties.sequences import sequence_properties
 from kvcontract.spec.properties.store import store_properties
+from kvcontract.spec.properties.unbounded import unbounded_properties
 
 
 @functools.cache
 def properties() -> tuple[Property, ...]:
-    """Every property, in clause order (formulas, then sequences, scans, lookups,
-    stores and end-to-end runs within a clause). Built once per process: the objects
-    are immutable."""
-    every: list[Property] = [*formula_properties(), *sequence_properties(),
+    """Every property, in clause order (formulas, the unbounded scanner theorems, then
+    sequences, scans, lookups, stores and end-to-end runs within a clause). Built once
+    per process: the objects are immutable."""
+    every: list[Property] = [*formula_properties(), *unbounded_properties(),
+                             *sequence_properties(),
                              *scan_properties(), *lookup_properties(), *store_properties(),
                              *end_to_end_properties()]
     order = {c.id: i for i, c in enumerate(CLAUSES)}

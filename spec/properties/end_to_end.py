@@ -61,6 +61,7 @@ from kvcontract.spec.properties.store import (
 from kvcontract.spec.reachability import (
     demanded_chunk_range,
     group_mask,
+    keeps_final_tail,
     replay_boundary_block,
     storable_chunks,
     store_replay_boundaries,
@@ -182,7 +183,7 @@ def reachable_boundaries(geometry: Geometry, group: GroupSpec, producer: StoreCa
         for boundary in replays:
             aligned = int(replay_boundary_block(boundary, align, 1))
             found.append(("replay", aligned))
-    if segment and not group.eagle and horizon:
+    if segment and not group.eagle and horizon and keeps_final_tail(geometry.retention_interval):
         found.append(("final", horizon * tpc))
     return [(kind, b) for kind, b in dict.fromkeys(found)
             if b > 0 and (_demand(geometry, group, b)[1] <= horizon

@@ -9,6 +9,7 @@ ground truth (what a token attends and retains). Each property's picture (what
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Mapping
 
@@ -27,6 +28,7 @@ from kvcontract.spec.arith import (
     or_,
 )
 from kvcontract.spec.geometry import Geometry, fa, swa
+from kvcontract.spec.models import list_presets, preset_geometries
 from kvcontract.spec.properties import domains
 from kvcontract.spec.properties.base import Config, Env, FormulaProperty, Picture
 from kvcontract.spec.reachability import demanded_chunk_range
@@ -311,6 +313,44 @@ def stored_blocks_demanded(env: Env, impl: Implementation) -> tuple[list[Bool], 
     return hyps, implies(marked, demanded)
 
 
+@functools.cache
+def _preset_mask_sizes() -> tuple[tuple[int, int, int], ...]:
+    """``(A, B, bpc)`` of every SWA group of every model preset (bpc 1, 4 and 16) where
+    the mask applies (A a multiple of B) and the size grid lacks it: the mask theorems'
+    sizes are split, not symbolic (the block mask's ``%`` and ``//`` by the period and
+    the block size are nonlinear in symbolic sizes), so the presets are added by name."""
+    grid = {(c.values["A"], c.values["B"], c.values["bpc"])
+            for c in domains.mask_configs(False, "none")}
+    sizes: set[tuple[int, int, int]] = set()
+    for name in list_presets():
+        for _label, geometry in preset_geometries(name):
+            align = geometry.alignment_tokens
+            for group in geometry.groups:
+                if not group.is_swa or align is None:
+                    continue
+                block = geometry.block_tokens(group)
+                key = (align, block, geometry.blocks_per_chunk)
+                if align % block == 0 and key not in grid:
+                    sizes.add(key)
+    return tuple(sorted(sizes))
+
+
+def _mask_configs(eagle: bool, retention: str) -> list[Config]:
+    """The size grid of :func:`domains.mask_configs` and the presets' sizes it lacks."""
+    configs: list[Config] = list(domains.mask_configs(eagle, retention))
+    for align, block, bpc in _preset_mask_sizes():
+        interval = {"none": -1, "zero": 0, "interval": 2 * align}[retention]
+        configs.append(Config(
+            f"preset A={align}, SWA bs={block}, bpc={bpc}, eagle={eagle}, "
+            f"retention={retention}",
+            {"A": align, "B": block, "bpc": bpc, "eagle": int(eagle), "R": interval}))
+    return configs
+
+
+MASK_DOMAIN = (domains.MASK_DOMAIN + ", and the (A, SWA bs, bpc) of every model preset "
+               "(sizes split: the mask's % and // by symbolic sizes are nonlinear)")
+
+
 def _w(name: str) -> tuple[str, ...]:
     return tuple(name.split())
 
@@ -515,15 +555,17 @@ def formula_properties() -> list[FormulaProperty]:
                     _w("k Hc c sw e q"),
                     segment_boundaries_supplied,
                     lambda eagle=eagle, retention=retention: _boundary_residues(
-                        domains.mask_configs(eagle, retention), _segment_tokens
+                        _mask_configs(eagle, retention), _segment_tokens
                     ),
-                    domains.MASK_DOMAIN + f", eagle={eagle}, retention={retention}",
+                    MASK_DOMAIN + f", eagle={eagle}, retention={retention}",
                     uses=MASK,
                     picture=_picture_mask,
                     geometry=mask_geometry,
                 )
             )
-    for retention in ("none", "interval"):
+    # Only dense retention keeps a final tail (``reachability.keeps_final_tail``): under
+    # an interval the final partial segment is served at its replay boundaries alone.
+    for retention in ("none",):
         properties.append(
             FormulaProperty(
                 "C7",
@@ -531,8 +573,8 @@ def formula_properties() -> list[FormulaProperty]:
                 "every chunk the final horizon demands is stored",
                 _w("Hc c sw e"),
                 final_boundary_supplied,
-                lambda retention=retention: domains.mask_configs(False, retention),
-                domains.MASK_DOMAIN + f", eagle=False, retention={retention}",
+                lambda retention=retention: _mask_configs(False, retention),
+                MASK_DOMAIN + f", eagle=False, retention={retention}",
                 uses=MASK,
                 picture=_picture_mask,
                 geometry=mask_geometry,
@@ -548,9 +590,9 @@ def formula_properties() -> list[FormulaProperty]:
                     _w("r Hc c sw e q"),
                     replay_boundary_supplied,
                     lambda eagle=eagle, retention=retention: _boundary_residues(
-                        domains.mask_configs(eagle, retention), lambda v: v["A"]
+                        _mask_configs(eagle, retention), lambda v: v["A"]
                     ),
-                    domains.MASK_DOMAIN + f", eagle={eagle}, retention={retention}",
+                    MASK_DOMAIN + f", eagle={eagle}, retention={retention}",
                     uses=MASK,
                     picture=_picture_mask,
                     geometry=mask_geometry,
@@ -566,8 +608,8 @@ def formula_properties() -> list[FormulaProperty]:
             "every block the mask marks below the horizon is demanded by a reachable boundary",
             _w("i Hc sw e"),
             stored_blocks_demanded,
-            lambda: domains.mask_configs(False, "none"),
-            domains.MASK_DOMAIN + ", eagle=False, retention=none",
+            lambda: _mask_configs(False, "none"),
+            MASK_DOMAIN + ", eagle=False, retention=none",
             uses=MASK,
             picture=_picture_mask,
             geometry=mask_geometry,

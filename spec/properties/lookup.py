@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import functools
 import itertools
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -40,15 +40,24 @@ class LookupCase:
     num_tokens: int
     local_hit: int
     states: tuple[tuple[LookupResult, ...], ...]
+    max_hit_tokens: int | None = None
+    """The scheduler's budget for the hit, in tokens from the request's start (vLLM caps
+    the candidate at the local hit plus ``max_num_new_tokens`` and plus the request's
+    ``max_load_tokens``); None: unlimited. The contract's answer is the largest boundary
+    within it."""
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        data: dict[str, Any] = {
             "geometry_name": self.geometry_name,
             "geometry": self.geometry.to_dict(),
             "num_tokens": self.num_tokens,
             "local_hit": self.local_hit,
             "states": {str(g): [s.name for s in seq] for g, seq in enumerate(self.states)},
         }
+        if self.max_hit_tokens is not None:
+            # Only when set: the witnesses written before the field existed stay valid.
+            data["max_hit_tokens"] = self.max_hit_tokens
+        return data
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> LookupCase:
@@ -59,6 +68,10 @@ class LookupCase:
                 raise ValueError(f"{key} must be an integer >= 0, not {value!r}")
         if local_hit > num_tokens:
             raise ValueError(f"local_hit {local_hit} exceeds num_tokens {num_tokens}")
+        budget = data.get("max_hit_tokens")
+        if budget is not None and (not isinstance(budget, int) or isinstance(budget, bool)
+                                   or budget < 0):
+            raise ValueError(f"max_hit_tokens must be None or an integer >= 0, not {budget!r}")
         states = data["states"]
         rows = []
         for g, group in enumerate(geometry.groups):
@@ -69,7 +82,7 @@ class LookupCase:
                                  f"the witness gives {len(row)} states")
             rows.append(row)
         return cls(str(data.get("geometry_name", "")), geometry, num_tokens, local_hit,
-                   tuple(rows))
+                   tuple(rows), budget)
 
 
 @dataclass
@@ -142,17 +155,39 @@ def lookup_retry_catalog() -> list[tuple[str, Geometry, int, int]]:
     ]
 
 
+def lookup_extra_catalog() -> list[tuple[str, Geometry, int, int, int | None]]:
+    """Short requests enumerated after the other catalogues (so the counterexamples
+    found there stay the first ones), with a scheduling budget (the last field,
+    ``max_hit_tokens``; None: unlimited). Few keys each: the lookup family's size is the
+    prover's time.
+
+    A budget below maxhit, inside a chunk: the answer is the largest boundary within it
+    (an FA chunk loaded whole for part of it, an SWA window ending there, an EAGLE peek
+    past it, a local hit below it)."""
+    return [
+        ("FA4+SWA4(sw8),budget6", Geometry((fa(4), swa(4, 8))), 9, 0, 6),
+        ("SWA4(sw8,eagle),budget10", Geometry((swa(4, 8, eagle=True),)), 17, 0, 10),
+        ("SWA4(sw8),local4,budget11", Geometry((swa(4, 8),)), 17, 4, 11),
+        # A coarser group visited after a finer one clamps maxhit to its keys (19 -> 16)
+        # once the finer one confirmed 19: the finer one must be checked again at 16,
+        # where its window reads a chunk further left.
+        ("SWA4(sw8)+SWA8(sw12),clamp", Geometry((swa(4, 8), swa(8, 12))), 20, 0, None),
+    ]
+
+
 def lookup_cases() -> Iterator[LookupCase]:
     """Every MISS/HIT/HIT_PENDING assignment of the catalogue, then every assignment
-    with RETRY of the RETRY catalogue (smallest request first within each)."""
+    with RETRY of the RETRY catalogue, then every MISS/HIT/HIT_PENDING assignment of the
+    extra catalogue (smallest request first within each)."""
     for catalog, states in ((lookup_catalog(), LOOKUP_STATES),
                             (lookup_retry_catalog(), tuple(LookupResult))):
-        yield from _assignments(catalog, states)
+        yield from _assignments([(*entry, None) for entry in catalog], states)
+    yield from _assignments(lookup_extra_catalog(), LOOKUP_STATES)
 
 
-def _assignments(catalog: list[tuple[str, Geometry, int, int]],
+def _assignments(catalog: Sequence[tuple[str, Geometry, int, int, int | None]],
                  alphabet: tuple[LookupResult, ...]) -> Iterator[LookupCase]:
-    for name, geometry, num_tokens, local_hit in catalog:
+    for name, geometry, num_tokens, local_hit, budget in catalog:
         sizes = [num_tokens // geometry.chunk_tokens(g) for g in geometry.groups]
         total = sum(sizes)
         for flat in itertools.product(alphabet, repeat=total):
@@ -161,14 +196,17 @@ def _assignments(catalog: list[tuple[str, Geometry, int, int]],
             for size in sizes:
                 states.append(tuple(flat[offset : offset + size]))
                 offset += size
-            yield LookupCase(name, geometry, num_tokens, local_hit, tuple(states))
+            yield LookupCase(name, geometry, num_tokens, local_hit, tuple(states), budget)
 
 
 def lookup_domain() -> str:
     names = ", ".join(name for name, *_ in lookup_catalog())
     retry = ", ".join(name for name, *_ in lookup_retry_catalog())
+    extra = ", ".join(name if budget is None else f"{name} (a budget of {budget} tokens)"
+                      for name, _, _, _, budget in lookup_extra_catalog())
     return (f"every MISS/HIT/HIT_PENDING state of every chunk of {names}; every "
-            f"MISS/HIT/HIT_PENDING/RETRY state of every chunk of {retry}")
+            f"MISS/HIT/HIT_PENDING/RETRY state of every chunk of {retry}; every "
+            f"MISS/HIT/HIT_PENDING state of every chunk of {extra}")
 
 
 def _run_lookup(case: LookupCase, impl: Implementation) -> LookupObservation:
@@ -176,7 +214,7 @@ def _run_lookup(case: LookupCase, impl: Implementation) -> LookupObservation:
     try:
         outcome = lookup_complete_chunks(
             impl, case.geometry, case.num_tokens, case.local_hit,
-            lambda g, k: case.states[g][k],
+            lambda g, k: case.states[g][k], max_hit_tokens=case.max_hit_tokens,
         )
     except ConvergenceError as exc:
         return LookupObservation(None, error=str(exc))
@@ -192,7 +230,7 @@ run_lookup: LastCase[LookupCase, LookupObservation] = LastCase(_run_lookup)
 
 def _contract_answer(case: LookupCase, _impl: Any = None) -> multigroup.ContractAnswer:
     return multigroup.contract_answer(case.geometry, case.num_tokens, case.local_hit,
-                                      dict(enumerate(case.states)))
+                                      dict(enumerate(case.states)), case.max_hit_tokens)
 
 
 contract_answer: LastCase[LookupCase, multigroup.ContractAnswer] = LastCase(
@@ -298,7 +336,9 @@ def is_maximal(case: LookupCase, observation: LookupObservation) -> str | None:
     is safe, but it lies less than one chunk of some group beyond the local hit (the
     contract's worth-loading rule, docs/CONTRACT.md 4.4): that group loads a whole chunk
     for part of it, and the rest is recomputed (``waste``; vLLM 0.31-0.33 accepts such
-    hits when a finer group shrinks the boundary after a coarser one confirmed it).
+    hits when a finer group shrinks the boundary after a coarser one confirmed it); one
+    past the case's scheduling budget makes the step wait for more than it may load
+    (``delay``).
     """
     if observation.error is not None:
         return _raised(observation)
@@ -316,6 +356,13 @@ def is_maximal(case: LookupCase, observation: LookupObservation) -> str | None:
         if missing is not None:
             found: str = Violation(f"{message}, and {missing}", Impact.CRASH)
             return found
+    budget = case.max_hit_tokens
+    if budget is not None and hit > budget:
+        # Past the scheduler's budget: the request loads more than its step (or its
+        # max_load_tokens) allows, and the batch waits for it.
+        over: str = Violation(f"{message}, past the scheduling budget of {budget} tokens",
+                              Impact.DELAY)
+        return over
     short = [g for g, group in enumerate(case.geometry.groups)
              if hit // case.geometry.chunk_tokens(group)
              <= case.local_hit // case.geometry.chunk_tokens(group)]
@@ -371,10 +418,11 @@ def eagle_peek(case: LookupCase, observation: LookupObservation) -> str | None:
 
 
 def converges(case: LookupCase, observation: LookupObservation) -> str | None:
-    """C6: the loop terminates, maxhit never grows, and the final N is safe at N itself
-    for every group (not only at an earlier, larger candidate): every chunk the group
-    reads there (its load set, and an EAGLE group's peek chunk) is present, and a Mamba
-    group's state exists at N (a chunk end).
+    """C6: the loop terminates, maxhit never grows (each traced value lowers it), the
+    passes are at most its decreases plus one, and the final N is safe at N itself for
+    every group (not only at an earlier, larger candidate): every chunk the group reads
+    there (its load set, and an EAGLE group's peek chunk) is present, and a Mamba group's
+    state exists at N (a chunk end).
 
     Upstream's per-group "less than one chunk beyond the local hit gives 0" is a
     worth-loading heuristic, not a safety rule: a final N inside a coarser group's chunk
@@ -387,17 +435,19 @@ def converges(case: LookupCase, observation: LookupObservation) -> str | None:
     trace = observation.max_hit_trace or []
     if any(b > a for a, b in itertools.pairwise(trace)):
         return f"maxhit grew: {trace}"
+    if any(b == a for a, b in itertools.pairwise(trace)):
+        # Each entry records a lowering (a shrink or a clamp): one that lowers nothing
+        # is a pass or a clamp that did not change maxhit, reported as progress.
+        return f"maxhit recorded twice without lowering it: {trace}"
     if observation.iterations is not None:
-        # The ranking function: every pass but the last lowers maxhit, either by a
-        # traced shrink or by clamping it to a group's keys (at most once per group:
-        # maxhit never grows back), so 1 <= passes <= decreases + groups + 1. The count
-        # the implementation reports is checked against it, not trusted.
+        # The ranking function: every pass but the last lowers maxhit, by a shrink or
+        # by a clamp to a group's keys, and the trace records every value it took, so
+        # 1 <= passes <= decreases + 1. The count the implementation reports is checked
+        # against its trace, not trusted.
         decreases = sum(1 for a, b in itertools.pairwise(trace) if b < a)
-        bound = decreases + len(case.geometry.groups) + 1
-        if not 1 <= observation.iterations <= bound:
+        if not 1 <= observation.iterations <= decreases + 1:
             return (f"the loop reports {observation.iterations} passes for {decreases} "
-                    f"decreases of maxhit {trace} and {len(case.geometry.groups)} groups: "
-                    "each pass but the last must lower it")
+                    f"decreases of maxhit {trace}: each pass but the last must lower it")
     hit = observation.hit_tokens
     if hit is None or hit <= case.local_hit:
         return None

@@ -102,7 +102,8 @@ def _hit_run_theorem(
         statement,
         _configs,
         f"every sequence of length n <= {SEQUENCE_MAX_LENGTH}, W in {set(SEQUENCE_WINDOWS)}, "
-        "initial in {W, W+1}",
+        "initial in {W, W+1} (the bounded cross-check of C4/spec-scan-fold-is-declarative, "
+        "which covers every length)",
         uses=(),
         picture=_picture,
     )

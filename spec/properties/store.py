@@ -50,6 +50,9 @@ class StoreCase:
     start_hit: int = 0
     """Tokens the request found cached (a multiple of every chunk): their chunks are
     never offered, and prefill starts after them."""
+    max_offload_tokens: int | None = None
+    """The request's ``max_offload_tokens`` (vLLM's offloading connector stores at most
+    that many of its first tokens, and its final segment ends there); None: no cap."""
 
     @property
     def replay_boundaries(self) -> tuple[int, ...]:
@@ -72,6 +75,8 @@ class StoreCase:
             data["prompt_only"] = False
         if self.start_hit:
             data["start_hit"] = self.start_hit
+        if self.max_offload_tokens is not None:
+            data["max_offload_tokens"] = self.max_offload_tokens
         return data
 
     @classmethod
@@ -92,6 +97,9 @@ class StoreCase:
         start_hit = data.get("start_hit", 0)
         if not isinstance(start_hit, int) or isinstance(start_hit, bool) or start_hit < 0:
             raise ValueError(f"start_hit must be an integer >= 0, not {start_hit!r}")
+        cap = data.get("max_offload_tokens")
+        if cap is not None and (not isinstance(cap, int) or isinstance(cap, bool) or cap < 0):
+            raise ValueError(f"max_offload_tokens must be None or an integer >= 0, not {cap!r}")
         if start_hit + sum(steps) > prompt_len:
             raise ValueError(f"the hit {start_hit} and the prefill steps {steps} exceed the "
                              f"prompt of {prompt_len}")
@@ -100,7 +108,7 @@ class StoreCase:
                 raise ValueError(f"start_hit {start_hit} is not a multiple of the chunk "
                                  f"({geometry.chunk_tokens(group)} tokens) of {group}")
         return cls(str(data.get("geometry_name", "")), geometry, prompt_len, tuple(steps),
-                   str(data["ending"]), decode, prompt_only, start_hit)
+                   str(data["ending"]), decode, prompt_only, start_hit, cap)
 
 
 def store_catalog() -> list[tuple[str, Geometry, tuple[int, ...], bool, int]]:
@@ -147,6 +155,42 @@ def store_catalog() -> list[tuple[str, Geometry, tuple[int, ...], bool, int]]:
     ]
 
 
+@dataclass(frozen=True)
+class StoreVariation:
+    """A catalogue entry that departs from the defaults of :func:`store_catalog`."""
+
+    name: str
+    geometry: Geometry
+    prompts: tuple[int, ...]
+    decode: int = 3
+    prompt_only: bool = True
+    start_hit: int = 0
+    max_offload_tokens: int | None = None
+
+
+def store_variation_catalog() -> list[StoreVariation]:
+    """Producers that use what the plain catalogue leaves at its default."""
+    return [
+        # max_offload_tokens inside the prompt: nothing past it is stored and the final
+        # segment ends there, not at the prompt (vLLM's final boundary is the smaller).
+        StoreVariation("FA16+SWA4(sw8),offload41", Geometry((fa(16), swa(4, 8))), (64,),
+                       max_offload_tokens=41),
+        StoreVariation("FA16+SWA4(sw8,eagle),retention0,offload37",
+                       Geometry((fa(16), swa(4, 8, eagle=True)), retention_interval=0),
+                       (49,), max_offload_tokens=37),
+        # An EAGLE group that stores every chunk, decoded tokens stored, a decode long
+        # enough to complete two chunks: each decode step withholds exactly the last
+        # complete chunk (volatile), no more and no less.
+        StoreVariation("FA4(eagle)+SWA4(sw8),decoded", Geometry((fa(4, eagle=True), swa(4, 8))),
+                       (17,), decode=10, prompt_only=False),
+        # Chunks of two blocks and a window of 3 + 1 tokens: on an abort mid-chunk the
+        # final tail's chunk has its first marked block freed and its second live, so it
+        # is never stored (C10: its freed block would be copied).
+        StoreVariation("FA8+SWA2(sw3,e1),bpc2", Geometry((fa(8), swa(2, 3, 1)),
+                                                         blocks_per_chunk=2), (21,)),
+    ]
+
+
 def _compositions(total: int, step: int) -> list[tuple[int, ...]]:
     """Prefill schedules: equal steps of ``step`` tokens, plus the one-shot schedule."""
     steps = (step,) * (total // step) + ((total % step,) if total % step else ())
@@ -154,25 +198,37 @@ def _compositions(total: int, step: int) -> list[tuple[int, ...]]:
 
 
 def store_cases() -> Iterator[StoreCase]:
-    for name, geometry, prompts, prompt_only, hit in store_catalog():
-        for prompt in prompts:
+    """Every schedule of :func:`store_catalog`, then of :func:`store_variation_catalog`."""
+    entries = [StoreVariation(name, geometry, prompts, prompt_only=prompt_only, start_hit=hit)
+               for name, geometry, prompts, prompt_only, hit in store_catalog()]
+    for entry in entries + store_variation_catalog():
+        hit = entry.start_hit
+        for prompt in entry.prompts:
             # Distinct schedules only (the one-shot one is shared by every step size).
             schedules = dict.fromkeys(
                 steps for step in (7, 16, 25) for steps in _compositions(prompt - hit, step))
             for steps in schedules:
-                yield StoreCase(name, geometry, prompt, steps, "finished", decode=3,
-                                prompt_only=prompt_only, start_hit=hit)
+                yield StoreCase(entry.name, entry.geometry, prompt, steps, "finished",
+                                decode=entry.decode, prompt_only=entry.prompt_only,
+                                start_hit=hit, max_offload_tokens=entry.max_offload_tokens)
                 for cut in range(1, len(steps)):
-                    yield StoreCase(name, geometry, prompt, steps[:cut], "aborted",
-                                    prompt_only=prompt_only, start_hit=hit)
+                    yield StoreCase(entry.name, entry.geometry, prompt, steps[:cut], "aborted",
+                                    prompt_only=entry.prompt_only, start_hit=hit,
+                                    max_offload_tokens=entry.max_offload_tokens)
 
 
 def store_domain() -> str:
     names = ", ".join(name for name, *_ in store_catalog())
+    variations = ", ".join(
+        f"{v.name} ({v.decode} decode steps"
+        + ("" if v.prompt_only else ", decoded tokens stored")
+        + ("" if v.max_offload_tokens is None else f", max_offload_tokens {v.max_offload_tokens}")
+        + ")" for v in store_variation_catalog())
     return (
         f"chunked-prefill schedules (steps of 7, 16, 25 tokens and one shot), finish after "
         f"3 decode steps or abort after every step, replay boundaries P - 1 (and, with "
-        f"EAGLE, vLLM's GPU replay boundaries) with a retention interval, for {names}"
+        f"EAGLE, vLLM's GPU replay boundaries) with a retention interval, for {names}; "
+        f"the same schedules for {variations}"
     )
 
 
@@ -194,6 +250,7 @@ def simulate_store_case(case: StoreCase, impl: Implementation) -> StoreRun:
     # The implementation decides the replay boundaries it passes to its mask (like
     # upstream's _build_store_jobs); the judges use the spec's (case.replay_boundaries).
     trackers = [StoreTracker(impl, case.geometry, g, case.prompt_len,
+                             max_offload_tokens=case.max_offload_tokens,
                              offload_prompt_only=case.prompt_only)
                 for g in range(len(case.geometry.groups))]
     for tracker in trackers:
@@ -243,7 +300,8 @@ def step_bounds(
     storable = int(storable_chunks(tokens, tpc, group.eagle, status))
     prompt_tokens = prompt_len if max_offload_tokens is None else min(prompt_len,
                                                                       max_offload_tokens)
-    final = final_segment_end_chunk(status, prompt_tokens // tpc, storable)
+    final = final_segment_end_chunk(status, prompt_tokens // tpc, storable,
+                                    geometry.retention_interval)
     first_live = 0
     if group.is_swa:
         assert group.sliding_window is not None
@@ -354,7 +412,7 @@ def _spec_group_run(case: StoreCase, group_index: int) -> tuple[list[list[int]],
         chosen, next_index = spec_step_offers(
             case.geometry, group_index, step.status, step.num_computed, step.num_scheduled,
             step.num_tokens, case.prompt_len, offered, next_index, case.prompt_only,
-            case.replay_boundaries,
+            case.replay_boundaries, case.max_offload_tokens,
         )
         offered.update(chosen)
         per_step.append(chosen)
@@ -435,16 +493,19 @@ def stores_well_formed(case: StoreCase, run: StoreRun) -> str | None:
         group = case.geometry.groups[g]
         tpc = case.geometry.chunk_tokens(group)
         committed = min(run.computed, case.prompt_len) if case.prompt_only else run.computed
+        what = "committed tokens"
+        if case.max_offload_tokens is not None and case.max_offload_tokens < committed:
+            committed, what = case.max_offload_tokens, "tokens max_offload_tokens allows"
         for chunk in offered_chunks(tracker):
             if (chunk + 1) * tpc > committed:
                 return (
                     f"group {g} offered chunk {chunk} ending at token {(chunk + 1) * tpc}, "
-                    f"past the {committed} committed tokens"
+                    f"past the {committed} {what}"
                 )
         for index, (step, offer) in enumerate(zip(steps, tracker.offers, strict=False)):
             _, final, live_from = step_bounds(
                 case.geometry, group, step.status, step.num_computed, step.num_scheduled,
-                step.num_tokens, case.prompt_len, case.prompt_only,
+                step.num_tokens, case.prompt_len, case.prompt_only, case.max_offload_tokens,
             )
             for chunk in offer:
                 # The marked blocks are the ones copied; an unmarked chunk is waste (C8).

@@ -65,7 +65,7 @@ DISCRIMINATING: dict[tuple[str, str], tuple[Callable[[Implementation], Any], Any
         lambda i: bool(i.is_block_reachable(1, 64, 16, 32, 3, False, None, None)), True, False),
     # 8.4: the prompt horizon closes the final segment while prefilling.
     ("prefill-horizon", "store_final_segment_end"): (
-        lambda i: i.store_final_segment_end("prefilling", 300, 250), 300, 250),
+        lambda i: i.store_final_segment_end("prefilling", 300, 250, None), 300, 250),
     # 12: sw 5, tpc 4: W = 1 against upstream's cdiv(5, 4) = 2; the EAGLE peek block 34.
     ("upstream-current", WINDOW): (lambda i: i.get_sliding_window_size_in_chunks(5, 0, 4), 1, 2),
     ("upstream-current", LOAD_WINDOW): (lambda i: i.load_window_size_in_chunks(8, 5, 0, 4), 1, 2),

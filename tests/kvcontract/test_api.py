@@ -288,3 +288,91 @@ def test_readme_api_snippet_runs(patches: Path, capsys: pytest.CaptureFixture[st
     (patches / "my_patch.py").write_text(patch, encoding="utf-8")
     exec(compile(usage, "README.md", "exec"), {})
     assert "C1/retained-blocks-exact: COUNTEREXAMPLE [corruption]" in capsys.readouterr().out
+
+
+PACKAGE_IMPLS = '''import dataclasses
+
+import kvcontract
+from kvcontract.impl.variants import VARIANTS
+
+BROKEN = dataclasses.replace(
+    kvcontract.load_implementation("reference"), name="pkg-broken",
+    retained_block_range=lambda n, bs, sw, e: (0, 0))
+
+
+def make_upstream_window():
+    """A factory: entry points and package.module:NAME may name one."""
+    upstream = VARIANTS["upstream-current"]
+    return dataclasses.replace(kvcontract.load_implementation("reference"),
+                               name="pkg-window",
+                               load_window_size_in_chunks=upstream.load_window_size_in_chunks)
+
+
+NOT_AN_IMPLEMENTATION = 42
+'''
+
+
+@pytest.fixture
+def package(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """An importable package ``kvc_user_impls`` and an installed distribution that
+    registers two of its implementations as entry points (a dist-info on ``sys.path``,
+    which is what ``pip install`` leaves)."""
+    pkg = tmp_path / "kvc_user_impls"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "impls.py").write_text(PACKAGE_IMPLS)
+    dist = tmp_path / "kvc_user_impls-0.1.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: kvc-user-impls\nVersion: 0.1\n")
+    (dist / "entry_points.txt").write_text(
+        "[kvcontract.implementations]\n"
+        "user-window = kvc_user_impls.impls:make_upstream_window\n"
+        "user-broken-entry = kvc_user_impls.no_such_module:X\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    yield tmp_path
+    for name in [m for m in sys.modules if m.startswith("kvc_user_impls")]:
+        sys.modules.pop(name)
+
+
+def test_package_module_name(package: Path) -> None:
+    broken = api.load_implementation("kvc_user_impls.impls:BROKEN")
+    assert broken.name == "pkg-broken"
+    window = api.load_implementation("kvc_user_impls.impls:make_upstream_window")
+    assert window.name == "pkg-window"  # a factory is called
+    before = dict(VARIANTS)
+    report = kvcontract.prove("kvc_user_impls.impls:BROKEN", clauses=["C1"], jobs=1)
+    assert report.exit_code == 1
+    assert before == VARIANTS  # registered for the call only
+    with pytest.raises(UsageError, match="not a kvcontract Implementation"):
+        api.load_implementation("kvc_user_impls.impls:NOT_AN_IMPLEMENTATION")
+    with pytest.raises(UsageError, match="has no attribute NOPE"):
+        api.load_implementation("kvc_user_impls.impls:NOPE")
+    with pytest.raises(UsageError, match=r"cannot import kvc_user_impls\.nothing"):
+        api.load_implementation("kvc_user_impls.nothing:X")
+
+
+def test_entry_point_group(package: Path) -> None:
+    names = api.implementation_names()
+    assert names[0] == "reference"
+    assert {"user-window", "user-broken-entry"} <= set(names)
+    window = api.load_implementation("user-window")
+    assert window.name == "pkg-window"
+    report = kvcontract.prove("user-window", clauses=["C4"], jobs=1)
+    assert report.exit_code == 1  # upstream's window formula: C4 load-window-exact
+    with pytest.raises(UsageError, match=r"entry point 'user-broken-entry'.*cannot be loaded"):
+        api.load_implementation("user-broken-entry")
+    with pytest.raises(UnknownTargetError) as unknown:
+        api.load_implementation("no-such-implementation")
+    assert "user-window" in str(unknown.value) and "package.module:NAME" in str(unknown.value)
+
+
+def test_cli_takes_package_module_name(package: Path) -> None:
+    env = {**os.environ, "PYTHONPATH": str(package)}
+    run = subprocess.run([sys.executable, "-m", "kvcontract", "prove", "--no-cache", "--impl",
+                          "kvc_user_impls.impls:BROKEN", "--clause", "C1", "--jobs", "1"],
+                         capture_output=True, text=True, env=env, cwd=package)
+    assert run.returncode == 1, run.stdout + run.stderr
+    bad = subprocess.run([sys.executable, "-m", "kvcontract", "prove", "--impl",
+                          "kvc_user_impls.impls:NOPE", "--clause", "C1"],
+                         capture_output=True, text=True, env=env, cwd=package)
+    assert bad.returncode == 2 and "has no attribute NOPE" in bad.stderr

@@ -189,10 +189,14 @@ def test_storable_chunks() -> None:
 
 def test_final_segment_end_chunk() -> None:
     # C9: while running, the prompt horizon; on finish or abort, the actual one.
-    assert reach.final_segment_end_chunk(PREFILLING, 300, 250) == 300
-    assert reach.final_segment_end_chunk(DECODING, 300, 301) == 300
-    assert reach.final_segment_end_chunk(FINISHED, 300, 301) == 301
-    assert reach.final_segment_end_chunk(ABORTED, 300, 250) == 250
+    assert reach.final_segment_end_chunk(PREFILLING, 300, 250, None) == 300
+    assert reach.final_segment_end_chunk(DECODING, 300, 301, None) == 300
+    assert reach.final_segment_end_chunk(FINISHED, 300, 301, None) == 301
+    assert reach.final_segment_end_chunk(ABORTED, 300, 250, None) == 250
+    # Under a retention interval (0 included) no final tail: keeps_final_tail.
+    for retention in (0, 32):
+        for status in (PREFILLING, DECODING, FINISHED, ABORTED):
+            assert reach.final_segment_end_chunk(status, 300, 250, retention) is None
 
 
 def test_demanded_chunk_range() -> None:

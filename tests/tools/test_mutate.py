@@ -80,10 +80,13 @@ def test_reference_target_covers_both_modules_and_maps_clauses() -> None:
     target = resolve_target("reference")
     modules = {p.module for p in target.points()}
     assert modules == {REFERENCE_MODULE, SCHEDULER_MODULE}
-    prepared = plan("reference", functions=["get_num_skipped_tokens", "StoreTracker.step"])
+    prepared = plan("reference", functions=["get_num_skipped_tokens", "StoreTracker.step",
+                                            "lookup_complete_chunks"])
     by_function = {p.function: prepared.judges_of(p) for p in prepared.points}
     assert "C1/retained-blocks-exact" in by_function["get_num_skipped_tokens"].theorems
-    assert by_function["StoreTracker.step"].clauses == ("C8", "C9", "C10")
+    # C12 drives the store path and the lookup end to end: it judges both.
+    assert by_function["StoreTracker.step"].clauses == ("C8", "C9", "C10", "C12")
+    assert "C12/no-lost-hits" in by_function["lookup_complete_chunks"].theorems
     sampled = plan("reference", sample=5, seed=3)
     assert len(sampled.points) == 5 and sampled.total_points == len(target.points())
     assert sampled.points == plan("reference", sample=5, seed=3).points
@@ -212,7 +215,8 @@ def test_cli_json_shape_and_fail_under(tmp_path: Path) -> None:
 def test_module_file_stands_in_for_the_reference(tmp_path: Path) -> None:
     patch = tmp_path / "patch.py"
     patch.write_text(textwrap.dedent('''
-        def store_final_segment_end(status, prompt_horizon_chunks, current_chunks):
+        def store_final_segment_end(status, prompt_horizon_chunks, current_chunks,
+                                    retention_interval):
             if status in ENDED_STATUSES:
                 return current_chunks
             return prompt_horizon_chunks
@@ -229,7 +233,8 @@ def test_module_file_stands_in_for_the_reference(tmp_path: Path) -> None:
 def test_a_module_file_that_does_not_import_is_a_usage_error(tmp_path: Path) -> None:
     patch = tmp_path / "broken.py"
     patch.write_text("import kvcontract_no_such_module\n\n"
-                     "def store_final_segment_end(status, prompt_horizon_chunks, current_chunks):\n"
+                     "def store_final_segment_end(status, prompt_horizon_chunks, "
+                     "current_chunks, retention_interval):\n"
                      "    return current_chunks - 1\n")
     run = _kvcontract("--impl", f"module:{patch}", "--no-fuzz", "--jobs", "1")
     assert run.returncode == 2, run.stdout + run.stderr

@@ -185,7 +185,7 @@ def _compare_scanner(name: str, old: Implementation, new: Implementation) -> dic
 def _compare_grid(name: str, old: Implementation, new: Implementation) -> dict[str, Any]:
     count = 0
     if name == "store_final_segment_end":
-        cases: Any = ((s.value, p, c) for s in RequestStatus
+        cases: Any = ((s.value, p, c, r) for s in RequestStatus for r in (None, 0, 32)
                       for p in range(0, 12) for c in range(0, 12))
     elif name == "store_replay_boundaries":
         # (prompt_len, alignment_tokens, retention_interval, use_eagle)

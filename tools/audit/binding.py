@@ -28,6 +28,7 @@ import enum
 import inspect
 import itertools
 import logging
+import re
 import signal
 import threading
 import types
@@ -134,7 +135,10 @@ _IN_CALL: list[bool] = [False]
 
 
 def set_call_timeout(seconds: float | None) -> None:
-    """Bound every upstream call in this process (used by the sandbox child)."""
+    """Bound every upstream call in this process (used by the sandbox child): ``seconds``
+    of CPU time (user and system) of this process, never wall-clock time, so a call that
+    returns on an idle machine returns however loaded the machine is (what the audit
+    reports must not depend on load)."""
     _CALL_TIMEOUT[0] = seconds
 
 
@@ -149,16 +153,20 @@ def _time_limit(what: str) -> Iterator[None]:
             or threading.current_thread() is not threading.main_thread()):
         yield
         return
-    previous = signal.signal(signal.SIGALRM, _on_alarm)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
+    # ITIMER_PROF counts this process's CPU time: a busy hang is caught after
+    # ``seconds`` of work on any machine; a call blocked without using CPU is left to
+    # the sandbox's safety net.
+    previous = signal.signal(signal.SIGPROF, _on_alarm)
+    signal.setitimer(signal.ITIMER_PROF, seconds)
     _IN_CALL[0] = True
     try:
         yield
     except UpstreamTimeout:
-        raise UpstreamTimeout(f"{what} did not return within {seconds:g}s") from None
+        raise UpstreamTimeout(
+            f"{what} did not return within {seconds:g}s of CPU time") from None
     finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
+        signal.setitimer(signal.ITIMER_PROF, 0)
+        signal.signal(signal.SIGPROF, previous)
         _IN_CALL[0] = False
 
 
@@ -895,13 +903,23 @@ def _missing_field(name: str, reason: str) -> Callable[..., Any]:
     return missing
 
 
-def _prompt_horizon(status: str, prompt_horizon_chunks: int, current_chunks: int) -> int:
+def _prompt_horizon(status: str, prompt_horizon_chunks: int, current_chunks: int,
+                    retention_interval: int | None) -> int:
     if status in ENDED_STATUSES:
         return current_chunks
     return prompt_horizon_chunks
 
 
-def _frontier_horizon(status: str, prompt_horizon_chunks: int, current_chunks: int) -> int:
+def _dense_prompt_horizon(status: str, prompt_horizon_chunks: int, current_chunks: int,
+                          retention_interval: int | None) -> int | None:
+    # 0.30+: ``store_horizon_chunks = None`` when a retention interval is configured.
+    if retention_interval is not None:
+        return None
+    return _prompt_horizon(status, prompt_horizon_chunks, current_chunks, retention_interval)
+
+
+def _frontier_horizon(status: str, prompt_horizon_chunks: int, current_chunks: int,
+                      retention_interval: int | None) -> int:
     return current_chunks
 
 
@@ -918,7 +936,12 @@ def _upstream_replay_boundaries(prompt_len: int, alignment_tokens: int | None,
     return (prompt_len - 1,)
 
 
-def _infer_store_horizon(binding: Binding) -> Callable[..., int] | None:
+# 0.30+: ``if <...>retention_interval is not None<...>: store_horizon_chunks = None``.
+_NO_HORIZON_UNDER_RETENTION = re.compile(
+    r"if [^\n]*retention_interval is not None[^\n]*:\n\s*store_horizon_chunks = None")
+
+
+def _infer_store_horizon(binding: Binding) -> Callable[..., int | None] | None:
     """Which chunk count closes the final segment of a store job, read off the shape.
 
     ``_build_store_jobs`` drives a scheduler, a request table and a transfer pipeline;
@@ -938,6 +961,12 @@ def _infer_store_horizon(binding: Binding) -> Callable[..., int] | None:
                        "horizon: the current frontier closes the segment (modelled)")
             binding.roles["store_horizon"] = rb
             return _frontier_horizon
+        if _NO_HORIZON_UNDER_RETENTION.search(source):
+            rb.note = ("_build_store_jobs passes final_segment_end_chunk_idx: the prompt "
+                       "horizon while prefilling, the real horizon on finish/abort, none "
+                       "under a retention interval (modelled, not executed)")
+            binding.roles["store_horizon"] = rb
+            return _dense_prompt_horizon
         binding.roles["store_horizon"] = rb
         return _prompt_horizon
     if "store_predicate" in binding.functions:

@@ -16,6 +16,7 @@ observation differs (upstream's loop instead of kvcontract's), so nothing is res
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import types
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -68,10 +69,24 @@ def missing_roles(binding: Binding) -> list[str]:
     return [r for r in NEEDED_ROLES if r not in binding.functions]
 
 
-def make_runner(binding: Binding) -> Callable[[Geometry, int, int, Callable[[int, int],
-                                                                          LookupResult]],
-                                              UpstreamOutcome]:
-    """``run(geometry, num_tokens, local_hit, lookup) -> UpstreamOutcome`` on upstream code."""
+def takes_budget(binding: Binding) -> bool:
+    """Whether the bound ``_lookup_complete_chunks`` takes ``max_num_new_tokens`` (0.30+),
+    the scheduling budget of a lookup case (``LookupCase.max_hit_tokens``)."""
+    try:
+        parameters = inspect.signature(binding.functions["multi_group_lookup"]).parameters
+    except (KeyError, TypeError, ValueError):
+        return False
+    return "max_num_new_tokens" in parameters
+
+
+BUDGET_NOTE = ("cases with a scheduling budget are left out: this release's "
+               "_lookup_complete_chunks takes no max_num_new_tokens")
+
+
+def make_runner(binding: Binding) -> Callable[..., UpstreamOutcome]:
+    """``run(geometry, num_tokens, local_hit, lookup, max_hit_tokens=None) ->
+    UpstreamOutcome`` on upstream code. A budget reaches upstream as vLLM 0.33's connector
+    passes it: ``max_num_new_tokens``, how far past the local hit a load may reach."""
     f = binding.functions
     roles = binding.roles
     where = f"{roles['multi_group_lookup'].qualname} ({roles['multi_group_lookup'].path}:" \
@@ -104,8 +119,11 @@ def make_runner(binding: Binding) -> Callable[[Geometry, int, int, Callable[[int
                            "None or a token count >= 1")
         return value
 
+    budgeted = takes_budget(binding)
+
     def run(geometry: Geometry, num_tokens: int, local_hit: int,
-            answer: Callable[[int, int], LookupResult]) -> UpstreamOutcome:
+            answer: Callable[[int, int], LookupResult],
+            max_hit_tokens: int | None = None) -> UpstreamOutcome:
         log: list[tuple[int, int]] = []
         configs = []
         for index, group in enumerate(geometry.groups):
@@ -137,7 +155,12 @@ def make_runner(binding: Binding) -> Callable[[Geometry, int, int, Callable[[int
         req_status = types.SimpleNamespace(
             num_locally_computed_tokens=local_hit, max_load_tokens=None, req=request,
             req_context=None, group_states=states)
-        value = loop(sched, req_status)
+        if max_hit_tokens is None:
+            value = loop(sched, req_status)
+        elif budgeted:
+            value = loop(sched, req_status, max(0, max_hit_tokens - local_hit))
+        else:
+            raise RuntimeError(f"{where}: {BUDGET_NOTE}")
         if value is None:
             return UpstreamOutcome(None, log)
         if not isinstance(value, int) or isinstance(value, bool) or value < 0:
@@ -168,12 +191,29 @@ def upstream_lookup_theorems(binding: Binding,
     def observe_upstream(case: LookupCase, impl: Implementation) -> LookupObservation:
         del impl  # upstream's loop is bound to its own primitives
         outcome = run(case.geometry, case.num_tokens, case.local_hit,
-                      lambda g, k: case.states[g][k])
+                      lambda g, k: case.states[g][k], case.max_hit_tokens)
         return LookupObservation(outcome.hit_tokens, lookups=outcome.lookups)
 
     base = properties[0].space if properties else LOOKUP_SPACE
-    space = dataclasses.replace(base, family="upstream-lookup",
-                                observe=LastCase(observe_upstream))
+    from kvcontract.tools.audit.store import every_case, share_cases
+
+    if takes_budget(binding):
+        space = dataclasses.replace(base, family="upstream-lookup",
+                                    observe=LastCase(observe_upstream))
+        # The same cases as the lookup family's: the engine walks both together, so the
+        # contract's answer for a case (a per-case memo) is computed once.
+        share_cases(space, base, every_case)
+    else:
+        base_cases, base_describe = base.cases, base.describe
+
+        def unbudgeted(case: LookupCase) -> bool:
+            return case.max_hit_tokens is None
+
+        space = dataclasses.replace(
+            base, family="upstream-lookup", observe=LastCase(observe_upstream),
+            cases=lambda: (c for c in base_cases() if unbudgeted(c)),
+            describe=lambda: f"{base_describe()}; {BUDGET_NOTE}")
+        share_cases(space, base, unbudgeted)
     return [
         dataclasses.replace(prop, name=f"upstream-{prop.name}", space=space,
                             description=f"upstream's loop: {prop.description}")

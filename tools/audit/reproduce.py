@@ -98,7 +98,7 @@ importing vLLM.
 
 import json
 
-from kvcontract.tools.audit.reproduce import replay_witness
+from kvcontract.api import replay_audit
 
 TARGET = {report["target"]!r}
 THEOREM = {theorem_id!r}
@@ -106,7 +106,7 @@ WITNESS = json.loads({witness!r})
 
 
 def test_{_slug(row["clause"] + "_" + row["theorem"])}() -> None:
-    violation = replay_witness(TARGET, THEOREM, WITNESS)
+    violation = replay_audit(TARGET, THEOREM, WITNESS)
     assert violation is None, f"{row["clause"]} violated: {{violation}}"
 '''
 

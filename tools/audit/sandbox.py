@@ -4,10 +4,18 @@ Each check is a zero-argument callable returning a JSON-serializable dict. It ru
 forked child (the bound functions are inherited, nothing is pickled but the result),
 with two limits:
 
-* a per-call limit inside the child (:func:`binding.set_call_timeout`, SIGALRM), so one
-  hanging upstream call becomes a finding of that case and the check goes on;
-* a per-check wall-clock limit in the parent: a child that overruns it (a hang in C
-  code, a livelock between calls) is killed and reported, and the audit finishes.
+* a per-call limit inside the child (:func:`binding.set_call_timeout`, CPU time,
+  SIGPROF), so one hanging upstream call becomes a finding of that case and the check
+  goes on;
+* a per-check CPU-time limit on the child (``RLIMIT_CPU``): a child that overruns it (a
+  livelock between calls, a hang that ignores the per-call signal) is killed by the
+  kernel and reported UNKNOWN, and the audit finishes.
+
+Both count CPU time, never wall-clock time: on a loaded machine a check gets fewer CPU
+cycles per second but the same number of them, so the same commit gives the same report
+on any machine. The limits are safety nets, far above any measured check (the work
+itself is bounded by counted cases). Only a child that blocks without using CPU (a
+deadlock) is left to a wall-clock net of :data:`WALL_NET_FACTOR` times the CPU limit.
 
 A child that dies (a segfault, ``os._exit``, a MemoryError) is reported the same way.
 """
@@ -16,6 +24,8 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import resource
+import signal
 import sys
 import time
 import traceback
@@ -27,6 +37,10 @@ from typing import Any
 from kvcontract.tools.audit import binding as binding_mod
 
 Job = Callable[[], dict[str, Any]]
+
+WALL_NET_FACTOR = 20.0
+"""A child that has not finished after this many times its CPU limit in wall-clock time
+is blocked (it cannot have used its CPU limit: that kills it first), so it is killed."""
 
 
 @dataclass
@@ -40,7 +54,16 @@ class Outcome:
     seconds: float
 
 
-def _child(job: Job, conn: Connection, call_timeout: float | None) -> None:
+def _limit_cpu(seconds: float) -> None:
+    """Have the kernel stop this process after ``seconds`` of CPU time (SIGXCPU, then
+    SIGKILL a second later for a process that ignores it)."""
+    soft = max(1, int(seconds + 0.999))
+    resource.setrlimit(resource.RLIMIT_CPU, (soft, soft + 1))
+
+
+def _child(job: Job, conn: Connection, call_timeout: float | None,
+           cpu_limit: float) -> None:
+    _limit_cpu(cpu_limit)
     binding_mod.set_call_timeout(call_timeout)
     if "torch" in sys.modules:
         # A child forked after the parent used torch's intra-op thread pool deadlocks on
@@ -65,9 +88,11 @@ def run_jobs(
     call_timeout: float | None,
     on_done: Callable[[Outcome], None] | None = None,
 ) -> dict[str, Outcome]:
-    """Run ``jobs`` (key, callable) with at most ``workers`` children at a time."""
-    if os.name != "posix":  # pragma: no cover - the audit relies on fork and SIGALRM
-        raise RuntimeError("kvcontract audit needs a POSIX system (fork, SIGALRM)")
+    """Run ``jobs`` (key, callable) with at most ``workers`` children at a time, each
+    with ``job_timeout`` seconds of CPU time and ``call_timeout`` seconds of CPU time per
+    upstream call."""
+    if os.name != "posix":  # pragma: no cover - the audit relies on fork and setitimer
+        raise RuntimeError("kvcontract audit needs a POSIX system (fork, setitimer)")
     context = multiprocessing.get_context("fork")
     pending = list(jobs)
     running: dict[Any, tuple[str, Any, float]] = {}
@@ -82,13 +107,15 @@ def run_jobs(
         while pending and len(running) < max(1, workers):
             key, job = pending.pop(0)
             receiver, sender = context.Pipe(duplex=False)
-            process = context.Process(target=_child, args=(job, sender, call_timeout),
+            process = context.Process(target=_child,
+                                      args=(job, sender, call_timeout, job_timeout),
                                       daemon=True)
             process.start()
             sender.close()
             running[receiver] = (key, process, time.perf_counter())
         now = time.perf_counter()
-        nearest = min(start + job_timeout for _, _, start in running.values())
+        wall_net = job_timeout * WALL_NET_FACTOR
+        nearest = min(start + wall_net for _, _, start in running.values())
         ready = wait(list(running), timeout=max(0.0, nearest - now))
         for ready_conn in ready:
             conn: Connection = ready_conn  # type: ignore[assignment]
@@ -103,7 +130,13 @@ def run_jobs(
             if process.is_alive():
                 process.kill()
                 process.join()
-            if status == "error" and process.exitcode not in (0, None):
+            if process.exitcode == -signal.SIGXCPU and status == "error":
+                payload = (f"used more than {job_timeout:g}s of CPU time (killed): a "
+                           "livelock, or a hang that ignores the per-call limit")
+            elif process.exitcode == -signal.SIGKILL and status == "error":
+                payload = (f"killed (SIGKILL): past its {job_timeout:g}s CPU-time limit "
+                           "while ignoring SIGXCPU, or by the system's out-of-memory killer")
+            elif status == "error" and process.exitcode not in (0, None):
                 payload = f"{payload} (exit code {process.exitcode})"
             elapsed = time.perf_counter() - start
             if status == "ok" and isinstance(payload, dict):
@@ -112,11 +145,12 @@ def run_jobs(
                 finish(Outcome(key, False, None, str(payload), elapsed))
         now = time.perf_counter()
         for conn, (key, process, start) in list(running.items()):
-            if now - start >= job_timeout:
+            if now - start >= wall_net:
                 process.kill()
                 process.join()
                 running.pop(conn)
                 conn.close()
                 finish(Outcome(key, False, None,
-                               f"timed out after {job_timeout:g}s (killed)", now - start))
+                               f"blocked for {wall_net:g}s without finishing (killed)",
+                               now - start))
     return results

@@ -339,7 +339,8 @@ def make_store_runner(binding: Binding) -> Callable[[StoreCase], StoreRun]:
             lookup_hit_end_chunk_idx=0) for _ in groups)
         req_status = types.SimpleNamespace(
             config=sched.config, req=request, req_context=None, group_states=states,
-            max_load_tokens=None, max_offload_tokens=None, num_locally_computed_tokens=0,
+            max_load_tokens=None, max_offload_tokens=case.max_offload_tokens,
+            num_locally_computed_tokens=0,
             transfer_jobs=set(), loaded_from_offload=bool(case.start_hit),
             finished_signaled=False, partial_tail_boundary=None)
         req_status.storable_chunks = types.MethodType(f["storable_chunks"], req_status)
@@ -407,13 +408,49 @@ MAMBA_NOTE = ("geometries with a Mamba group are left out: upstream stores a Mam
               "not _build_store_jobs, which skips a group with requires_cow_source")
 
 
+_SHARED: dict[int, tuple[CaseSpace[Any, Any], CaseSpace[Any, Any], Callable[[Any], bool]]] = {}
+"""``id(space) -> (space, base space, which base cases are the space's)`` of the spaces
+:func:`_without_mamba` derives (the space is held, so its id stays its own)."""
+
+
+def shared_cases(space: CaseSpace[Any, Any]) -> tuple[CaseSpace[Any, Any],
+                                                      Callable[[Any], bool]] | None:
+    """``(base space, accepts)`` when ``space``'s cases are the base space's cases that
+    ``accepts``, in the base's order (upstream's store and C12 spaces: the catalogue's
+    or the scoped ones less the Mamba geometries), else None. The engine walks such
+    families together, so a case's per-case memos serve both."""
+    found = _SHARED.get(id(space))
+    if found is None or found[0] is not space:
+        return None
+    return found[1], found[2]
+
+
+def share_cases(derived: CaseSpace[Any, Any], base: CaseSpace[Any, Any],
+                accepts: Callable[[Any], bool]) -> None:
+    """Record that ``derived`` enumerates the cases of ``base`` that ``accepts``, in the
+    base's order (:func:`shared_cases`)."""
+    _SHARED[id(derived)] = (derived, base, accepts)
+
+
+def every_case(case: Any) -> bool:
+    """Every case of the base space (:func:`share_cases`)."""
+    del case
+    return True
+
+
 def _without_mamba(space: CaseSpace[Any, Any], family: str, observe: Callable[[Any, Any], Any],
                    geometry_of: Callable[[Any], Geometry]) -> CaseSpace[Any, Any]:
     base_cases, base_describe = space.cases, space.describe
-    return dataclasses.replace(
+
+    def accepts(case: Any) -> bool:
+        return not _has_mamba(geometry_of(case))
+
+    derived = dataclasses.replace(
         space, family=family, observe=observe,
-        cases=lambda: (c for c in base_cases() if not _has_mamba(geometry_of(c))),
+        cases=lambda: (c for c in base_cases() if accepts(c)),
         describe=lambda: f"{base_describe()}; {MAMBA_NOTE}")
+    share_cases(derived, space, accepts)
+    return derived
 
 
 def upstream_store_theorems(binding: Binding,
@@ -526,5 +563,6 @@ def blame(theorem: CaseProperty, case: Any) -> tuple[list[str], str]:
 
 
 __all__ = ["UPSTREAM_NO_LOST_HITS", "UPSTREAM_STORE", "ConsumerError", "UpstreamOffers",
-           "blame", "is_upstream", "make_store_runner", "missing", "unchecked",
-           "upstream_end_to_end_theorems", "upstream_store_theorems"]
+           "blame", "every_case", "is_upstream", "make_store_runner", "missing",
+           "share_cases", "shared_cases", "unchecked", "upstream_end_to_end_theorems",
+           "upstream_store_theorems"]

@@ -11,8 +11,10 @@ program, its step and check counts).
 
 from __future__ import annotations
 
+import ctypes
+import gc
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from kvcontract.errors import KvContractError
@@ -20,6 +22,7 @@ from kvcontract.tools.audit.binding import Binding, UpstreamTimeout
 from kvcontract.vocabulary import Verdict
 
 if TYPE_CHECKING:
+    from kvcontract.impl.bundle import Implementation
     from kvcontract.tools.fuzz import Scenario
 
 SYSTEM_PREFIX = "system["
@@ -35,45 +38,111 @@ def run_system_scenarios(binding: Binding, seed: int = 0,
     impl = binding.implementation
     assert impl is not None
     rows: list[dict[str, Any]] = []
-    for scenario in seed_scenarios(seed) if scenarios is None else scenarios:
-        name = f"{SYSTEM_PREFIX}{scenario.name}]"
-        started = time.perf_counter()
-        try:
-            lockstep = run_scenario(impl, scenario, "cpu")
-        except KvContractError as exc:
-            rows.append(_row("C11", name, Verdict.UNKNOWN, started,
-                             message=f"could not run: {exc}"))
-            continue
-        except UpstreamTimeout as exc:  # a wall-clock limit: says nothing about the code
-            rows.append(_row("C11", name, Verdict.UNKNOWN, started,
-                             message=f"{exc}: a wall-clock limit (machine load or a hang); "
-                                     "rerun with a larger --timeout"))
-            continue
-        except Exception as exc:  # a crash inside the bound code is a finding
-            rows.append(_row("C11", name, Verdict.COUNTEREXAMPLE, started,
-                             message=f"the system crashed: {type(exc).__name__}: {exc}",
-                             impact="crash",
-                             witness={"kind": "system", "scenario": scenario.name}))
-            continue
-        checks = sum(lockstep.checks().values())
-        domain = (f"scenario {scenario.name}: {lockstep.steps} steps, {checks} checks, mocked "
-                  "and tensor-backed managers in lockstep (one program, not exhaustive)")
-        seen: dict[str, Any] = {}
-        for finding in lockstep.findings:
-            seen.setdefault(finding.clause, finding)
-        if not seen:
-            rows.append(_row("C11", name, Verdict.TESTED, started, domain=domain,
-                             evidence="examples", examples=checks))
-            continue
-        for clause, finding in sorted(seen.items(), key=lambda kv: int(kv[0][1:])):
-            rows.append(_row(
-                clause, name, Verdict.COUNTEREXAMPLE, started, domain=domain,
-                message=f"{finding.kind}: {finding.message}", impact=finding.impact.value,
-                witness={"kind": "system", "scenario": scenario.name,
-                         "program": list(finding.program)[-12:],
-                         **{k: v for k, v in finding.witness.items()
-                            if isinstance(v, (int, str, bool, list))}}))
+    # What the child inherited (the binding, the catalogue, Z3) is never garbage here:
+    # frozen, the collections below walk only what the scenarios allocate, and touch no
+    # inherited page (a full collection in a forked child copies every page it walks).
+    gc.freeze()
+    try:
+        for scenario in seed_scenarios(seed) if scenarios is None else scenarios:
+            rows += _scenario_rows(impl, scenario, run_scenario)
+            # The scenario's system (block pools of up to gigabytes on a 16k-token prompt
+            # at 16 blocks per chunk) is garbage now: collect it before the next one
+            # allocates its own, and hand the freed heap back, so the child's peak is one
+            # scenario's, not two.
+            gc.collect()
+            _trim_heap()
+    finally:
+        gc.unfreeze()
     return rows
+
+
+def _trim_heap() -> None:
+    """Return freed heap pages to the system (glibc ``malloc_trim``; elsewhere a no-op)."""
+    global _MALLOC_TRIM
+    if _MALLOC_TRIM is None:
+        try:
+            _MALLOC_TRIM = ctypes.CDLL("libc.so.6").malloc_trim
+        except (OSError, AttributeError):
+            _MALLOC_TRIM = False
+    if _MALLOC_TRIM:
+        _MALLOC_TRIM(0)
+
+
+_MALLOC_TRIM: Any = None
+
+
+def _scenario_rows(impl: Implementation, scenario: Scenario,
+                   run_scenario: Callable[[Implementation, Scenario, str], Any],
+                   ) -> list[dict[str, Any]]:
+    """The rows of one scenario (its lockstep systems are dropped on return)."""
+    rows: list[dict[str, Any]] = []
+    name = f"{SYSTEM_PREFIX}{scenario.name}]"
+    started = time.perf_counter()
+    try:
+        lockstep = run_scenario(impl, scenario, "cpu")
+    except KvContractError as exc:
+        rows.append(_row("C11", name, Verdict.UNKNOWN, started,
+                         message=f"could not run: {exc}"))
+        return rows
+    except UpstreamTimeout as exc:  # a wall-clock limit: says nothing about the code
+        rows.append(_row("C11", name, Verdict.UNKNOWN, started,
+                         message=f"{exc}: a wall-clock limit (machine load or a hang); "
+                                 "rerun with a larger --timeout"))
+        return rows
+    except Exception as exc:  # a crash inside the bound code is a finding
+        rows.append(_row("C11", name, Verdict.COUNTEREXAMPLE, started,
+                         message=f"the system crashed: {type(exc).__name__}: {exc}",
+                         impact="crash",
+                         witness={"kind": "system", "scenario": scenario.name}))
+        return rows
+    checks = sum(lockstep.checks().values())
+    domain = (f"scenario {scenario.name}: {lockstep.steps} steps, {checks} checks, mocked "
+              "and tensor-backed managers in lockstep (one program, not exhaustive)")
+    seen: dict[str, Any] = {}
+    for finding in lockstep.findings:
+        seen.setdefault(finding.clause, finding)
+    if not seen:
+        rows.append(_row("C11", name, Verdict.TESTED, started, domain=domain,
+                         evidence="examples", examples=checks))
+        return rows
+    for clause, finding in sorted(seen.items(), key=lambda kv: int(kv[0][1:])):
+        rows.append(_row(
+            clause, name, Verdict.COUNTEREXAMPLE, started, domain=domain,
+            message=f"{finding.kind}: {finding.message}", impact=finding.impact.value,
+            witness={"kind": "system", "scenario": scenario.name,
+                     "program": list(finding.program)[-12:],
+                     **{k: v for k, v in finding.witness.items()
+                        if isinstance(v, (int, str, bool, list))}}))
+    return rows
+
+
+SHARDS_PER_WORKER = 3
+"""Shards of the scoped scenarios per worker (:func:`shards`)."""
+
+
+def program_weight(scenario: Scenario) -> int:
+    """About what a scenario costs: the tokens its requests send, plus one per operation."""
+    return sum(len(op[2]) if op[0] == "add_request" and len(op) > 2
+               and isinstance(op[2], list) else 1 for op in scenario.program)
+
+
+def shards(scenarios: Sequence[Scenario], workers: int) -> list[list[Scenario]]:
+    """``scenarios`` cut into consecutive runs of about equal :func:`program_weight`
+    (in order, so the rows keep theirs), :data:`SHARDS_PER_WORKER` per worker: each is a
+    sandbox job of its own, so the scenarios of many geometries spread over the workers
+    next to the theorem families instead of holding one worker for the whole audit.
+    Which scenarios run, and how, does not change."""
+    weights = [program_weight(s) for s in scenarios]
+    count = max(1, min(len(scenarios), SHARDS_PER_WORKER * max(1, workers)))
+    target = sum(weights) / count
+    found: list[list[Scenario]] = [[]]
+    filled = 0
+    for scenario, weight in zip(scenarios, weights, strict=True):
+        if found[-1] and filled >= target * len(found) and len(found) < count:
+            found.append([])
+        found[-1].append(scenario)
+        filled += weight
+    return found
 
 
 def _row(clause: str, name: str, verdict: Verdict, started: float, *, domain: str = "",

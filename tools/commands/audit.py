@@ -42,7 +42,8 @@ MIN_TIMEOUT = 0.001
               help="only this clause (repeatable), e.g. --clause C3")
 @click.option("--json", "json_path", metavar="FILE", help="write the JSON report here")
 @click.option("--timeout", type=float, default=10.0, show_default=True,
-              help="seconds one upstream call may take (a hang is reported as a finding)")
+              help="seconds of CPU time one upstream call may use (a hang makes its "
+                   "theorem UNKNOWN, naming the call)")
 @click.option("--budget", type=int, default=250_000, show_default=True,
               help="cases of concrete search per theorem (enumeration, sampled cases): a "
                    "count, so the same audit finds the same things on any machine")

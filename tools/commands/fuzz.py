@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
 
 import click
 from rich.markup import escape
@@ -30,7 +33,9 @@ MAX_EXAMPLES = 10_000_000
 @click.command()
 @click.option("--impl", "impl_name", default="reference", show_default=True,
               help="implementation to fuzz: a registered name (kvcontract list) or "
-                   "module:FILE.py (functions of impl/reference.py over the reference)")
+                   "module:FILE.py (functions of impl/reference.py over the reference), "
+                   "package.module:NAME (an Implementation) or an installed entry point's "
+                   "name (group kvcontract.implementations)")
 @click.option("--matrix", is_flag=True, help="run the full combination matrix")
 @click.option("--device", type=click.Choice(["cpu", "cuda"]), default="cpu", show_default=True)
 @click.option("--examples", type=int, default=200, show_default=True,
@@ -39,11 +44,16 @@ MAX_EXAMPLES = 10_000_000
 @click.option("--json", "json_path", metavar="FILE", help="write the JSON report here")
 @click.option("--quiet", is_flag=True,
               help="no progress and no table, only the differences and the summary line")
+@click.option("--shard", "shard_text", metavar="I/N", default=None,
+              help="run only shard I of N (1-based) of the scenarios (seed scenarios, the "
+                   "--matrix, the state machine as one unit), split by a static cost; "
+                   "join the shards' JSON reports with `kvcontract merge`")
 @geometry_options  # type: ignore[untyped-decorator]  # mypy sees the package as Any
 @fail_on_option  # type: ignore[untyped-decorator]  # mypy sees the package as Any
 @report_options  # type: ignore[untyped-decorator]  # mypy sees the package as Any
 def fuzz(impl_name: str, matrix: bool, device: str, examples: int, seed: int,
-         json_path: str | None, quiet: bool, models: tuple[str, ...],
+         json_path: str | None, quiet: bool, shard_text: str | None,
+         models: tuple[str, ...],
          geometry_files: tuple[str, ...],
          bpcs: tuple[int, ...], retentions: tuple[str, ...], fail_on: str,
          formats: tuple[str, ...], outputs: tuple[str, ...]) -> None:
@@ -59,11 +69,13 @@ def fuzz(impl_name: str, matrix: bool, device: str, examples: int, seed: int,
 
     Progress goes to stderr: a bar on a terminal, else one line per finished scenario."""
     from kvcontract.api import register_implementation
+    from kvcontract.proofs.shards import parse_shard
     from kvcontract.tools.commands._progress import progress
     from kvcontract.tools.fuzz import run_fuzz
     from kvcontract.tools.reports import pair_outputs
 
     # Every input is validated before any scenario runs (issue #11).
+    shard = parse_shard(shard_text)
     impl_name = register_implementation(impl_name)  # a name or module:FILE.py
     if examples < 0:
         raise UsageError(f"--examples must be >= 0, not {examples}")
@@ -83,10 +95,16 @@ def fuzz(impl_name: str, matrix: bool, device: str, examples: int, seed: int,
     console = make_console(stderr=any(path is None for _, path in pairs))
     if scope and not quiet:
         print_scope(console, scope, notes=False)
+    plan = _shard_plan(shard, matrix=matrix, seed=seed, examples=examples,
+                       scope=scope) if shard is not None else None
     with progress("fuzzing", impl_name, quiet=quiet) as advance:
-        report = run_fuzz(impl_name, device=device, examples=examples, matrix=matrix,
-                          seed=seed, fail_on=failing, geometries=scope, on_progress=advance)
+        report = run_fuzz(impl_name, device=device, examples=examples if plan is None
+                          else plan.examples, matrix=matrix, seed=seed, fail_on=failing,
+                          geometries=scope, on_progress=advance,
+                          scenarios=None if plan is None else plan.scenarios)
     data = report.to_json()
+    if plan is not None:
+        data["shard"] = plan.section(data["differences"])
     title = f"kvcontract fuzz --impl {impl_name}"
     if scope:
         title += " on " + ", ".join(label for label, _ in scope)
@@ -105,8 +123,83 @@ def fuzz(impl_name: str, matrix: bool, device: str, examples: int, seed: int,
     console.print(
         f"{impl_name}: {data['cases']} cases, {data['steps']} steps, "
         f"{len(data['differences'])} differences"
+        + (f"; shard {shard}" if shard is not None else "")
     )
     if json_path:
         pairs.append(("json", json_path))
     emit_reports(data, pairs)
     sys.exit(report.exit_code)
+
+
+STATE_MACHINE_STEP_COST = 40.0
+"""Static cost of one Hypothesis program of the state machine (up to 25 steps, each a
+few operations) in the units of :func:`scenario_cost`."""
+
+
+def scenario_cost(scenario: Any) -> float:
+    """A static cost of one scenario for ``--shard`` balance: its operations, plus its
+    token lists (a long prompt makes every store and lookup step longer). Never a
+    timing: every machine must compute the same partition."""
+    cost = 0.0
+    for op in scenario.program:
+        cost += 1.0
+        for arg in op[1:]:
+            if isinstance(arg, (list, tuple)):
+                cost += len(arg) / 64
+    return cost
+
+
+@dataclass
+class ShardPlan:
+    """One shard's part of a fuzz run: its scenarios (positions of the unsharded list)
+    and whether it runs the state machine (the last unit, position ``total - 1``)."""
+
+    shard: Any
+    scenarios: list[Any]
+    positions: list[int]
+    names: dict[str, int]
+    examples: int
+    total: int
+    selection: str
+    seed: int
+    all_examples: int
+
+    def section(self, differences: list[dict[str, Any]]) -> dict[str, Any]:
+        """The report's ``shard`` object, with each difference's position in the
+        unsharded order (its scenario's; the state machine's after all scenarios)."""
+        from kvcontract.proofs.shards import shard_section
+
+        at = [self.names.get(str((d.get("witness") or {}).get("scenario")), self.total)
+              for d in differences]
+        section: dict[str, Any] = shard_section(
+            self.shard, self.positions, self.total, self.selection,
+            difference_positions=at, examples=self.all_examples, seed=self.seed)
+        return section
+
+
+def _shard_plan(shard: Any, *, matrix: bool, seed: int, examples: int,
+                scope: Sequence[tuple[str, Any]]) -> ShardPlan:
+    """The scenario list the unsharded run would build (``run_fuzz``'s), partitioned."""
+    from kvcontract.proofs.shards import partition, selection_digest
+    from kvcontract.tools.fuzz import matrix_scenarios, scoped_seed_scenarios, seed_scenarios
+
+    if scope:
+        every = list(scoped_seed_scenarios(scope, seed))
+    else:
+        every = list(seed_scenarios(seed))
+        if matrix:
+            every.extend(matrix_scenarios(seed))
+    costs = [scenario_cost(s) for s in every]
+    if examples > 0:
+        costs.append(STATE_MACHINE_STEP_COST * examples)
+    mine = partition(costs, shard.count)[shard.index - 1]
+    runs_machine = examples > 0 and len(every) in mine
+    chosen = [p for p in mine if p < len(every)]
+    names = {every[p].name: p for p in chosen}
+    return ShardPlan(
+        shard=shard, scenarios=[every[p] for p in chosen], positions=list(mine),
+        names=names, examples=examples if runs_machine else 0, total=len(costs),
+        selection=selection_digest([s.name for s in every],
+                                   [matrix, seed, examples, [[label, g.to_dict()]
+                                                             for label, g in scope]]),
+        seed=seed, all_examples=examples)

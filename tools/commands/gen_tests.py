@@ -23,7 +23,8 @@ MAX_CLASSES = 10_000
 @click.command(name="gen-tests")
 @click.option("--impl", "impl_name", default=None,
               help="implementation to prove and reproduce: a registered name or "
-                   "module:FILE.py (default: the report's target, else reference)")
+                   "module:FILE.py, package.module:NAME or an installed entry point "
+                   "(default: the report's target, else reference)")
 @click.option("--clause", "clauses", multiple=True, metavar="ID",
               help="only this clause (repeatable), e.g. --clause C2")
 @click.option("--report", "report_path", metavar="FILE",

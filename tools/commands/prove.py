@@ -9,6 +9,7 @@ from typing import Any
 import click
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
+from kvcontract.errors import UsageError
 from kvcontract.impl.variants import variant_names
 from kvcontract.proofs.verdicts import TheoremResult, Verdict
 from kvcontract.tools.commands._common import (
@@ -49,18 +50,32 @@ def shown_witness(witness: dict[str, object]) -> str:
 @click.command()
 @click.option("--impl", "impl_name", default="reference", show_default=True,
               help=f"implementation to check: {', '.join(variant_names())}, or "
-                   "module:FILE.py (functions of impl/reference.py over the reference)")
+                   "module:FILE.py (functions of impl/reference.py over the reference), "
+                   "package.module:NAME (an Implementation) or an installed entry point's "
+                   "name (group kvcontract.implementations)")
 @click.option("--clause", "clauses", multiple=True, metavar="ID",
               help="only this clause (repeatable), e.g. --clause C2")
 @click.option("--json", "json_path", metavar="FILE", help="write the JSON report here")
 @click.option("--jobs", type=int, default=None, help="worker processes (default: one per core)")
 @click.option("--quiet", is_flag=True, help="no table, only the summary line")
+@click.option("--no-cache", "no_cache", is_flag=True,
+              help="neither read nor write the proof cache (by default a theorem whose "
+                   "sources, versions, scope and budgets are unchanged is not proved "
+                   "again: $KVCONTRACT_CACHE_DIR, else ~/.cache/kvcontract/proofs)")
+@click.option("--shard", "shard_text", metavar="I/N", default=None,
+              help="prove only shard I of N (1-based; a static, deterministic split of "
+                   "the selected theorems); join the shards' JSON reports with "
+                   "`kvcontract merge`")
+@click.option("--fail-fast", "fail_fast", is_flag=True,
+              help="stop at the first counterexample that fails the run (--fail-on); "
+                   "the theorems not yet proved are listed as not run")
 @geometry_options  # type: ignore[untyped-decorator]  # mypy sees the package as Any
 @gate_fail_on_option  # type: ignore[untyped-decorator]  # mypy sees the package as Any
 @baseline_file_options  # type: ignore[untyped-decorator]  # mypy sees the package as Any
 @report_options  # type: ignore[untyped-decorator]  # mypy sees the package as Any
 def prove(impl_name: str, clauses: tuple[str, ...], json_path: str | None,
-          jobs: int | None, quiet: bool, models: tuple[str, ...],
+          jobs: int | None, quiet: bool, no_cache: bool, shard_text: str | None,
+          fail_fast: bool, models: tuple[str, ...],
           geometry_files: tuple[str, ...], bpcs: tuple[int, ...], retentions: tuple[str, ...],
           fail_on: str, baseline_file: str | None, write_baseline: str | None,
           formats: tuple[str, ...], outputs: tuple[str, ...]) -> None:
@@ -71,11 +86,16 @@ def prove(impl_name: str, clauses: tuple[str, ...], json_path: str | None,
     chosen around the geometries' chunk and window boundaries, the formula properties
     on their SWA groups' sizes (README, "Your model's geometry").
 
+    Results are cached per theorem (README, "Proof cache, shards, fail-fast"): an
+    unchanged theorem is read back, marked "cached": true in the JSON report.
+
     Defaults for --fail-on, --baseline-file, --jobs, --impl and --model come from
     [tool.kvcontract] of the nearest pyproject.toml (the command line wins)."""
     from kvcontract.api import register_implementation
+    from kvcontract.proofs.cache import ProofCache, cache_dir
     from kvcontract.proofs.runner import prove as run_prove
     from kvcontract.proofs.runner import select
+    from kvcontract.proofs.shards import parse_shard
     from kvcontract.tools.config import apply_config
     from kvcontract.tools.reports import pair_outputs
     from kvcontract.tools.reports.gate import gate_exit_code, gate_summary
@@ -85,9 +105,13 @@ def prove(impl_name: str, clauses: tuple[str, ...], json_path: str | None,
     params: dict[str, Any] = {"impl_name": impl_name, "jobs": jobs, "models": models,
                               "geometry_files": geometry_files, "fail_on": fail_on,
                               "baseline_file": baseline_file}
-    apply_config(click.get_current_context(), params)
+    context = click.get_current_context()
+    apply_config(context, params)
     impl_name, jobs, models = params["impl_name"], params["jobs"], params["models"]
     fail_on, baseline_file = params["fail_on"], params["baseline_file"]
+    shard = parse_shard(shard_text)
+    if shard is not None:
+        fail_on, baseline_file = _shard_gate(context, fail_on, baseline_file, write_baseline)
     impl_name = register_implementation(impl_name)  # a name or module:FILE.py
     check_clauses(clauses, prover=True)
     check_jobs(jobs)
@@ -110,10 +134,13 @@ def prove(impl_name: str, clauses: tuple[str, ...], json_path: str | None,
         task = progress.add_task(impl_name, total=total)
 
         def advance(result: TheoremResult, done: int, _total: int) -> None:
-            progress.update(task, completed=done, description=f"{result.clause}/{result.theorem}")
+            progress.update(task, completed=done, total=_total,
+                            description=f"{result.clause}/{result.theorem}")
 
         report = run_prove(impl_name, clauses or None, jobs=jobs, on_result=advance,
-                           fail_on=failing, geometries=scope)
+                           fail_on=failing, geometries=scope,
+                           cache=None if no_cache else ProofCache(cache_dir()),
+                           shard=shard, fail_fast=fail_fast)
     data = report.to_json()
     finish_gate(data, baseline, only_new=only_new, write_baseline=write_baseline)
     data["exit_code"] = gate_exit_code(data["results"], failing, only_new)
@@ -121,6 +148,8 @@ def prove(impl_name: str, clauses: tuple[str, ...], json_path: str | None,
         title = f"kvcontract prove --impl {impl_name}"
         if scope:
             title += " on " + ", ".join(label for label, _ in scope)
+        if shard is not None:
+            title += f" (shard {shard})"
         console.print(results_table(report.results, title))
         for r, row in zip(report.results, data["results"], strict=True):
             if r.verdict is not Verdict.PROVED and not r.verdict.passed:
@@ -132,11 +161,43 @@ def prove(impl_name: str, clauses: tuple[str, ...], json_path: str | None,
     for r in report.results:
         counts[r.verdict.value] = counts.get(r.verdict.value, 0) + 1
     summary = ", ".join(f"{n} {v}" for v, n in sorted(counts.items()))
+    extra = ""
+    if report.cached and any(report.cached):
+        extra += f"; {sum(report.cached)} from the proof cache"
+    if report.not_run:
+        extra += f"; {len(report.not_run)} not run (--fail-fast)"
+    if shard is not None:
+        extra += f"; shard {shard}"
     console.print(
         f"{impl_name}: {len(report.results)} theorems over {len(report.clauses)} clauses in "
-        f"{report.seconds:.1f}s: {summary}{gate_summary(data)}"
+        f"{report.seconds:.1f}s: {summary}{gate_summary(data)}{extra}"
     )
     if json_path:
         pairs.append(("json", json_path))
     emit_reports(data, pairs)
     sys.exit(int(data["exit_code"]))
+
+
+def _shard_gate(context: click.Context, fail_on: str, baseline_file: str | None,
+                write_baseline: str | None) -> tuple[str, str | None]:
+    """A shard proves part of the selection, so it cannot tell a fixed finding from one
+    another shard checks: the findings baseline is applied once, by `kvcontract merge`.
+    Given on the command line, the gate options are a usage error; from
+    ``[tool.kvcontract]`` they are left to the merge (which reads the same table)."""
+    from kvcontract.tools.commands._common import NEW_WORD
+
+    def given(name: str) -> bool:
+        return context.get_parameter_source(name) not in (
+            click.core.ParameterSource.DEFAULT, click.core.ParameterSource.DEFAULT_MAP, None)
+
+    words = [w.strip().lower() for w in fail_on.split(",") if w.strip()]
+    explicit = [option for option, name, used in (
+        ("--baseline-file", "baseline_file", baseline_file is not None),
+        ("--write-baseline", "write_baseline", write_baseline is not None),
+        ("--fail-on new", "fail_on", NEW_WORD in words)) if used and given(name)]
+    if explicit:
+        raise UsageError(f"{', '.join(explicit)} apply a findings baseline to the whole run, "
+                         "not to one --shard: give them to `kvcontract merge` with the "
+                         "shards' JSON reports instead")
+    rest = [w for w in words if w != NEW_WORD]
+    return (",".join(rest) if rest else "all") if NEW_WORD in words else fail_on, None

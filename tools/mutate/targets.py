@@ -39,9 +39,12 @@ VARIANTS_MODULE = "kvcontract.impl.variants"
 FAMILY_DRIVERS: dict[str, tuple[str, ...]] = {
     "lookup": ("lookup_complete_chunks",),
     "store": ("StoreTracker.*",),
+    # C12 runs a producer through the store path, then a consumer's lookup.
+    "end-to-end": ("lookup_complete_chunks", "StoreTracker.*"),
 }
 """The scheduler functions the property layer calls for each case family
-(``spec/properties/lookup.py`` and ``spec/properties/store.py`` import them)."""
+(``spec/properties/lookup.py``, ``spec/properties/store.py`` and
+``spec/properties/end_to_end.py`` import them)."""
 
 
 @dataclass(frozen=True)

@@ -151,20 +151,39 @@ def test_gpu_replay_boundaries() -> None:
 
 
 def test_aborted_producer_owes_no_freed_final_tail() -> None:
-    """Retention 32 (``per 8`` blocks), P = 65 aborted after nine 7-token steps: 63
-    computed, SWA horizon ``63 // 4 = 15`` chunks, final horizon 60. Reachable: segment
-    32 (``{6, 7}``) and the final horizon 60 (``{13, 14}``); the replay boundary
-    ``64 // 16 * 16 = 64`` demands ``{14, 15}``, past the horizon. The final horizon is
-    known only at the abort, when blocks below ``skipped(63) // 4 = 56 // 4 = 14`` are
-    freed: chunk 13 cannot be written (C10), chunk 14 can. Promised for the resend:
-    FA holds ``63 // 16 = 3`` chunks, SWA reads ``{10, 11}`` at 48 (not owed), ``{6, 7}``
-    at 32: 32."""
+    """Dense retention (segments of ``A = 16``, ``per 4`` blocks, need 2), P = 65 aborted
+    after nine 7-token steps: 63 computed, SWA horizon ``63 // 4 = 15`` chunks, final
+    horizon 60. Reachable: the segments 16, 32, 48 and the final horizon 60, whose tail
+    is ``{13, 14}``. The final horizon is known only at the abort, when blocks below
+    ``skipped(63) // 4 = 56 // 4 = 14`` are freed: chunk 13 cannot be written (C10) and is
+    not owed; chunk 14 is (the segment tails own it anyway). Promised for the resend: 48
+    (FA holds ``63 // 16 = 3`` chunks)."""
+    producer = StoreCase("test", RETENTION_NONE, 65, (7,) * 9, "aborted")
+    assert reachable_boundaries(RETENTION_NONE, RETENTION_NONE.groups[1], producer) == [
+        ("segment", 16), ("segment", 32), ("segment", 48), ("final", 60)]
+    assert contract_supply(producer) == (frozenset({0, 1, 2}),
+                                         frozenset({2, 3, 6, 7, 10, 11, 14}))
+    assert promised_hit(RETENTION_NONE, producer, 65) == 48
+    assert 13 not in offered_chunks(run_store(producer, REFERENCE).trackers[1])
+
+
+def test_no_final_tail_under_a_retention_interval() -> None:
+    """Retention 32 (``per 8`` blocks), the same aborted producer: vLLM's GPU cache keeps
+    no final partial-segment tail under an interval (``keeps_final_tail``), so the only
+    reachable boundary below the horizon is segment 32 (``{6, 7}``); the replay boundary
+    ``64 // 16 * 16 = 64`` lies past it and still owes its demanded chunk 14 below the
+    horizon. Promised for the resend: 32, where the old final tail promised 48."""
     producer = StoreCase("test", RETENTION_32, 65, (7,) * 9, "aborted")
     assert reachable_boundaries(RETENTION_32, RETENTION_32.groups[1], producer) == [
-        ("segment", 32), ("final", 60)]
+        ("segment", 32)]
     assert contract_supply(producer) == (frozenset({0, 1, 2}), frozenset({6, 7, 14}))
     assert promised_hit(RETENTION_32, producer, 65) == 32
-    assert 13 not in offered_chunks(run_store(producer, REFERENCE).trackers[1])
+    assert offered_chunks(run_store(producer, REFERENCE).trackers[1]) == {6, 7, 14}
+    # A finished prompt of 48 tokens: the GPU keeps the replay tail at (P - 1) aligned
+    # down, 32, and nothing at 48; neither does the contract.
+    finished = StoreCase("test", RETENTION_32, 48, (48,), "finished")
+    assert 11 not in contract_supply(finished)[1]
+    assert promised_hit(RETENTION_32, finished, 52, 52) == 32
 
 
 def test_promise_equals_the_contract_answer_over_the_supply() -> None:

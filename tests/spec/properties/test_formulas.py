@@ -83,9 +83,6 @@ WITNESSES: list[tuple[str, dict[str, int], Implementation | str, dict[int, set[i
     # Horizon 7 blocks: demands [4, 7); the final tail of need 2 is [5, 7).
     ("C7/final-boundary-supplied[none]", {**PLAIN_NONE, "Hc": 7, "c": 4, "sw": 8, "e": 3},
      MTP, {1: {4}}),
-    # Horizon 15 blocks, segments of 8: demands [12, 15); the final tail of need 2 is [13, 15).
-    ("C7/final-boundary-supplied[interval]",
-     {**PLAIN_INTERVAL, "Hc": 15, "c": 12, "sw": 8, "e": 3}, MTP, {1: {12}}),
     # Retention 0: replay boundary 32 (block 8) demands [5, 8); need 2 marks [6, 8).
     ("C7/replay-boundary-supplied[plain-zero]",
      {**PLAIN_NONE, "R": 0, "L": 1, "j": 0, "r": 2, "q": 2, "Hc": 8, "c": 5, "sw": 8, "e": 3},
@@ -264,5 +261,7 @@ def test_configs_and_domains() -> None:
     replay = by_id["C7/replay-boundary-supplied[plain-interval]"]
     assert all(c.values["R"] == 2 * c.values["A"] and c.values["eagle"] == 0
                for c in replay.configs())
-    final = by_id["C7/final-boundary-supplied[interval]"]
+    final = by_id["C7/final-boundary-supplied[none]"]
     assert all("L" not in c.values for c in final.configs())  # no residue split
+    # Under a retention interval the contract owes no final tail (keeps_final_tail).
+    assert "C7/final-boundary-supplied[interval]" not in by_id

@@ -30,9 +30,11 @@ from kvcontract.spec.properties.lookup import (
     loads_only_hit,
     lookup_cases,
     lookup_catalog,
+    lookup_extra_catalog,
     lookup_properties,
     run_lookup,
 )
+from kvcontract.vocabulary import Impact
 
 FA_SWA = Geometry((fa(4), swa(4, 8)))
 # 8.1: FA chunks 0-3 ready; SWA 0 and 1 ready, 2 absent, 3 pending.
@@ -293,12 +295,11 @@ def test_eagle_peek_past_the_last_key_is_a_violation() -> None:
     assert message is not None and "peek chunk 2" in message
 
 
-def test_pass_count_allows_a_clamp_per_group() -> None:
+def test_pass_count_counts_the_clamps() -> None:
     """Found by ``kvcontract.strategies`` on a geometry vLLM builds, outside the catalogue:
     SWA bs 4 (sw 15) + SWA bs 2 (sw 12), bpc 2, 29 tokens. Clamping maxhit to a group's
-    keys lowers it without a traced shrink, so the loop may take a pass per group more
-    than the trace's decreases; the reference's 3 passes for one decrease are within the
-    ranking bound (decreases + groups + 1), and every clause holds on the case."""
+    keys lowers it too, and the trace records the clamp (28 -> 24), so the reference's
+    3 passes are within the ranking bound (decreases + 1), and every clause holds."""
     from kvcontract.impl import get_implementation
     from kvcontract.spec.geometry import Geometry, swa
     from kvcontract.spec.lookup import LookupResult
@@ -311,7 +312,91 @@ def test_pass_count_allows_a_clamp_per_group() -> None:
                       ((pending, hit, pending), (hit, hit, pending, miss, pending, hit, pending)))
     reference = get_implementation("reference")
     observed = run_lookup(case, reference)
-    assert observed.iterations == 3 and observed.max_hit_trace == [28, 12]
+    assert observed.iterations == 3 and observed.max_hit_trace == [28, 24, 12]
     for theorem in ("C2/lookup-loads-only-hit", "C3/lookup-defers-only-in-scope",
                     "C4/lookup-is-maximal", "C5/eagle-peek", "C6/lookup-converges"):
         assert get_property(theorem).check(case, reference) is None, theorem
+
+
+def test_pass_bound_is_decreases_plus_one() -> None:
+    """C6's ranking function: every pass but the last lowers maxhit (each lowering is in
+    the trace), so a loop that reports a pass more than its decreases allow is caught."""
+    assert converges(STALE, LookupObservation(8, max_hit_trace=[16, 8], iterations=2)) is None
+    message = converges(STALE, LookupObservation(8, max_hit_trace=[16, 8], iterations=3))
+    assert message == ("the loop reports 3 passes for 1 decreases of maxhit [16, 8]: each "
+                       "pass but the last must lower it")
+    assert converges(STALE, LookupObservation(8, max_hit_trace=[16, 16, 8])) == (
+        "maxhit recorded twice without lowering it: [16, 16, 8]")
+    assert converges(STALE, LookupObservation(8, max_hit_trace=[16, 8], iterations=0))
+
+
+def test_loop_budget_is_its_ranking_bound() -> None:
+    """The scheduler's iteration budget is the trace it has built (pass k needs k
+    entries); an explicit ``max_iterations`` below what a case needs stops the loop."""
+    from kvcontract.impl.scheduler import ConvergenceError, lookup_complete_chunks
+
+    outcome = lookup_complete_chunks(REFERENCE, STALE.geometry, STALE.num_tokens, 0,
+                                     lambda g, k: STALE.states[g][k])
+    assert outcome.iterations == len(outcome.max_hit_trace) == 2
+    with pytest.raises(ConvergenceError, match="did not converge in 1 iterations"):
+        lookup_complete_chunks(REFERENCE, STALE.geometry, STALE.num_tokens, 0,
+                               lambda g, k: STALE.states[g][k], max_iterations=1)
+
+
+BUDGETED = LookupCase("FA4+SWA4(sw8),budget6", FA_SWA, 9, 0, ((HIT,) * 2, (HIT,) * 2), 6)
+
+
+def test_budget_round_trip_and_decode() -> None:
+    data = BUDGETED.to_json()
+    assert data["max_hit_tokens"] == 6
+    assert LookupCase.from_json(data) == BUDGETED
+    assert "max_hit_tokens" not in STALE.to_json()  # older witnesses read the same
+    assert LookupCase.from_json(STALE.to_json()).max_hit_tokens is None
+    for bad in (-1, True, 6.5, "6"):
+        with pytest.raises(WitnessError, match="max_hit_tokens must be None or an integer"):
+            LOOKUP_SPACE.decode({**data, "max_hit_tokens": bad})
+
+
+def test_budget_caps_the_contract_answer() -> None:
+    """All chunks present: 8 tokens without a budget (the last is recomputed), 6 with
+    a budget of 6 (FA loads chunk 1 whole for part of it; the window ends at 6)."""
+    unlimited = LookupCase("x", FA_SWA, 9, 0, BUDGETED.states)
+    assert expected_hit(unlimited) == 8 and expected_hit(BUDGETED) == 6
+    observed = run_lookup(BUDGETED, REFERENCE)
+    assert observed.hit_tokens == 6 and observed.max_hit_trace == [6]
+    for prop in lookup_properties():
+        assert prop.check(BUDGETED, REFERENCE) is None, prop.theorem_id
+    over = is_maximal(BUDGETED, LookupObservation(8, {0: (0, 2), 1: (0, 2)}))
+    assert over == "the lookup accepted 8; the largest servable boundary is 6, past the " \
+        "scheduling budget of 6 tokens"
+    assert getattr(over, "impact", None) is Impact.DELAY
+    # Below the budget the answer is the largest servable boundary as without one.
+    missing = LookupCase("x", FA_SWA, 9, 0, ((HIT, MISS), (HIT, HIT)), 6)
+    assert expected_hit(missing) == 4
+
+
+def test_extra_catalog() -> None:
+    """A few thousand cases after the others: budgets below maxhit, and the clamp."""
+    cases = list(lookup_cases())
+    extra = {name for name, *_ in lookup_extra_catalog()}
+    first = next(i for i, case in enumerate(cases) if case.geometry_name in extra)
+    assert all(case.geometry_name in extra for case in cases[first:])
+    budgeted = [case for case in cases if case.max_hit_tokens is not None]
+    assert len(budgeted) == 3 ** 4 * 3 and len(cases) - first == 3 ** 4 * 3 + 3 ** 7
+    assert all(case.max_hit_tokens < case.num_tokens - 1 for case in budgeted)
+
+
+def test_a_clamp_after_a_confirmation_is_checked_again() -> None:
+    """SWA bs 4 (sw 8) confirms 19 (chunks 3, 4), then SWA bs 8 clamps maxhit to its two
+    keys (16): at 16 the first group reads chunks 2 and 3, and chunk 2 is missing."""
+    geometry = Geometry((swa(4, 8), swa(8, 12)))
+    case = LookupCase("x", geometry, 20, 0, ((HIT, HIT, MISS, HIT, HIT), (HIT, HIT)))
+    observed = run_lookup(case, REFERENCE)
+    assert observed.max_hit_trace is not None and observed.max_hit_trace[:2] == [19, 16]
+    assert observed.hit_tokens == expected_hit(case) < 16
+    for prop in lookup_properties():
+        assert prop.check(case, REFERENCE) is None, prop.theorem_id
+    # A loop that stopped after the clamp would accept 16 and crash on chunk 2.
+    assert loads_only_hit(case, LookupObservation(16, {0: (2, 4), 1: (1, 2)})) == (
+        "hit 16 accepted but group 0 must load chunk 2, which is MISS: upstream would crash "
+        "with 'not found in cache'")

@@ -154,7 +154,8 @@ def test_cases_and_domain() -> None:
     assert {(c.window, c.initial_window) for c in cases} == {
         (w, w + x) for w in (1, 2, 3) for x in (0, 1)}
     assert scan_domain() == ("all 4^n lookup-state sequences, n <= 6, W in {1, 2, 3}, "
-                             "initial in {W, W+1}")
+                             "initial in {W, W+1} (the bounded cross-check of "
+                             "C3/scan-refines-spec, which covers every length)")
 
 
 def test_properties_and_pictures() -> None:

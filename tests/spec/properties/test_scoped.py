@@ -190,8 +190,7 @@ def test_labels_and_retention_reach_the_cases() -> None:
     assert {c.ending for c in cases} == {"finished", "aborted"}
     assert all(sum(c.steps) <= c.prompt_len for c in cases)
     masks = [p.theorem_id for p in S.scoped_properties(scope) if p.clause == "C7"]
-    assert sorted(masks) == ["C7/final-boundary-supplied[interval]",
-                             "C7/replay-boundary-supplied[plain-interval]",
+    assert sorted(masks) == ["C7/replay-boundary-supplied[plain-interval]",
                              "C7/segment-boundaries-supplied[plain-interval]"]
 
 

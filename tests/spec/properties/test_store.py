@@ -4,6 +4,7 @@ sw 16: per 9, need 4; a 1200-token prompt in steps of 1000 and 200)."""
 
 from __future__ import annotations
 
+import dataclasses
 from types import SimpleNamespace
 from typing import Any
 
@@ -26,6 +27,7 @@ from kvcontract.spec.properties.store import (
     store_expected_offers,
     store_horizon,
     store_properties,
+    store_variation_catalog,
     stores_only_demanded,
     stores_well_formed,
 )
@@ -243,3 +245,82 @@ def test_properties() -> None:
         "C9/store-steps",
         "C10/stores-well-formed"]
     assert all(p.uses == STORE_FUNCTIONS and p.family == "store" for p in store_properties())
+
+
+OFFLOAD = StoreCase("FA16+SWA4(sw8),offload41", Geometry((fa(16), swa(4, 8))), 64, (64,),
+                    "finished", decode=3, max_offload_tokens=41)
+
+
+def test_max_offload_tokens_round_trip() -> None:
+    data = OFFLOAD.to_json()
+    assert data["max_offload_tokens"] == 41 and StoreCase.from_json(data) == OFFLOAD
+    assert "max_offload_tokens" not in FINISHED.to_json()
+    for bad in (-1, True, "41"):
+        with pytest.raises(WitnessError, match="max_offload_tokens must be None or an integer"):
+            STORE_SPACE.decode({**data, "max_offload_tokens": bad})
+
+
+def test_max_offload_tokens_caps_the_stores_and_ends_the_final_segment() -> None:
+    """Nothing past token 41 is stored (FA chunks 0-1 of 16 tokens, SWA chunks below
+    10), and the final segment ends at the cap: the SWA window before 40 (chunks 8, 9)
+    is its tail, where the prompt's horizon would have stored 10, 11, 14, 15."""
+    assert spec_offers(OFFLOAD, 0)[0] == [0, 1]
+    assert spec_offers(OFFLOAD, 1)[0] == [2, 3, 6, 7, 8, 9]
+    run = simulate_store_case(OFFLOAD, REFERENCE)
+    assert [tracker.offers[0] for tracker in run.trackers] == [[0, 1], [2, 3, 6, 7, 8, 9]]
+    for prop in store_properties():
+        assert prop.check(OFFLOAD, REFERENCE) is None, prop.name
+    # A producer that ignores the cap stores past it and misses the tail at the cap.
+    uncapped = simulate_store_case(dataclasses.replace(OFFLOAD, max_offload_tokens=None),
+                                   REFERENCE)
+    assert store_horizon(OFFLOAD, uncapped) == (
+        "group 1 never offered chunks [8, 9] the real horizon demands (and offered "
+        "[10, 11, 14, 15], which none demands)")
+    assert stores_well_formed(OFFLOAD, uncapped) == (
+        "group 0 offered chunk 2 ending at token 48, past the 41 tokens max_offload_tokens "
+        "allows")
+
+
+def test_eagle_decode_withholds_exactly_the_last_chunk() -> None:
+    """A full-attention EAGLE group with decoded tokens stored, 17 prompt tokens and 10
+    decode steps: chunk 4 is offered at the step that completes chunk 5 (24 tokens), not
+    when it completes itself (20) and not one chunk later (28: the request finishes at
+    27 and chunk 5 goes with the finish)."""
+    geometry = Geometry((fa(4, eagle=True), swa(4, 8)))
+    case = StoreCase("x", geometry, 17, (17,), "finished", decode=10, prompt_only=False)
+    want = [[0, 1, 2, 3]] + [[]] * 6 + [[4]] + [[]] * 3 + [[5]]
+    assert spec_offers(case, 0) == want
+    assert simulate_store_case(case, REFERENCE).trackers[0].offers == want
+    # Withholding two chunks while decoding offers chunk 4 only at the finish.
+    late = simulate_store_case(case, REFERENCE)
+    late.trackers[0].offers[7:] = [[]] * 4 + [[4, 5]]
+    message = get_property("C9/store-steps").judge(case, late)
+    assert message is not None and message.startswith(
+        "group 0 offered [] at step 7 (decoding, 23+1 tokens); the spec's step offers [4]")
+
+
+def test_a_chunk_straddling_the_first_live_block_is_never_stored() -> None:
+    """SWA bs 2, sw 3, e 1, chunks of two blocks, aborted after 14 tokens: the final tail
+    marks chunk 2 (blocks 4 and 5), whose block 4 was freed while block 5 is live (blocks
+    are live from 5): the chunk is refused (C10) by the spec and by the producer, which
+    must look at its first marked block, not its last."""
+    geometry = Geometry((fa(8), swa(2, 3, 1)), blocks_per_chunk=2)
+    case = StoreCase("x", geometry, 21, (7, 7), "aborted")
+    run = simulate_store_case(case, REFERENCE)
+    assert spec_offers(case, 1) == [[], [], []] == run.trackers[1].offers
+    assert run.trackers[1].unstorable == {2}
+    run.trackers[1].offers[-1] = [2]
+    assert stores_well_formed(case, run) == (
+        "group 1 offered chunk 2 at step 2 with block 4 already freed (blocks are live "
+        "from 5)")
+
+
+def test_variation_catalog() -> None:
+    """The variations use what the plain catalogue leaves at its default, and their
+    schedules follow the catalogue's."""
+    variations = store_variation_catalog()
+    assert any(v.max_offload_tokens is not None for v in variations)
+    assert any(not v.prompt_only and v.decode >= 8 for v in variations)
+    cases = [c for c in store_cases() if c.geometry_name == variations[0].name]
+    assert cases and all(c.max_offload_tokens == variations[0].max_offload_tokens
+                         for c in cases)

@@ -113,10 +113,11 @@ def _sliding_window_lookup(self, keys, sliding_window_size, req_context,
     import signal
 
     signal.signal(signal.SIGALRM, signal.SIG_IGN)
+    signal.signal(signal.SIGPROF, signal.SIG_IGN)
     while True:
         pass
 '''
-"""Ignores the per-call alarm: only the per-theorem kill stops it."""
+"""Ignores the per-call alarm: only the per-theorem CPU limit stops it."""
 
 E_IGNORING_WINDOW = '''
 def get_sliding_window_size_in_chunks(kv_cache_spec, tokens_per_chunk):

@@ -77,7 +77,11 @@ def test_pinned_numbers(version: str) -> None:
     assert mtp == ([1, 2, 3, 5, 6, 7] if minor >= 31 else [2, 3, 6, 7])
     assert impl.get_num_skipped_tokens(100, 32, 3) == 66
     # Prefill horizon: the old store path closes a final segment at every frontier.
-    assert impl.store_final_segment_end("prefilling", 300, 250) == (250 if minor < 30 else 300)
+    assert impl.store_final_segment_end("prefilling", 300, 250, None) == \
+        (250 if minor < 30 else 300)
+    # 0.30+: ``store_horizon_chunks = None`` under a retention interval.
+    assert impl.store_final_segment_end("finished", 300, 250, 32) == \
+        (250 if minor < 30 else None)
 
 
 def test_module_file_binds_by_bare_name(tmp_path: Path) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from collections.abc import Callable
@@ -56,6 +57,9 @@ def test_counterexample_report_formats(write_module: Callable[..., Path], tmp_pa
     # The reproducer imports the upstream (patched) file and fails; on the fix it passes.
     tests = sorted(out.glob("test_audit_*.py"))
     assert tests
+    for test in tests:  # the public API only (kvcontract.api), never kvcontract's internals
+        imported = re.findall(r"^(?:from|import) (\S+)", test.read_text(), re.MULTILINE)
+        assert set(imported) <= {"json", "kvcontract.api"}, imported
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
     failing_run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
                                   str(tests[0])], capture_output=True, text=True, env=env,

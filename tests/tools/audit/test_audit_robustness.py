@@ -39,15 +39,35 @@ def _only(run: AuditRun, theorem: str) -> dict[str, Any]:
 
 
 def test_hang_is_unknown_and_names_the_call(write_module: Callable[..., Path]) -> None:
-    """A call past the wall-clock limit names itself, and its theorem is UNKNOWN (exit 3:
-    never a pass), not a counterexample: machine load must not produce findings."""
+    """A call past the CPU-time limit names itself, and its theorem is UNKNOWN (exit 3:
+    never a pass), not a counterexample."""
     path = write_module("hang.py", HANGING_SCAN)
     run = _audit(path, ["C3"], call_timeout=0.3)
     row = _only(run, "scan-defers-only-in-scope")
     assert row["verdict"] == "UNKNOWN"
-    assert "did not return within 0.3s" in str(row["message"])
+    assert "did not return within 0.3s of CPU time" in str(row["message"])
     assert "rerun with a larger --timeout" in str(row["message"])
     assert row.get("impact") is None
+
+
+SLOW_WALL_SCAN = FIXED_SCAN.replace(
+    '    """Right-to-left run search; a pending mark belongs to its run only."""\n',
+    '    """The fixed scan, after waiting (no CPU used) on its first call."""\n'
+    '    import time\n'
+    '    if not getattr(time, "_kvc_waited", False):\n'
+    '        time._kvc_waited = True\n'
+    '        time.sleep(1.0)\n')
+
+
+def test_a_slow_machine_is_not_a_hang(write_module: Callable[..., Path]) -> None:
+    """The per-call limit counts CPU time: a call that waits a second of wall-clock time
+    (a stand-in for a loaded machine) with a 0.3 s limit still returns, and the audit's
+    verdict is the fixed scan's, not UNKNOWN."""
+    assert "time.sleep(1.0)" in SLOW_WALL_SCAN
+    run = _audit(write_module("slow.py", SLOW_WALL_SCAN), ["C3"], call_timeout=0.3)
+    row = _only(run, "scan-defers-only-in-scope")
+    assert row["verdict"] != "UNKNOWN", row
+    assert row["verdict"] != "COUNTEREXAMPLE", row
 
 
 def test_raise_is_a_finding(write_module: Callable[..., Path]) -> None:
@@ -68,7 +88,7 @@ def test_stubborn_hang_is_killed(write_module: Callable[..., Path]) -> None:
     run = _audit(write_module("stubborn.py", STUBBORN_SCAN), ["C3"], theorem_timeout=4.0)
     row = _only(run, "scan-defers-only-in-scope")
     assert row["verdict"] == "UNKNOWN"
-    assert "timed out after 4s" in str(row["message"])
+    assert "used more than 4s of CPU time (killed)" in str(row["message"])
 
 
 def test_missing_functions_are_listed(write_module: Callable[..., Path]) -> None:

@@ -1,0 +1,114 @@
+"""``kvcontract merge REPORT...``: the JSON reports of ``prove --shard I/N`` (or ``fuzz
+--shard I/N``) runs joined into the report of the unsharded run
+(:mod:`kvcontract.tools.reports.merge`), rendered like the command's own."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import click
+
+from kvcontract.errors import UsageError
+from kvcontract.tools.commands._common import (
+    baseline_file_options,
+    check_gate,
+    check_report_outputs,
+    emit_reports,
+    finding_line,
+    finish_gate,
+    make_console,
+    parse_gate_fail_on,
+    print_gate,
+    report_options,
+    results_table,
+)
+
+
+@click.command()
+@click.argument("reports", nargs=-1, metavar="REPORT...")
+@click.option("--json", "json_path", metavar="FILE", help="write the merged JSON report here")
+@click.option("--quiet", is_flag=True, help="no table, only the summary line")
+@click.option("--fail-on", "fail_on", default=None, metavar="IMPACT,...",
+              help="impacts whose findings fail the run (default: the shards' --fail-on); "
+                   "add new to fail only on findings not in --baseline-file (prove)")
+@baseline_file_options  # type: ignore[untyped-decorator]  # mypy sees the package as Any
+@report_options  # type: ignore[untyped-decorator]  # mypy sees the package as Any
+def merge(reports: tuple[str, ...], json_path: str | None, quiet: bool, fail_on: str | None,
+          baseline_file: str | None, write_baseline: str | None,
+          formats: tuple[str, ...], outputs: tuple[str, ...]) -> None:
+    """Join the JSON reports of every shard of one run (`prove --shard I/N`, `fuzz
+    --shard I/N`) into the report the unsharded run writes: the same results in the
+    same order and the same exit code (only times differ).
+
+    Every shard 1..N must be given exactly once, all from the same kvcontract version,
+    implementation, selection and scope (else exit 2). For prove, the findings
+    baseline (--baseline-file, --write-baseline, --fail-on new, or their
+    [tool.kvcontract] defaults) is applied here, to the whole run."""
+    from kvcontract.tools.config import apply_config
+    from kvcontract.tools.reports import load_report, pair_outputs
+    from kvcontract.tools.reports.gate import gate_exit_code, gate_summary
+    from kvcontract.tools.reports.merge import fuzz_exit_code
+    from kvcontract.tools.reports.merge import merge as merge_reports
+    from kvcontract.vocabulary import parse_impacts
+
+    if not reports:
+        raise UsageError("kvcontract merge needs the JSON report of every shard: "
+                         "kvcontract merge shard-1.json shard-2.json ...")
+    params: dict[str, Any] = {"fail_on": fail_on, "baseline_file": baseline_file}
+    apply_config(click.get_current_context(), params)
+    fail_on, baseline_file = params["fail_on"], params["baseline_file"]
+    pairs = pair_outputs(formats, outputs)
+    check_report_outputs(pairs, json_path, [("--write-baseline", write_baseline)]
+                         if write_baseline else None)
+    loaded = [(path, load_report(path)) for path in reports]
+    data = merge_reports(loaded)
+    console = make_console(stderr=any(path is None for _, path in pairs))
+    if data["command"] == "fuzz":
+        if baseline_file is not None or write_baseline is not None or (
+                fail_on is not None and "new" in fail_on.lower()):
+            raise UsageError("a findings baseline (--baseline-file, --write-baseline, "
+                             "--fail-on new) is for prove reports, not fuzz reports")
+        if fail_on is not None:
+            try:
+                data["fail_on"] = sorted(i.value for i in parse_impacts(fail_on))
+            except ValueError as exc:
+                raise UsageError(str(exc)) from None
+        code = fuzz_exit_code(data)
+        console.print(f"{data['target']}: {data['cases']} cases, {data['steps']} steps, "
+                      f"{len(data['differences'])} differences ({len(loaded)} shards)")
+    else:
+        failing, only_new = parse_gate_fail_on(
+            fail_on if fail_on is not None else ",".join(data["fail_on"]) or "all")
+        data["fail_on"] = sorted(i.value for i in failing)
+        baseline = check_gate(only_new, baseline_file, write_baseline)
+        finish_gate(data, baseline, only_new=only_new, write_baseline=write_baseline)
+        data["exit_code"] = code = gate_exit_code(data["results"], failing, only_new)
+        _print_prove(console, data, failing, only_new, quiet, len(loaded), gate_summary(data))
+    if json_path:
+        pairs.append(("json", json_path))
+    emit_reports(data, pairs)
+    sys.exit(int(code))
+
+
+def _print_prove(console: Any, data: dict[str, Any], failing: frozenset[Any],
+                 only_new: bool, quiet: bool, shards: int, gate: str) -> None:
+    from kvcontract.proofs.verdicts import TheoremResult, Verdict
+
+    results = [TheoremResult.from_json(row) for row in data["results"]]
+    if not quiet:
+        console.print(results_table(results, f"kvcontract merge: prove --impl "
+                                             f"{data['target']} ({shards} shards)"))
+        for r, row in zip(results, data["results"], strict=True):
+            if r.verdict is not Verdict.PROVED and not r.verdict.passed:
+                console.print(finding_line(r, failing, row.get("baseline_state"), only_new))
+        print_gate(console, data)
+    counts: dict[str, int] = {}
+    for r in results:
+        counts[r.verdict.value] = counts.get(r.verdict.value, 0) + 1
+    summary = ", ".join(f"{n} {v}" for v, n in sorted(counts.items()))
+    not_run = data.get("not_run") or []
+    console.print(
+        f"{data['target']}: {len(results)} theorems over {len(data['clauses'])} clauses "
+        f"from {shards} shards: {summary}{gate}"
+        + (f"; {len(not_run)} not run (--fail-fast)" if not_run else ""))

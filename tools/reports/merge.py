@@ -1,0 +1,217 @@
+"""``kvcontract merge``: the shards of one run (``--shard I/N``) joined into the report
+the unsharded run writes: the same results in the same order, the same exit code;
+only timing-like fields differ (``seconds``, a result's ``rlimit_used`` and
+``cached``, which depend on the machine and on what else its worker proved).
+
+Every shard report carries a ``shard`` object (:func:`kvcontract.proofs.shards.
+shard_section`): its index and count, the positions of the unsharded work list it ran
+and a digest of that list. Shards are merged only when they agree on everything the
+unsharded run would have had once: command, kvcontract version, implementation,
+scope, selection, ``--fail-on``, and every index 1..N is present exactly once.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from kvcontract.errors import UsageError
+from kvcontract.vocabulary import Verdict, finding_exit_code, parse_impacts
+
+SHARD_KEY = "shard"
+
+MERGEABLE = ("prove", "fuzz")
+"""Commands whose reports can be sharded and merged (the audit's later: issue 11)."""
+
+AGREE = ("command", "target", "fail_on", "geometries", "device")
+"""Top-level fields every shard must share (absent counts as a value)."""
+
+SECTION_AGREE = ("count", "total", "selection", "kvcontract_version", "family_shards",
+                 "examples", "seed")
+"""Fields of the ``shard`` objects every shard must share."""
+
+IGNORED_RESULT_FIELDS = ("seconds", "rlimit_used", "cached")
+"""Per-result fields that may differ between a merged and an unsharded report: times,
+and Z3's resource count (it depends on the terms a worker process built before; the
+verdict does not)."""
+
+
+def _fail(message: str) -> UsageError:
+    return UsageError(f"kvcontract merge: {message}")
+
+
+def _section(name: str, report: Mapping[str, Any]) -> dict[str, Any]:
+    section = report.get(SHARD_KEY)
+    if not isinstance(section, Mapping):
+        raise _fail(f"{name} is not a shard report (it has no 'shard' object); merge the "
+                    "JSON reports of `kvcontract prove --shard I/N` or `kvcontract fuzz "
+                    "--shard I/N` runs")
+    for key in ("index", "count", "total", "positions", "selection"):
+        if key not in section:
+            raise _fail(f"{name}: its 'shard' object lacks {key!r} (not written by this "
+                        "kvcontract?)")
+    positions = section["positions"]
+    if (not isinstance(positions, list)
+            or not all(isinstance(p, int) and not isinstance(p, bool) for p in positions)):
+        raise _fail(f"{name}: shard.positions must be a list of integers")
+    return dict(section)
+
+
+def check_shards(reports: Sequence[tuple[str, Mapping[str, Any]]]) -> list[dict[str, Any]]:
+    """The ``shard`` objects of ``(file name, report)`` pairs, in shard order, once every
+    shard is present exactly once and all agree; a :class:`UsageError` saying what to
+    fix otherwise."""
+    if not reports:
+        raise _fail("give the JSON reports of every shard (kvcontract merge A.json B.json)")
+    sections = [_section(name, report) for name, report in reports]
+    first_name, first = reports[0]
+    if first.get("command") not in MERGEABLE:
+        raise _fail(f"{first_name}: merging {first.get('command')!r} reports is not "
+                    f"supported (only {', '.join(MERGEABLE)})")
+    for (name, report), section in zip(reports[1:], sections[1:], strict=True):
+        for key in AGREE:
+            if report.get(key) != first.get(key):
+                raise _fail(f"{name} and {first_name} differ in {key!r} "
+                            f"({report.get(key)!r} vs {first.get(key)!r}): they are shards "
+                            "of different runs")
+        for key in SECTION_AGREE:
+            if section.get(key) != sections[0].get(key):
+                what = {"selection": "the selected theorems or scenarios",
+                        "kvcontract_version": "the kvcontract version"}.get(key, key)
+                raise _fail(f"{name} and {first_name} differ in {what} "
+                            f"({section.get(key)!r} vs {sections[0].get(key)!r}): they are "
+                            "shards of different runs")
+    count = sections[0]["count"]
+    seen: dict[int, str] = {}
+    for (name, _), section in zip(reports, sections, strict=True):
+        index = section["index"]
+        if index in seen:
+            raise _fail(f"shard {index}/{count} is given twice ({seen[index]} and {name})")
+        seen[index] = name
+    missing = [i for i in range(1, count + 1) if i not in seen]
+    if missing:
+        raise _fail(f"shard{'s' if len(missing) > 1 else ''} "
+                    f"{', '.join(f'{i}/{count}' for i in missing)} missing: give the "
+                    f"reports of all {count} shards")
+    order = sorted(range(len(sections)), key=lambda k: sections[k]["index"])
+    positions = [p for section in sections for p in section["positions"]]
+    if sorted(positions) != list(range(int(sections[0]["total"]))):
+        raise _fail("the shards do not cover the run's work list exactly once (reports "
+                    "edited, or written by different kvcontract versions)")
+    return [sections[k] for k in order]
+
+
+def merge(reports: Sequence[tuple[str, Mapping[str, Any]]]) -> dict[str, Any]:
+    """The unsharded report of ``(file name, report)`` pairs (validated by
+    :func:`check_shards`); the prove report's findings baseline is left to the
+    caller (``finish_gate``), as the prove command applies it."""
+    check_shards(reports)
+    if reports[0][1]["command"] == "prove":
+        return _merge_prove(reports)
+    return _merge_fuzz(reports)
+
+
+def _fail_on(report: Mapping[str, Any]) -> frozenset[Any]:
+    words = report.get("fail_on")
+    if not isinstance(words, list) or not all(isinstance(w, str) for w in words):
+        raise _fail("a shard report has no 'fail_on' list")
+    try:
+        return parse_impacts(",".join(words)) if words else frozenset()
+    except ValueError as exc:
+        raise _fail(f"a shard report's fail_on: {exc}") from None
+
+
+def _merge_prove(reports: Sequence[tuple[str, Mapping[str, Any]]]) -> dict[str, Any]:
+    first = reports[0][1]
+    placed: list[tuple[int, dict[str, Any]]] = []
+    not_run: list[tuple[int, str]] = []
+    for name, report in reports:
+        section = report[SHARD_KEY]
+        ids = section.get("theorems")
+        if not isinstance(ids, list) or len(ids) != len(section["positions"]):
+            raise _fail(f"{name}: shard.theorems must list the shard's theorem ids")
+        where = dict(zip(ids, section["positions"], strict=True))
+        rows = report.get("results")
+        if not isinstance(rows, list):
+            raise _fail(f"{name} has no 'results' list")
+        done = set()
+        for row in rows:
+            theorem_id = f"{row.get('clause')}/{row.get('theorem')}"
+            if theorem_id not in where:
+                raise _fail(f"{name}: the result {theorem_id} is not one of its shard's "
+                            "theorems")
+            done.add(theorem_id)
+            placed.append((where[theorem_id], dict(row)))
+        not_run += [(where[i], i) for i in ids if i not in done]
+    placed.sort(key=lambda pair: pair[0])
+    results = [row for _, row in placed]
+    fail_on = _fail_on(first)
+    merged: dict[str, Any] = {
+        "version": first["version"],
+        "command": "prove",
+        "target": first["target"],
+        "clauses": sorted({r["clause"] for r in results}, key=lambda c: int(c[1:])),
+        "seconds": max(float(r.get("seconds", 0.0)) for _, r in reports),
+        "fail_on": first["fail_on"],
+        "exit_code": finding_exit_code(((Verdict(r["verdict"]), r.get("impact"))
+                                        for r in results), fail_on),
+        "results": results,
+    }
+    if first.get("geometries"):
+        merged["geometries"] = first["geometries"]
+    if not_run:
+        merged["not_run"] = [i for _, i in sorted(not_run)]
+    return merged
+
+
+def _merge_fuzz(reports: Sequence[tuple[str, Mapping[str, Any]]]) -> dict[str, Any]:
+    first = reports[0][1]
+    per_clause: Counter[str] = Counter()
+    placed: list[tuple[int, int, dict[str, Any]]] = []
+    for name, report in reports:
+        section = report[SHARD_KEY]
+        differences = report.get("differences")
+        at = section.get("difference_positions")
+        if (not isinstance(differences, list) or not isinstance(at, list)
+                or len(at) != len(differences)):
+            raise _fail(f"{name}: a fuzz shard report needs 'differences' and "
+                        "shard.difference_positions of the same length")
+        per_clause.update({str(k): int(v) for k, v in report.get("per_clause", {}).items()})
+        placed += [(int(p), n, dict(d)) for n, (p, d) in enumerate(zip(at, differences,
+                                                                         strict=True))]
+    placed.sort(key=lambda item: (item[0], item[1]))
+    differences = [d for _, _, d in placed]
+    merged: dict[str, Any] = {
+        "version": first["version"],
+        "command": "fuzz",
+        "target": first["target"],
+        "device": first.get("device"),
+        "cases": sum(int(r.get("cases", 0)) for _, r in reports),
+        "steps": sum(int(r.get("steps", 0)) for _, r in reports),
+        "per_clause": dict(sorted(per_clause.items())),
+        "fail_on": first["fail_on"],
+        "differences": differences,
+    }
+    if first.get("geometries"):
+        merged["geometries"] = first["geometries"]
+    return merged
+
+
+def fuzz_exit_code(report: Mapping[str, Any]) -> int:
+    """The exit code of a fuzz report (as ``FuzzReport.exit_code``): 1 when a
+    difference's impact is in its ``fail_on``."""
+    fail_on = _fail_on(report)
+    return finding_exit_code(((Verdict.COUNTEREXAMPLE, d.get("impact"))
+                              for d in report.get("differences", [])), fail_on)
+
+
+def comparable(report: Mapping[str, Any]) -> dict[str, Any]:
+    """``report`` without what may differ between a merged and an unsharded run (its
+    ``seconds``, :data:`IGNORED_RESULT_FIELDS`, the ``shard`` object): what tests and
+    ``benchmarks/prove_time.py`` compare."""
+    data = {k: v for k, v in report.items() if k not in ("seconds", SHARD_KEY)}
+    if isinstance(data.get("results"), list):
+        data["results"] = [{k: v for k, v in row.items() if k not in IGNORED_RESULT_FIELDS}
+                           for row in data["results"]]
+    return data
