@@ -288,6 +288,8 @@ def compare(base: Binding, base_run: AuditRun, target: Binding, run: AuditRun,
     for clause in sorted(set(base_summary) | set(new_summary), key=lambda c: int(c[1:])):
         b = base_summary.get(clause, {}).get("status", "not checked")
         t = new_summary.get(clause, {}).get("status", "not checked")
+        # A clause with latent findings only holds on every geometry vLLM builds.
+        b, t = ("holds" if s == "latent" else s for s in (b, t))
         used = sorted(_clause_fields(clause, run.rows + base_run.rows))
         diffs = [fields[f] for f in used if f in fields and fields[f]["result"] == "different"]
         entry: dict[str, Any] = {"clause": clause, "baseline_status": b, "target_status": t,

@@ -82,7 +82,7 @@ _STYLE: dict[str, str] = {
 _STATUS_STYLE = {"found": "green", "derived": "cyan", "inferred": "cyan", "missing": "yellow",
                  "error": "bold red"}
 _CLAUSE_STYLE = {"holds": "green", "violated": "bold red", "unknown": "yellow",
-                 "not checked": "yellow"}
+                 "not checked": "yellow", "latent": "cyan"}
 
 
 def print_bindings(console: Console, report: dict[str, Any]) -> None:
