@@ -282,12 +282,12 @@ def lookup_complete_chunks(
                         confirmed[g] = max_hit
                         continue
                     deferred_at[g] = min(max_hit, (found - eagle) * tpc)
+            assert found is not None  # every deferring path above ends the group's turn
             if eagle:
                 # The peek chunk is looked up, never loaded: pop it, once per boundary.
                 if peeked:
                     outcome.pops[g] = outcome.pops.get(g, 0) + 1
                     outcome.popped_at.append((g, max_hit))
-                assert found is not None
                 found -= 1
             boundary = min(max_hit, found * tpc)
             if boundary < max_hit:

@@ -154,12 +154,12 @@ def _tree_files() -> list[Path]:
 
     files: list[Path] = []
     for package in (kvcontract.spec, kvcontract.proofs):
-        folder = Path(package.__file__).resolve().parent
+        folder = Path(str(package.__file__)).resolve().parent
         files.extend(p for p in folder.rglob("*") if p.suffix in (".py", ".json")
                      and p.is_file() and "__pycache__" not in p.parts)
-    impl = Path(kvcontract.impl.__file__).resolve().parent
-    core = Path(kvcontract.__file__).resolve().parent
-    mutate = Path(kvcontract.tools.mutate.__file__).resolve().parent
+    impl = Path(str(kvcontract.impl.__file__)).resolve().parent
+    core = Path(str(kvcontract.__file__)).resolve().parent
+    mutate = Path(str(kvcontract.tools.mutate.__file__)).resolve().parent
     files += [impl / "bundle.py", core / "vocabulary.py", core / "errors.py",
               mutate / "targets.py", mutate / "operators.py"]
     return sorted(set(files))

@@ -41,7 +41,7 @@ from kvcontract.spec.properties.base import (
 from kvcontract.spec.properties.unbounded import InductiveProperty, NotAFold
 
 
-class SymbolicEnv(Env):  # type: ignore[misc]  # mypy sees the package as Any (ARCHITECTURE.md)
+class SymbolicEnv(Env):
     """The variables of one query as Z3 terms (some may be concrete ints)."""
 
     def __init__(self, values: Mapping[str, Num]) -> None:

@@ -206,6 +206,17 @@ def _segment_tokens(values: Mapping[str, int]) -> int:
     return values["A"] if values["R"] < 0 else values["R"]
 
 
+def _alignment_tokens(values: Mapping[str, int]) -> int:
+    return values["A"]
+
+
+def _residue_configs(eagle: bool, retention: str,
+                     step_tokens: Callable[[Mapping[str, int]], int]) -> list[Config]:
+    """The mask configurations of ``eagle``/``retention``, split by the residue of the
+    boundary index (:func:`_boundary_residues`) for boundaries ``k * step_tokens``."""
+    return _boundary_residues(_mask_configs(eagle, retention), step_tokens)
+
+
 def segment_boundaries_supplied(env: Env, impl: Implementation) -> tuple[list[Bool], Bool]:
     """Every chunk a segment boundary ``k * S <= H`` demands is stored at horizon H."""
     align, block_tokens, bpc, eagle, retention = _mask_env(env)
@@ -554,9 +565,7 @@ def formula_properties() -> list[FormulaProperty]:
                     "every chunk a segment boundary demands is stored",
                     _w("k Hc c sw e q"),
                     segment_boundaries_supplied,
-                    lambda eagle=eagle, retention=retention: _boundary_residues(
-                        _mask_configs(eagle, retention), _segment_tokens
-                    ),
+                    functools.partial(_residue_configs, eagle, retention, _segment_tokens),
                     MASK_DOMAIN + f", eagle={eagle}, retention={retention}",
                     uses=MASK,
                     picture=_picture_mask,
@@ -573,7 +582,7 @@ def formula_properties() -> list[FormulaProperty]:
                 "every chunk the final horizon demands is stored",
                 _w("Hc c sw e"),
                 final_boundary_supplied,
-                lambda retention=retention: _mask_configs(False, retention),
+                functools.partial(_mask_configs, False, retention),
                 MASK_DOMAIN + f", eagle=False, retention={retention}",
                 uses=MASK,
                 picture=_picture_mask,
@@ -589,9 +598,7 @@ def formula_properties() -> list[FormulaProperty]:
                     "every chunk the replay boundary demands is stored",
                     _w("r Hc c sw e q"),
                     replay_boundary_supplied,
-                    lambda eagle=eagle, retention=retention: _boundary_residues(
-                        _mask_configs(eagle, retention), lambda v: v["A"]
-                    ),
+                    functools.partial(_residue_configs, eagle, retention, _alignment_tokens),
                     MASK_DOMAIN + f", eagle={eagle}, retention={retention}",
                     uses=MASK,
                     picture=_picture_mask,

@@ -408,9 +408,9 @@ def eagle_peek(case: LookupCase, observation: LookupObservation) -> str | None:
         _, hi = multigroup.load_range(case.geometry, group, hit, case.local_hit)
         if (g, hi) not in observation.lookups:
             return f"EAGLE group {g}: the peek chunk {hi} after hit {hit} was never looked up"
-        peek = case.states[g][hi] if hi < len(case.states[g]) else None
-        if peek != HIT:
-            shown = "absent (no key)" if peek is None else peek.name
+        peek_state = case.states[g][hi] if hi < len(case.states[g]) else None
+        if peek_state != HIT:
+            shown = "absent (no key)" if peek_state is None else peek_state.name
             return f"EAGLE group {g}: hit {hit} accepted with peek chunk {hi} {shown}, not HIT"
         if observation.load_ranges is not None and observation.load_ranges[g][1] > hi:
             return f"EAGLE group {g}: the peek chunk {hi} is in the load set"

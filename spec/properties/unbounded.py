@@ -87,7 +87,7 @@ class NotAFold(Exception):
 
 
 @dataclass(frozen=True)
-class InductiveProperty(FormulaProperty):  # type: ignore[misc]  # base is Any to mypy
+class InductiveProperty(FormulaProperty):
     """A formula property whose one query is the step of an induction over the keys.
 
     The prover (:func:`kvcontract.proofs.theorem.prove_formula`) names :attr:`induction`

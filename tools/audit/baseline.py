@@ -351,7 +351,7 @@ def is_git_baseline(spec: str | None) -> bool:
 
 
 @dataclass(frozen=True)
-class GitTarget(Target):  # type: ignore[misc]  # mypy sees the package as Any
+class GitTarget(Target):
     """The audited target's files as they were at a git revision."""
 
     ref: str = ""

@@ -879,8 +879,9 @@ def _assemble_implementation(binding: Binding, fields: Fields) -> Implementation
         if name not in fields and name not in binding.missing_fields:
             binding.missing_fields[name] = "missing " + ", ".join(
                 _role_display(binding, r) for r in FIELD_ROLES[name])
-    filled = {name: fields.get(name, _missing_field(name, binding.missing_fields.get(name, "")))
-              for name in FIELD_ROLES}
+    filled: dict[str, Any] = {
+        name: fields.get(name, _missing_field(name, binding.missing_fields.get(name, "")))
+        for name in FIELD_ROLES}
     return Implementation(
         name=binding.target.name, description=binding.target.display(), **filled)
 

@@ -134,7 +134,10 @@ def make_runner(binding: Binding) -> Callable[..., UpstreamOutcome]:
                                  sliding_window_size_in_chunks=window(spec, tpc),
                                  kv_cache_spec=spec, is_eagle_group=group.eagle)
             if load_window is not None:
-                config.load_window_size_in_chunks = types.MethodType(load_window, config)
+                # A method upstream's loop calls on the config (0.30+), bound from the
+                # release; the stand-in dataclass has no such field.
+                setattr(config, "load_window_size_in_chunks",  # noqa: B010
+                        types.MethodType(load_window, config))
             configs.append(config)
         full = [i for i, c in enumerate(configs) if c.sliding_window_size_in_chunks is None]
         sliding = sorted((i for i, c in enumerate(configs)

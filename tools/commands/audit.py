@@ -56,10 +56,10 @@ MIN_TIMEOUT = 0.001
 @click.option("--require-complete", "require_complete", is_flag=True,
               help="exit 3 when any theorem could not be checked (a function the target "
                    "lacks), even if every checked one holds")
-@geometry_options  # type: ignore[untyped-decorator]  # mypy sees the package as Any
-@gate_fail_on_option  # type: ignore[untyped-decorator]  # mypy sees the package as Any
-@baseline_file_options  # type: ignore[untyped-decorator]  # mypy sees the package as Any
-@report_options  # type: ignore[untyped-decorator]  # mypy sees the package as Any
+@geometry_options
+@gate_fail_on_option
+@baseline_file_options
+@report_options
 def audit(target: str, baseline: str | None, clauses: tuple[str, ...], json_path: str | None,
           timeout: float, budget: int, jobs: int | None, reproducer_dir: str | None,
           picture_dir: str | None, quiet: bool, require_complete: bool,

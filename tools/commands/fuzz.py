@@ -48,9 +48,9 @@ MAX_EXAMPLES = 10_000_000
               help="run only shard I of N (1-based) of the scenarios (seed scenarios, the "
                    "--matrix, the state machine as one unit), split by a static cost; "
                    "join the shards' JSON reports with `kvcontract merge`")
-@geometry_options  # type: ignore[untyped-decorator]  # mypy sees the package as Any
-@fail_on_option  # type: ignore[untyped-decorator]  # mypy sees the package as Any
-@report_options  # type: ignore[untyped-decorator]  # mypy sees the package as Any
+@geometry_options
+@fail_on_option
+@report_options
 def fuzz(impl_name: str, matrix: bool, device: str, examples: int, seed: int,
          json_path: str | None, quiet: bool, shard_text: str | None,
          models: tuple[str, ...],

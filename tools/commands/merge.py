@@ -32,8 +32,8 @@ from kvcontract.tools.commands._common import (
 @click.option("--fail-on", "fail_on", default=None, metavar="IMPACT,...",
               help="impacts whose findings fail the run (default: the shards' --fail-on); "
                    "add new to fail only on findings not in --baseline-file (prove)")
-@baseline_file_options  # type: ignore[untyped-decorator]  # mypy sees the package as Any
-@report_options  # type: ignore[untyped-decorator]  # mypy sees the package as Any
+@baseline_file_options
+@report_options
 def merge(reports: tuple[str, ...], json_path: str | None, quiet: bool, fail_on: str | None,
           baseline_file: str | None, write_baseline: str | None,
           formats: tuple[str, ...], outputs: tuple[str, ...]) -> None:

@@ -69,10 +69,10 @@ def shown_witness(witness: dict[str, object]) -> str:
 @click.option("--fail-fast", "fail_fast", is_flag=True,
               help="stop at the first counterexample that fails the run (--fail-on); "
                    "the theorems not yet proved are listed as not run")
-@geometry_options  # type: ignore[untyped-decorator]  # mypy sees the package as Any
-@gate_fail_on_option  # type: ignore[untyped-decorator]  # mypy sees the package as Any
-@baseline_file_options  # type: ignore[untyped-decorator]  # mypy sees the package as Any
-@report_options  # type: ignore[untyped-decorator]  # mypy sees the package as Any
+@geometry_options
+@gate_fail_on_option
+@baseline_file_options
+@report_options
 def prove(impl_name: str, clauses: tuple[str, ...], json_path: str | None,
           jobs: int | None, quiet: bool, no_cache: bool, shard_text: str | None,
           fail_fast: bool, models: tuple[str, ...],
