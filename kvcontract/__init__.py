@@ -52,29 +52,10 @@ if TYPE_CHECKING:
         prove,
         register_implementation,
         replay,
+        replay_audit,
     )
 
 __version__ = "0.1.0"
-
-_API = (
-    "ContractViolation",
-    "FuzzReport",
-    "Geometry",
-    "Impact",
-    "Implementation",
-    "ProveReport",
-    "TheoremResult",
-    "Verdict",
-    "assert_contract",
-    "audit",
-    "fuzz",
-    "implementation_names",
-    "load_implementation",
-    "prove",
-    "register_implementation",
-    "replay",
-)
-"""Names served from :mod:`kvcontract.api` on first access."""
 
 __all__ = [  # noqa: RUF022 - the API names first, then the errors
     "ContractViolation",
@@ -93,6 +74,7 @@ __all__ = [  # noqa: RUF022 - the API names first, then the errors
     "prove",
     "register_implementation",
     "replay",
+    "replay_audit",
     "GeometryError",
     "InputFileError",
     "KvContractError",
@@ -104,6 +86,12 @@ __all__ = [  # noqa: RUF022 - the API names first, then the errors
     "WitnessError",
     "__version__",
 ]
+
+_API = frozenset(__all__) - {*(e.__name__ for e in (
+    GeometryError, InputFileError, KvContractError, ProofError, UnknownClauseError,
+    UnknownPropertyError, UnknownTargetError, UsageError, WitnessError)), "__version__"}
+"""Names served from :mod:`kvcontract.api` on first access (the rest of ``__all__`` is
+imported above)."""
 
 
 def __getattr__(name: str) -> Any:

@@ -76,6 +76,10 @@ def test_exports() -> None:
                  "Implementation", "ContractViolation", "UsageError", "WitnessError"):
         assert name in kvcontract.__all__ and getattr(kvcontract, name) is not None
     assert kvcontract.prove is api.prove
+    # Every public name of the API module is served by the package too.
+    exported = {n for n in api.__all__ if n != "IMPL_ENV"}
+    assert exported <= set(kvcontract.__all__)
+    assert all(getattr(kvcontract, n) is getattr(api, n) for n in exported)
     assert issubclass(kvcontract.ContractViolation, AssertionError)
     assert kvcontract.ProveReport.__name__ == "ProveReport"
     with pytest.raises(AttributeError):

@@ -198,25 +198,17 @@ def upstream_lookup_theorems(binding: Binding,
         return LookupObservation(outcome.hit_tokens, lookups=outcome.lookups)
 
     base = properties[0].space if properties else LOOKUP_SPACE
-    from kvcontract.tools.audit.store import every_case, share_cases
+    from kvcontract.tools.audit.store import every_case, filtered_space
 
+    # The lookup family's cases (less the budgeted ones where the release's loop takes no
+    # budget): the engine walks both together, so the contract's answer for a case (a
+    # per-case memo) is computed once.
     if takes_budget(binding):
-        space = dataclasses.replace(base, family="upstream-lookup",
-                                    observe=LastCase(observe_upstream))
-        # The same cases as the lookup family's: the engine walks both together, so the
-        # contract's answer for a case (a per-case memo) is computed once.
-        share_cases(space, base, every_case)
+        space = filtered_space(base, "upstream-lookup", LastCase(observe_upstream),
+                               every_case, None)
     else:
-        base_cases, base_describe = base.cases, base.describe
-
-        def unbudgeted(case: LookupCase) -> bool:
-            return case.max_hit_tokens is None
-
-        space = dataclasses.replace(
-            base, family="upstream-lookup", observe=LastCase(observe_upstream),
-            cases=lambda: (c for c in base_cases() if unbudgeted(c)),
-            describe=lambda: f"{base_describe()}; {BUDGET_NOTE}")
-        share_cases(space, base, unbudgeted)
+        space = filtered_space(base, "upstream-lookup", LastCase(observe_upstream),
+                               lambda case: case.max_hit_tokens is None, BUDGET_NOTE)
     return [
         dataclasses.replace(prop, name=f"upstream-{prop.name}", space=space,
                             description=f"upstream's loop: {prop.description}")

@@ -410,7 +410,7 @@ MAMBA_NOTE = ("geometries with a Mamba group are left out: upstream stores a Mam
 
 _SHARED: dict[int, tuple[CaseSpace[Any, Any], CaseSpace[Any, Any], Callable[[Any], bool]]] = {}
 """``id(space) -> (space, base space, which base cases are the space's)`` of the spaces
-:func:`_without_mamba` derives (the space is held, so its id stays its own)."""
+:func:`filtered_space` derives (the space is held, so its id stays its own)."""
 
 
 def shared_cases(space: CaseSpace[Any, Any]) -> tuple[CaseSpace[Any, Any],
@@ -438,19 +438,26 @@ def every_case(case: Any) -> bool:
     return True
 
 
-def _without_mamba(space: CaseSpace[Any, Any], family: str, observe: Callable[[Any, Any], Any],
-                   geometry_of: Callable[[Any], Geometry]) -> CaseSpace[Any, Any]:
+def filtered_space(space: CaseSpace[Any, Any], family: str,
+                   observe: Callable[[Any, Any], Any], accepts: Callable[[Any], bool],
+                   note: str | None) -> CaseSpace[Any, Any]:
+    """``space`` observed by ``observe`` as family ``family``, over the cases ``accepts``
+    keeps (in ``space``'s order); ``note`` (why the others are left out) ends its domain
+    text. Recorded with :func:`share_cases`, so the engine walks both together."""
     base_cases, base_describe = space.cases, space.describe
-
-    def accepts(case: Any) -> bool:
-        return not _has_mamba(geometry_of(case))
-
     derived = dataclasses.replace(
         space, family=family, observe=observe,
         cases=lambda: (c for c in base_cases() if accepts(c)),
-        describe=lambda: f"{base_describe()}; {MAMBA_NOTE}")
+        describe=(base_describe if note is None
+                  else lambda: f"{base_describe()}; {note}"))
     share_cases(derived, space, accepts)
     return derived
+
+
+def _without_mamba(space: CaseSpace[Any, Any], family: str, observe: Callable[[Any, Any], Any],
+                   geometry_of: Callable[[Any], Geometry]) -> CaseSpace[Any, Any]:
+    return filtered_space(space, family, observe,
+                          lambda case: not _has_mamba(geometry_of(case)), MAMBA_NOTE)
 
 
 def upstream_store_theorems(binding: Binding,
