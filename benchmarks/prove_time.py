@@ -10,8 +10,11 @@ the times include the interpreter, the imports and reading the cache:
 2. cached: the same command again; every theorem is read back from the cache;
 3. shards: ``--shard I/N --no-cache`` for I = 1..N (proved again, not read from the
    cache), then ``kvcontract merge``; the merged report must equal the cold run's,
-   times and Z3 resource counts aside (:func:`kvcontract.tools.reports.merge.
-   comparable`).
+   times aside (:func:`kvcontract.tools.reports.merge.comparable`): the verdicts and
+   Z3's resource counts too;
+4. serial: ``--jobs 1 --no-cache`` (with ``--serial``): the same report again, resource
+   counts included (every theorem is proved from the same process state,
+   :mod:`kvcontract.proofs.pool`).
 
 Targets (issues 2 and 11): cold < 30 s and cached < 2 s on a 2-core machine. The load
 average and the CPU seconds of each run (its worker processes included) are printed
@@ -77,6 +80,8 @@ def main() -> None:
                         help="shards of the merge check (0: skip it)")
     parser.add_argument("--clause", action="append", default=[])
     parser.add_argument("--top", type=int, default=10)
+    parser.add_argument("--serial", action="store_true",
+                        help="also prove with --jobs 1 and compare the reports")
     args = parser.parse_args()
     from kvcontract.tools.reports.merge import comparable
 
@@ -121,6 +126,14 @@ def main() -> None:
             equal = comparable(merged) == comparable(report) and merged_code == code
             print(f"merged {args.shards} shards ({total:.1f} s in all, exit {merged_code}) "
                   f"equal the unsharded report (times aside): {equal}")
+        if args.serial:
+            seconds, serial_code = _run([*common, "--no-cache", "--jobs", "1", "--json",
+                                         str(work / "serial.json")], env)
+            serial = json.loads((work / "serial.json").read_text())
+            same_serial = comparable(serial) == comparable(report) and serial_code == code
+            print(f"serial: {seconds:6.2f} s (--jobs 1, exit {serial_code}) equals the "
+                  f"parallel report, Z3 resource counts included: {same_serial}")
+            equal = equal and same_serial
         print("slowest theorems (cold):")
         for r in sorted(report["results"], key=lambda r: -r["seconds"])[: args.top]:
             print(f"  {r['seconds']:7.2f}s  {r['clause']}/{r['theorem']}  {r['verdict']}  "

@@ -1,24 +1,25 @@
 """The prover: select theorems, run them for an implementation, collect results.
 
 Theorems are independent, so they run in parallel worker processes (one per core by
-default). Each worker rebuilds the catalogue and runs theorems by index, so nothing but
-indices and :class:`TheoremResult` objects cross process boundaries.
+default), each unit of work in a fresh child (:mod:`kvcontract.proofs.pool`: a
+theorem's verdict never depends on what its worker proved before). Each child runs
+theorems of the catalogue by index, so nothing but indices and :class:`TheoremResult`
+objects cross process boundaries.
 """
 
 from __future__ import annotations
 
-import contextlib
-import multiprocessing
+import functools
 import os
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from typing import Any
 
 from kvcontract.errors import UsageError
 from kvcontract.impl.variants import get_implementation
 from kvcontract.proofs.cache import ProofCache
+from kvcontract.proofs.pool import TaskRunner
 from kvcontract.proofs.shards import Shard, partition, selection_digest, shard_section
 from kvcontract.proofs.theorem import (
     ShardOutcome,
@@ -231,98 +232,92 @@ def prove(
 
     get_implementation(impl_name)  # validate early: a clear error before any work
     scope: Scope = tuple((str(label), geometry) for label, geometry in geometries)
-    theorems = catalog(scope)
-    selected = select(clauses, scope)
-    if jobs is None:
-        # From the whole selection, not the shard's: the family shard count (in the
-        # families' details) must be the unsharded run's.
-        jobs = max(1, min(len(selected), os.cpu_count() or 1))
-    if jobs < 1:
-        raise UsageError(f"--jobs must be at least 1, not {jobs}")
-    started = time.perf_counter()
-    family_shards = FAMILY_SHARDS if jobs > 1 else 1
-    groups = _groups(theorems, selected)
-    costs = _costs(theorems, groups) if shard is not None or fail_fast else None
-    section: dict[str, Any] | None = None
-    if shard is not None:
-        assert costs is not None
-        mine = set(partition(costs, shard.count)[shard.index - 1])
-        groups = [g for i, g in enumerate(groups) if i in mine]
-        costs = [c for i, c in enumerate(costs) if i in mine]
-        kept = {i for g in groups for i in g}
-        ids = [theorems[i].theorem_id for i in selected]
-        section = shard_section(
-            shard, [p for p, i in enumerate(selected) if i in kept], len(selected),
-            selection_digest(ids, [[label, g.to_dict()] for label, g in scope]),
-            theorems=[theorems[i].theorem_id for i in selected if i in kept],
-            family_shards=family_shards)
-    indices = sorted(i for g in groups for i in g)
-    results: dict[int, TheoremResult] = {}
-    from_cache: set[int] = set()
-    stop = False
+    # Forked before anything that depends on --jobs, the cache or the order of results:
+    # every task starts from this state, so a theorem's Z3 history, and so its verdict,
+    # never depends on which worker ran what before it (proofs/pool.py).
+    with TaskRunner(prepare=functools.partial(catalog, scope)) as runner:
+        theorems = catalog(scope)
+        selected = select(clauses, scope)
+        if jobs is None:
+            jobs = max(1, min(len(selected), os.cpu_count() or 1))
+        if jobs < 1:
+            raise UsageError(f"--jobs must be at least 1, not {jobs}")
+        started = time.perf_counter()
+        # Not from --jobs: the family shard count is in the families' details, and a
+        # report must not depend on the number of cores.
+        family_shards = FAMILY_SHARDS
+        groups = _groups(theorems, selected)
+        costs = _costs(theorems, groups) if shard is not None or fail_fast else None
+        section: dict[str, Any] | None = None
+        if shard is not None:
+            assert costs is not None
+            mine = set(partition(costs, shard.count)[shard.index - 1])
+            groups = [g for i, g in enumerate(groups) if i in mine]
+            costs = [c for i, c in enumerate(costs) if i in mine]
+            kept = {i for g in groups for i in g}
+            ids = [theorems[i].theorem_id for i in selected]
+            section = shard_section(
+                shard, [p for p, i in enumerate(selected) if i in kept], len(selected),
+                selection_digest(ids, [[label, g.to_dict()] for label, g in scope]),
+                theorems=[theorems[i].theorem_id for i in selected if i in kept],
+                family_shards=family_shards)
+        indices = sorted(i for g in groups for i in g)
+        results: dict[int, TheoremResult] = {}
+        from_cache: set[int] = set()
+        stop = False
 
-    def finished(members: Sequence[int], outcome: Sequence[TheoremResult]) -> None:
-        nonlocal stop
-        for index, result in zip(members, outcome, strict=True):
-            results[index] = result
-            if on_result:
-                on_result(result, len(results), len(indices))
-        if fail_fast and finding_exit_code(
-                ((r.verdict, r.impact) for r in outcome), fail_on) == EXIT_FINDING:
-            stop = True
+        def finished(members: Sequence[int], outcome: Sequence[TheoremResult]) -> None:
+            nonlocal stop
+            for index, result in zip(members, outcome, strict=True):
+                results[index] = result
+                if on_result:
+                    on_result(result, len(results), len(indices))
+            if fail_fast and finding_exit_code(
+                    ((r.verdict, r.impact) for r in outcome), fail_on) == EXIT_FINDING:
+                stop = True
 
-    keys: dict[int, str | None] = {}
-    if cache is not None:
-        from kvcontract.proofs.cache import group_key, theorem_keys
-
-        keys = theorem_keys(impl_name, theorems, groups, scope, family_shards)
-        remaining = []
-        for group, cost in zip(groups, costs or [0.0] * len(groups), strict=True):
-            key = group_key(keys, group)
-            hit = cache.get(key, len(group)) if key is not None and not stop else None
-            if hit is None:
-                remaining.append((group, cost))
-                continue
-            from_cache.update(group)
-            finished(group, hit)
-        groups = [g for g, _ in remaining]
-        costs = [c for _, c in remaining] if costs is not None else None
-
-    tasks = [] if stop else _tasks(impl_name, groups, family_shards, scope, costs,
-                                   cheapest_first=fail_fast)
-    pending_shards: dict[tuple[int, ...], list[ShardOutcome]] = {}
-
-    def collect(task: Task, outcome: list[TheoremResult] | ShardOutcome) -> None:
-        _, members, _, shards, _ = task
-        if isinstance(outcome, list):
-            merged = outcome
-        else:
-            done = pending_shards.setdefault(members, [])
-            done.append(outcome)
-            if len(done) < shards:
-                return
-            family = [t for t in (theorems[i] for i in members) if isinstance(t, CaseProperty)]
-            merged = finish_family(family, done)
+        keys: dict[int, str | None] = {}
         if cache is not None:
-            key = group_key(keys, members)
-            if key is not None:
-                cache.put(key, merged)
-        finished(members, merged)
+            from kvcontract.proofs.cache import group_key, theorem_keys
 
-    if jobs == 1:
-        for task in tasks:
-            collect(*_run_task(task))
+            keys = theorem_keys(impl_name, theorems, groups, scope, family_shards)
+            remaining = []
+            for group, cost in zip(groups, costs or [0.0] * len(groups), strict=True):
+                key = group_key(keys, group)
+                hit = cache.get(key, len(group)) if key is not None and not stop else None
+                if hit is None:
+                    remaining.append((group, cost))
+                    continue
+                from_cache.update(group)
+                finished(group, hit)
+            groups = [g for g, _ in remaining]
+            costs = [c for _, c in remaining] if costs is not None else None
+
+        tasks = [] if stop else _tasks(impl_name, groups, family_shards, scope, costs,
+                                       cheapest_first=fail_fast)
+        pending_shards: dict[tuple[int, ...], list[ShardOutcome]] = {}
+
+        def collect(task: Task, outcome: list[TheoremResult] | ShardOutcome) -> None:
+            _, members, _, shards, _ = task
+            if isinstance(outcome, list):
+                merged = outcome
+            else:
+                done = pending_shards.setdefault(members, [])
+                done.append(outcome)
+                if len(done) < shards:
+                    return
+                family = [t for t in (theorems[i] for i in members) if isinstance(t, CaseProperty)]
+                merged = finish_family(family, done)
+            if cache is not None:
+                key = group_key(keys, members)
+                if key is not None:
+                    cache.put(key, merged)
+            finished(members, merged)
+
+        for _, (task, outcome) in runner.run(_run_task, tasks, jobs):
+            collect(task, outcome)
             if stop:
                 break
-    else:
-        context = multiprocessing.get_context("fork" if os.name == "posix" else "spawn")
-        with ProcessPoolExecutor(max_workers=jobs, mp_context=context) as pool:
-            futures = [pool.submit(_run_task, task) for task in tasks]
-            for future in as_completed(futures):
-                collect(*future.result())
-                if stop:
-                    _cancel(pool)
-                    break
     ordered = [i for i in indices if i in results]
     return ProveReport(
         target=impl_name,
@@ -335,18 +330,3 @@ def prove(
         not_run=[theorems[i].theorem_id for i in indices if i not in results],
         shard=section,
     )
-
-
-def _cancel(pool: ProcessPoolExecutor) -> None:
-    """``--fail-fast``: end the queued and the running tasks now (a family shard may
-    run for many seconds more; its result is no longer wanted)."""
-    # The executor has no public way to stop a running task: end its workers (this
-    # process's own children). The executor then fails every pending future with
-    # BrokenProcessPool, which nobody reads. Futures are not cancelled first: Python
-    # 3.11's executor raises InvalidStateError in its thread on a cancelled future of a
-    # broken pool.
-    workers = getattr(pool, "_processes", None) or {}
-    for process in list(workers.values()):
-        with contextlib.suppress(OSError, AttributeError, ValueError):
-            process.terminate()
-    pool.shutdown(wait=True)

@@ -22,6 +22,7 @@ A child that dies (a segfault, ``os._exit``, a MemoryError) is reported the same
 
 from __future__ import annotations
 
+import gc
 import multiprocessing
 import os
 import resource
@@ -63,6 +64,11 @@ def _limit_cpu(seconds: float) -> None:
 
 def _child(job: Job, conn: Connection, call_timeout: float | None,
            cpu_limit: float) -> None:
+    # A full collection first resets the collector's counters: when it runs decides
+    # when Z3 terms are freed and so which ids Z3 recycles (its search depends on
+    # them), and the parent's allocations between forks would otherwise shift it from
+    # child to child (kvcontract.proofs.pool).
+    gc.collect()
     _limit_cpu(cpu_limit)
     binding_mod.set_call_timeout(call_timeout)
     if "torch" in sys.modules:
@@ -94,6 +100,9 @@ def run_jobs(
     if os.name != "posix":  # pragma: no cover - the audit relies on fork and setitimer
         raise RuntimeError("kvcontract audit needs a POSIX system (fork, setitimer)")
     context = multiprocessing.get_context("fork")
+    # Free the cyclic garbage (Z3 terms among it) now, not at a moment that depends on
+    # how many results have come back: every child then forks from the same Z3 state.
+    gc.collect()
     pending = list(jobs)
     running: dict[Any, tuple[str, Any, float]] = {}
     results: dict[str, Outcome] = {}

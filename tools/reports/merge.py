@@ -1,7 +1,9 @@
 """``kvcontract merge``: the shards of one run (``--shard I/N``) joined into the report
 the unsharded run writes: the same results in the same order, the same exit code;
-only timing-like fields differ (``seconds``, a result's ``rlimit_used`` and
-``cached``, which depend on the machine and on what else its worker proved).
+only timing-like fields differ (``seconds`` and a result's ``cached``). Z3's resource
+counts (``rlimit_used``) must be equal too: every theorem is proved in a fresh child of
+one template process (:mod:`kvcontract.proofs.pool`), so its count depends on the
+theorem and the commit, not on what else a machine proved.
 
 Every shard report carries a ``shard`` object (:func:`kvcontract.proofs.shards.
 shard_section`): its index and count, the positions of the unsharded work list it ran
@@ -31,10 +33,9 @@ SECTION_AGREE = ("count", "total", "selection", "kvcontract_version", "family_sh
                  "examples", "seed")
 """Fields of the ``shard`` objects every shard must share."""
 
-IGNORED_RESULT_FIELDS = ("seconds", "rlimit_used", "cached")
+IGNORED_RESULT_FIELDS = ("seconds", "cached")
 """Per-result fields that may differ between a merged and an unsharded report: times,
-and Z3's resource count (it depends on the terms a worker process built before; the
-verdict does not)."""
+and whether the result was read from the proof cache."""
 
 
 def _fail(message: str) -> UsageError:
