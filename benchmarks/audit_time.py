@@ -6,7 +6,8 @@ Usage: ``python benchmarks/audit_time.py [VERSION] [--jobs N] [--model NAME ...]
 kvcontract cache (only the audited ``.py`` files are unpacked; ``KVCONTRACT_VLLM_CACHE``
 may point at an unpacked tree) and audited as ``kvcontract audit --target vllm:PATH
 --model all`` does (every preset at bpc 1, 4 and 16); ``--model`` names other presets,
-``--catalogue`` audits the built-in catalogues instead (no ``--model``).
+``--catalogue`` audits the built-in catalogues instead (no ``--model``); ``--shard I/N``
+times one shard (``kvcontract audit --shard I/N``).
 
 Two cores are often shared: the CPU time (user + system, this process and its sandbox
 children) and the load average are printed next to the wall time, since the wall time
@@ -21,6 +22,8 @@ import os
 import resource
 import time
 
+from kvcontract.errors import UsageError
+from kvcontract.proofs.shards import parse_shard
 from kvcontract.tools.audit.binding import bind
 from kvcontract.tools.audit.engine import AuditOptions, clause_summary, run_audit
 from kvcontract.tools.audit.targets import resolve_target
@@ -50,7 +53,13 @@ def main() -> None:
                         help="a preset name or 'all' (repeatable; default: all)")
     parser.add_argument("--catalogue", action="store_true",
                         help="audit the built-in catalogues (no --model)")
+    parser.add_argument("--shard", default=None, metavar="I/N",
+                        help="time only shard I of N (kvcontract audit --shard I/N)")
     args = parser.parse_args()
+    try:
+        shard = parse_shard(args.shard)
+    except UsageError as exc:
+        parser.error(str(exc))
     models = () if args.catalogue else tuple(args.model or ["all"])
     tree = fetch_release(args.version)
     load = os.getloadavg()
@@ -58,13 +67,16 @@ def main() -> None:
     cpu_started = _cpu_seconds()
     geometries = tuple(resolve_geometries(models, ())) if models else ()
     binding = bind(resolve_target(f"vllm:{tree}"))
-    run = run_audit(binding, AuditOptions(jobs=args.jobs, geometries=geometries))
+    run = run_audit(binding, AuditOptions(jobs=args.jobs, geometries=geometries,
+                                          shard=shard))
     elapsed = time.perf_counter() - started
     cpu = _cpu_seconds() - cpu_started
     summary = ", ".join(f"{e['clause']} {e['status']}"
                         for e in clause_summary(run.rows, run.unchecked))
     scope = f"--model {' '.join(models)} ({len(geometries)} geometries)" if models \
         else "the catalogues"
+    if args.shard:
+        scope += f", shard {args.shard}"
     print(f"vllm {args.version}, {scope}: {len(run.rows)} theorems, "
           f"{len(run.unchecked)} not checked")
     print(f"clauses: {summary}")

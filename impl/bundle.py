@@ -11,6 +11,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from kvcontract.impl import reference as _reference
+
 
 @dataclass(frozen=True)
 class Implementation:
@@ -36,3 +38,24 @@ class Implementation:
     violates: tuple[str, ...] = ()
     """Clauses the variant is known to violate (empty for the reference)."""
     notes: dict[str, str] = field(default_factory=dict)
+    # The store step's decisions (``StoreTracker.step`` calls them; pure, so the prover
+    # lifts them for every schedule). They default to the reference's, so a bundle that
+    # predates them (an audit binding, a user's bundle) keeps the reference's store step.
+    get_num_offloadable_tokens: Callable[..., Any] = _reference.get_num_offloadable_tokens
+    """``(status, num_computed, num_scheduled, num_tokens, prompt_len,
+    max_offload_tokens, offload_prompt_only)``: the tokens whose KV this step may store."""
+    store_step_bounds: Callable[..., tuple[Any, Any, Any, Any]] = _reference.store_step_bounds
+    """``(status, offloadable_tokens, prompt_len, max_offload_tokens, tokens_per_chunk,
+    use_eagle, next_stored_chunk_idx)``: ``(first candidate, end of the candidates,
+    stored index after the step, prompt horizon in chunks)``."""
+    store_chunk_offered: Callable[..., tuple[Any, Any]] = _reference.store_chunk_offered
+    """``(status, offered_before, has_marked_block, first_marked_block,
+    first_live_block)``: ``(offer, unstorable)`` of one candidate chunk."""
+    # One group's turn of the multi-group lookup (``lookup_complete_chunks`` folds it over
+    # the groups; pure, so the prover lifts it for every state). The reference's by
+    # default, like the store step's decisions.
+    multigroup_lookup_step: Callable[..., tuple[Any, ...]] = (
+        _reference.multigroup_lookup_step)
+    """``(max_hit, confirmed, deferred, local_hit, tokens_per_chunk, num_keys, eagle,
+    mamba, scan)``: ``(max_hit, confirmed, deferred, scanned_at, ended, popped)`` after
+    the group's turn (:func:`kvcontract.impl.reference.multigroup_lookup_step`)."""

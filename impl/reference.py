@@ -178,6 +178,82 @@ def prefix_lookup(lookup: LookupFn, start: int, end: int) -> int | None:
     return start + count
 
 
+LOOKUP_GOES_ON = 0
+"""The group's turn left the multi-group lookup running (:func:`multigroup_lookup_step`)."""
+LOOKUP_NO_CHUNK = 1
+"""The group has less than one chunk beyond the local hit at the boundary: answer L."""
+LOOKUP_NOTHING_BEYOND = 2
+"""The group shrank the boundary to the local hit or below: answer L."""
+
+
+def multigroup_lookup_step(
+    max_hit: Any,
+    confirmed: Any,
+    deferred: Any,
+    local_hit: Any,
+    tokens_per_chunk: Any,
+    num_keys: Any,
+    eagle: Any,
+    mamba: Any,
+    scan: Callable[[Any, Any, Any, bool], Any],
+) -> tuple[Any, Any, Any, Any, Any, Any]:
+    """One group's turn of the multi-group lookup at boundary ``max_hit``.
+
+    ``confirmed``: the group confirmed ``max_hit`` already; ``deferred``: it deferred at
+    ``max_hit``. ``scan(start, stop, at, present_view)`` is the group's scan of keys
+    ``[start, stop)`` for boundary ``at`` (``present_view``: HIT_PENDING counted as
+    HIT), answering the end index it confirms or None. Returns ``(max_hit, confirmed,
+    deferred, scanned_at, ended, popped)``: the boundary after the turn and the group's
+    two flags there, the boundary it scanned at (``max_hit`` clamped to its keys), a
+    ``LOOKUP_*`` code, and whether an EAGLE group popped its peek chunk. The caller
+    (``impl/scheduler.lookup_complete_chunks``, the fold driver) drops every other
+    group's flags whenever ``max_hit`` changes, since they were for a larger boundary.
+    Pure and loop-free, so the prover lifts it for every state and every group.
+    """
+    if confirmed:  # nothing left to check at this boundary
+        return max_hit, True, deferred, max_hit, LOOKUP_GOES_ON, False
+    if max_hit > num_keys * tokens_per_chunk:
+        max_hit = num_keys * tokens_per_chunk  # not enough keys: a smaller boundary
+        deferred = False  # a deferral was for the larger boundary
+    start = local_hit // tokens_per_chunk
+    if max_hit // tokens_per_chunk <= start:
+        return max_hit, False, deferred, max_hit, LOOKUP_NO_CHUNK, False
+    end = _cdiv(max_hit, tokens_per_chunk)
+    peek = 1 if eagle else 0  # an EAGLE group looks up one chunk past the boundary
+    peeked = bool(peek)
+    verified = True  # whether the proposed boundary was checked by a scan
+    deferred_here = False
+    if peek and end + 1 > num_keys:
+        # No key for the peek chunk: propose one chunk less, unscanned, to be re-checked.
+        peeked = False
+        verified = False
+        found = end
+    elif mamba and max_hit % tokens_per_chunk:
+        found = max_hit // tokens_per_chunk  # a Mamba state exists only at chunk ends
+        verified = False
+    else:
+        found = scan(start, end + peek, max_hit, False)  # through the peek chunk ``end``
+        if found is None:
+            # Deferred by a pending key of the window it found. Scan again with pending
+            # keys counted as present to learn which boundary that window serves: the
+            # defer holds only if that boundary is the final one (C3).
+            found = scan(start, end + peek, max_hit, True)
+            if found is None:  # a RETRY: location unknown, sticky defer
+                return max_hit, True, True, max_hit, LOOKUP_GOES_ON, False
+            deferred_here = True
+    # The peek chunk is looked up, never loaded: pop it, once per boundary.
+    popped = peeked
+    found -= peek
+    boundary = found * tokens_per_chunk
+    if boundary < max_hit:
+        # Only a scan confirms a boundary; a proposal must be re-checked. A deferral
+        # recorded here is for exactly this boundary.
+        if boundary <= local_hit:
+            return boundary, False, False, max_hit, LOOKUP_NOTHING_BEYOND, popped
+        return boundary, verified, deferred_here, max_hit, LOOKUP_GOES_ON, popped
+    return max_hit, True, deferred or deferred_here, max_hit, LOOKUP_GOES_ON, popped
+
+
 # -- store reachability (producer) ---------------------------------------------------
 def segment_blocks(segment_tokens: Any, block_tokens: Any) -> Any:
     """Blocks per store segment. A segment (the alignment ``A``, or a retention interval,
@@ -326,3 +402,63 @@ def get_num_offloadable_tokens(
     if offload_prompt_only and tokens > prompt_len:
         tokens = prompt_len
     return tokens
+
+
+# -- the store step's decisions (pure, so the prover lifts them for every schedule) ----------
+def store_step_bounds(
+    status: RequestStatus | str,
+    offloadable_tokens: Any,
+    prompt_len: Any,
+    max_offload_tokens: Any | None,
+    tokens_per_chunk: Any,
+    use_eagle: Any,
+    next_stored_chunk_idx: Any,
+) -> tuple[Any, Any, Any, Any]:
+    """One store step's chunk bounds: ``(first candidate, end of the candidates, stored
+    index after the step, prompt horizon in chunks)``.
+
+    The candidates are ``[first, end)``: the complete chunks of the offloadable tokens
+    (an EAGLE group's last one is volatile while decoding; with no chunk complete that
+    leaves -1, an empty range either way), from the stored index while the request runs
+    and from chunk 0 on finish or abort (the real horizon reconsiders every chunk not
+    offered yet). The stored index never moves back. The prompt horizon is what vLLM's
+    offloading connector stores of the prompt at most (``max_offload_tokens``), where a
+    final segment ends while the request runs (:func:`store_final_segment_end`).
+    """
+    end = offloadable_tokens // tokens_per_chunk
+    if use_eagle and status == RequestStatus.DECODING:
+        end -= 1
+    first = 0 if status in ENDED_STATUSES else next_stored_chunk_idx
+    next_after = next_stored_chunk_idx
+    if end > next_after:
+        next_after = end
+    prompt_tokens = prompt_len
+    if max_offload_tokens is not None and max_offload_tokens < prompt_tokens:
+        prompt_tokens = max_offload_tokens
+    return first, end, next_after, prompt_tokens // tokens_per_chunk
+
+
+def store_chunk_offered(
+    status: RequestStatus | str,
+    offered_before: Any,
+    has_marked_block: Any,
+    first_marked_block: Any,
+    first_live_block: Any,
+) -> tuple[Any, Any]:
+    """Whether a candidate chunk of this store step is offered to ``prepare_store``, and
+    whether it is unstorable: ``(offer, unstorable)``.
+
+    ``has_marked_block`` and ``first_marked_block`` summarize the mask over the chunk's
+    blocks (the first one ignored when none is marked). A chunk the mask marks nowhere is
+    demanded by no boundary (C8); one whose first marked block was already freed would
+    copy a null block (C10). On finish or abort the candidates start at chunk 0, so a
+    chunk offered before is skipped here; while running the candidates start at the
+    stored index, past every chunk offered so far, so the flag is not needed there.
+    """
+    if status in ENDED_STATUSES and offered_before:
+        return False, False
+    if not has_marked_block:
+        return False, False
+    if first_marked_block < first_live_block:
+        return False, True
+    return True, False

@@ -3,7 +3,8 @@
 Written in upstream's style on top of an :class:`~kvcontract.impl.bundle.Implementation`
 so that a variant's defective primitive shows up in every decision built from it.
 
-* :func:`lookup_complete_chunks` - the multi-group lookup with convergence (docs/CONTRACT.md 4.4).
+* :func:`lookup_complete_chunks` - the multi-group lookup with convergence (docs/CONTRACT.md 4.4),
+  a fold driver over the implementation's ``multigroup_lookup_step`` (4.6).
 * :class:`StoreTracker` - per request and group: which chunks were offered, the
   never-decreasing ``next_stored_chunk_idx`` and the store job of each step (section 5).
 """
@@ -13,8 +14,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
+from kvcontract.impl import reference
 from kvcontract.impl.bundle import Implementation
-from kvcontract.impl.reference import get_num_offloadable_tokens
 from kvcontract.spec.geometry import Geometry, GroupSpec
 from kvcontract.vocabulary import GroupKind, LookupResult, RequestStatus
 
@@ -145,18 +146,20 @@ def _scan_group(
     group: GroupSpec,
     lookup: Callable[[int], LookupResult],
     start: int,
-    end: int,
+    stop: int,
     max_hit: int,
     window: int | None,
 ) -> int | None:
-    """One group's scan at boundary ``max_hit``: the end index it confirms, or None
-    (``window``: W of a sliding-window group, None for the other kinds)."""
+    """One group's scan of keys ``[start, stop)`` at boundary ``max_hit``: the end index
+    it confirms, or None (``window``: W of a sliding-window group, None for the other
+    kinds). An EAGLE group's ``stop`` includes its peek chunk (the step decides it), and
+    its runs are one chunk longer."""
     eagle = 1 if group.eagle else 0
     if group.kind is GroupKind.FULL:
-        found: int | None = impl.prefix_lookup(lookup, start, end + eagle)
+        found: int | None = impl.prefix_lookup(lookup, start, stop)
         return found
     if group.kind is GroupKind.MAMBA:
-        mamba_found: int | None = impl.sliding_window_lookup(lookup, start, end, 1, 1)
+        mamba_found: int | None = impl.sliding_window_lookup(lookup, start, stop, 1, 1)
         return mamba_found
     assert group.sliding_window is not None
     assert window is not None
@@ -167,7 +170,7 @@ def _scan_group(
         )
     )
     swa_found: int | None = impl.sliding_window_lookup(
-        lookup, start, end + eagle, initial + eagle, window + eagle
+        lookup, start, stop, initial + eagle, window + eagle
     )
     return swa_found
 
@@ -197,6 +200,9 @@ def lookup_complete_chunks(
     itself deferred *for that boundary*: if another group later shrinks the boundary,
     the mark is dropped and the group is re-checked (C3). The loop ends when every group
     confirmed the same boundary; the boundary only decreases, so it terminates (C6).
+
+    Each group's turn is one ``impl.multigroup_lookup_step`` (pure, so the prover lifts
+    it for every state: docs/CONTRACT.md 4.6); this function is the fold driver over it.
     """
     windows = {g: _group_window(impl, geometry, s) for g, s in enumerate(geometry.groups)
                if s.kind is GroupKind.SLIDING_WINDOW}
@@ -209,8 +215,10 @@ def lookup_complete_chunks(
         max_hit = min(max_hit, max_hit_tokens)  # scheduling budgets cap the candidate
     outcome = LookupOutcome(hit_tokens=None, max_hit_trace=[max_hit])
 
-    confirmed: dict[int, int] = {}
-    deferred_at: dict[int, int] = {}
+    # Per group: whether it confirmed, and whether it deferred, at the current maxhit.
+    # Both lapse whenever maxhit changes (they were for a larger boundary).
+    confirmed = dict.fromkeys(order, False)
+    deferred = dict.fromkeys(order, False)
     retry_seen = False
 
     def traced(group_index: int) -> Callable[[int], LookupResult]:
@@ -225,6 +233,21 @@ def lookup_complete_chunks(
 
         return one
 
+    def scanner(group_index: int) -> Callable[[int, int, int, bool], int | None]:
+        group = geometry.groups[group_index]
+
+        def scan(start: int, stop: int, at: int, present_view: bool) -> int | None:
+            view = traced(group_index)
+            return _scan_group(impl, geometry, group,
+                               _present_view(view) if present_view else view,
+                               start, stop, at, windows.get(group_index))
+
+        return scan
+
+    scans = {g: scanner(g) for g in order}
+    # The fold driver: each group's turn is one ``impl.multigroup_lookup_step`` (pure,
+    # proved for every state by spec/properties/unbounded_lookup.py); this loop only
+    # orders the turns, records them, and drops the other groups' flags on a change.
     while True:
         outcome.iterations += 1
         # The ranking function of C6: every pass but the last lowers maxhit (a shrink or
@@ -242,72 +265,44 @@ def lookup_complete_chunks(
             )
         progressed = False
         for g in order:
-            if confirmed.get(g) == max_hit:
-                continue
             group = geometry.groups[g]
             tpc = geometry.chunk_tokens(group)
             keys = num_tokens // tpc
             if num_keys is not None:
                 keys = num_keys.get(g, keys)
-            if max_hit > keys * tpc:
-                max_hit = keys * tpc
+            before = max_hit
+            max_hit, confirmed_here, deferred_here, scanned_at, ended, popped = (
+                impl.multigroup_lookup_step(
+                    max_hit, confirmed[g], deferred[g], local_hit, tpc, keys,
+                    1 if group.eagle else 0, group.kind is GroupKind.MAMBA, scans[g],
+                )
+            )
+            if scanned_at < before:
+                outcome.max_hit_trace.append(scanned_at)  # clamped to the group's keys
+            if popped:
+                outcome.pops[g] = outcome.pops.get(g, 0) + 1
+                outcome.popped_at.append((g, scanned_at))
+            shrunk = max_hit < scanned_at
+            if shrunk:
                 outcome.max_hit_trace.append(max_hit)
-            start = local_hit // tpc
-            if max_hit // tpc <= start:
+            if ended == reference.LOOKUP_NO_CHUNK:
                 outcome.hit_tokens = local_hit
                 outcome.reason = f"group {g} has less than one chunk beyond the local hit"
                 return outcome
-            end = -(-max_hit // tpc)
-            eagle = 1 if group.eagle else 0
-            peeked = bool(eagle)
-            verified = True  # whether the proposed boundary was checked by a scan
-            if eagle and end + 1 > keys:
-                peeked = False
-                verified = False
-                found: int | None = end
-            elif group.kind is GroupKind.MAMBA and max_hit % tpc:
-                found = max_hit // tpc  # a Mamba state exists only at chunk ends
-                verified = False
-            else:
-                found = _scan_group(impl, geometry, group, traced(g), start, end, max_hit,
-                                    windows.get(g))
-                if found is None:
-                    # Deferred by a pending key of the window it found. Scan again with
-                    # pending keys counted as present to learn which boundary that window
-                    # serves: the defer holds only if that boundary is the final one (C3).
-                    found = _scan_group(impl, geometry, group, _present_view(traced(g)),
-                                        start, end, max_hit, windows.get(g))
-                    if found is None:  # a RETRY: location unknown, sticky defer
-                        deferred_at[g] = max_hit
-                        confirmed[g] = max_hit
-                        continue
-                    deferred_at[g] = min(max_hit, (found - eagle) * tpc)
-            assert found is not None  # every deferring path above ends the group's turn
-            if eagle:
-                # The peek chunk is looked up, never loaded: pop it, once per boundary.
-                if peeked:
-                    outcome.pops[g] = outcome.pops.get(g, 0) + 1
-                    outcome.popped_at.append((g, max_hit))
-                found -= 1
-            boundary = min(max_hit, found * tpc)
-            if boundary < max_hit:
-                max_hit = boundary
-                outcome.max_hit_trace.append(max_hit)
-                progressed = True
-                # Only a scan confirms a boundary; a proposal must be re-checked.
-                confirmed = {g: max_hit} if verified else {}
-                deferred_at = {k: v for k, v in deferred_at.items() if v == max_hit}
-                if max_hit <= local_hit:
-                    outcome.hit_tokens = local_hit
-                    outcome.reason = "no boundary beyond the local hit"
-                    return outcome
+            if ended == reference.LOOKUP_NOTHING_BEYOND:
+                outcome.hit_tokens = local_hit
+                outcome.reason = "no boundary beyond the local hit"
+                return outcome
+            if max_hit != before:
+                confirmed = dict.fromkeys(order, False)
+                deferred = dict.fromkeys(order, False)
+            confirmed[g], deferred[g] = bool(confirmed_here), bool(deferred_here)
+            if shrunk:
+                progressed = True  # re-check every group at the smaller boundary
                 break
-            confirmed[g] = max_hit
-            if deferred_at.get(g) != max_hit:
-                deferred_at.pop(g, None)
-        if not progressed and all(confirmed.get(g) == max_hit for g in order):
+        if not progressed and all(confirmed.values()):
             break
-    if retry_seen or any(v == max_hit for v in deferred_at.values()):
+    if retry_seen or any(deferred.values()):
         outcome.reason = "pending chunk in the window or lookup in flight"
         return outcome
     load_ranges = {
@@ -413,40 +408,35 @@ class StoreTracker:
         e.g. ``"decoding"``, is accepted too).
         """
         status = RequestStatus(status)
-        tpc = self.geometry.chunk_tokens(self.group)
-        tokens = get_num_offloadable_tokens(
+        group = self.group
+        # The decisions are the implementation's pure functions (lifted by the prover for
+        # every schedule: spec/properties/unbounded_store.py); this loop only walks the
+        # candidate range and summarizes the mask over each chunk's blocks.
+        tokens = self.impl.get_num_offloadable_tokens(
             status, num_computed, num_scheduled, num_tokens, self.prompt_len,
             self.max_offload_tokens, self.offload_prompt_only,
         )
-        end_chunk = tokens // tpc
-        if self.group.eagle and status is RequestStatus.DECODING:
-            # The last chunk of an EAGLE group is volatile while decoding. With no chunk
-            # complete this leaves -1: no candidate either way, and the index never
-            # moves back (``max`` below), so no clamp at 0 is needed.
-            end_chunk -= 1
-        prompt_tokens = self.prompt_len
-        if self.max_offload_tokens is not None:
-            prompt_tokens = min(prompt_tokens, self.max_offload_tokens)
-        final_end = self.impl.store_final_segment_end(
-            status, prompt_tokens // tpc, end_chunk, self.geometry.retention_interval
+        first, end, next_after, prompt_horizon = self.impl.store_step_bounds(
+            status, tokens, self.prompt_len, self.max_offload_tokens,
+            self.geometry.chunk_tokens(group), group.eagle, self.next_stored_chunk_idx,
         )
-        if status.ended:
-            candidates = [c for c in range(end_chunk) if c not in self.offered]
-        else:
-            candidates = list(range(self.next_stored_chunk_idx, end_chunk))
+        final_end = self.impl.store_final_segment_end(
+            status, prompt_horizon, end, self.geometry.retention_interval
+        )
         first_live = self._first_live_block(num_computed)
         new: list[int] = []
-        # Chunks at or past the stored index were never offered (the index only moves
-        # past what was offered or came from a hit), so no re-check of ``offered`` here.
-        for chunk in candidates:
+        for chunk in range(first, end):
             marked = self._marked_blocks(chunk, final_end)
-            if not marked:
-                continue
-            if min(marked) < first_live:
+            offer, unstorable = self.impl.store_chunk_offered(
+                status, chunk in self.offered, bool(marked),
+                # Blocks are listed in order: the first is the least (unused if none).
+                marked[0] if marked else 0, first_live,
+            )
+            if unstorable:
                 self.unstorable.add(chunk)
-                continue
-            new.append(chunk)
+            if offer:
+                new.append(chunk)
         self.offered.update(new)
-        self.next_stored_chunk_idx = max(self.next_stored_chunk_idx, end_chunk)
+        self.next_stored_chunk_idx = next_after
         self.offers.append(new)
         return new

@@ -5,7 +5,7 @@ runners and ``kvcontract merge`` joins their reports into the unsharded run's re
 Every shard must compute the same partition without talking to the others, so the
 partition depends only on the work list and a static cost per unit (formula
 configurations, family cases, scenario sizes), never on timings, which differ per
-machine and per run.
+machine and per run. ``prove``, ``fuzz`` and ``audit`` use it.
 """
 
 from __future__ import annotations

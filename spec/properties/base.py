@@ -31,6 +31,7 @@ from kvcontract.spec.arith import Bool, Num
 from kvcontract.spec.build import buildable
 from kvcontract.spec.clauses import get_clause
 from kvcontract.spec.geometry import Geometry
+from kvcontract.spec.lemmas import GeneralLemma
 from kvcontract.spec.lookup import LookupResult
 from kvcontract.vocabulary import Impact
 
@@ -123,6 +124,23 @@ class Env:
     def assume(self, hypotheses: Sequence[Bool]) -> None:
         """Hypotheses that prune the paths of lifted functions (nothing to do on ints)."""
 
+    def instance(self, lemma: GeneralLemma, *args: Num) -> None:
+        """An instance of a general lemma (:mod:`kvcontract.spec.lemmas`): the prover
+        proves the general form once, for all values, and uses the instance like a proved
+        lemma. On ints nothing happens."""
+
+    def requires(self, lemma: GeneralLemma) -> None:
+        """The statement relies on ``lemma``'s general form (e.g. facts it instantiates
+        over atoms that stand for terms): the prover proves it for all values before the
+        goal, and the goal is undecided if it is not. On ints nothing happens."""
+
+    def lemma(self, fact: Bool) -> None:
+        """An intermediate fact of a proof (a cut). The prover proves each lemma from the
+        hypotheses and the lemmas before it, then uses them all for the goal: a chain of
+        small nonlinear steps Z3 decides where the whole query is out of its reach. On
+        ints nothing happens: a lemma follows from the hypotheses, and the goal is
+        evaluated as stated."""
+
     def call(self, fn: Callable[..., Any], *args: Any, generalize: Sequence[int] = ()) -> Any:
         """``fn(*args)``: an implementation function enters a statement only through here."""
         del generalize
@@ -207,6 +225,20 @@ class FormulaProperty:
     symbolic_sizes: tuple[str, ...] = ()
     """Size parameters to try symbolically first (PROVED for all values if it works)."""
     symbolic_rlimit: int = 3_000_000
+    symbolic_fixed: tuple[tuple[str, int], ...] = ()
+    """``(name, value)`` pairs the symbolic-size query fixes (the rest of a
+    configuration: e.g. the kind of retention), added to its witness values."""
+    symbolic_domain: str = ""
+    """What the symbolic-size query's variables stand for, for a PROVED domain."""
+    refine_sizes: tuple[str, ...] = ()
+    """Non-empty when the symbolic-size goal is stronger than the statement on ints (a
+    witness block; it needs these sizes concrete to state the clause itself): a model
+    of it is not minimized as is; its sizes are fixed and the statement asked again."""
+    probe_configs: int = 0
+    """Configurations of the case split tried before the symbolic-size query: a defect
+    shows in the smallest sizes in milliseconds, where refuting and minimizing with
+    symbolic sizes takes minutes (measured: 136 s on a C7 mask theorem whose lemma chain
+    makes every minimization step nonlinear)."""
     rlimit: int | None = None
     """Z3 resource budget per query of the case split (``None``: the solver's default)."""
     impact: Impact | None = None

@@ -17,6 +17,8 @@ from kvcontract.spec.properties.scan import scan_properties
 from kvcontract.spec.properties.sequences import sequence_properties
 from kvcontract.spec.properties.store import store_properties
 from kvcontract.spec.properties.unbounded import unbounded_properties
+from kvcontract.spec.properties.unbounded_lookup import unbounded_lookup_properties
+from kvcontract.spec.properties.unbounded_store import unbounded_store_properties
 
 
 @functools.cache
@@ -25,7 +27,8 @@ def properties() -> tuple[Property, ...]:
     sequences, scans, lookups, stores and end-to-end runs within a clause). Built once
     per process: the objects are immutable."""
     every: list[Property] = [*formula_properties(), *unbounded_properties(),
-                             *sequence_properties(),
+                             *unbounded_lookup_properties(),
+                             *unbounded_store_properties(), *sequence_properties(),
                              *scan_properties(), *lookup_properties(), *store_properties(),
                              *end_to_end_properties()]
     order = {c.id: i for i, c in enumerate(CLAUSES)}

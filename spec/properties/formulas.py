@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Callable, Mapping
+from typing import Any
 
 from kvcontract.impl.bundle import Implementation
 from kvcontract.spec import retention as spec_ret
@@ -24,10 +25,23 @@ from kvcontract.spec.arith import (
     floordiv,
     implies,
     in_range,
+    ite,
+    ite_bool,
     max_,
+    mod,
+    not_,
     or_,
 )
 from kvcontract.spec.geometry import Geometry, fa, swa
+from kvcontract.spec.lemmas import (
+    CANCEL,
+    CDIV_BOUNDS,
+    DIV_MOD,
+    MULTIPLE_MOD,
+    MULTIPLES_EQUAL,
+    QUOTIENT_IN_PERIOD,
+)
+from kvcontract.spec.lookup import load_window_chunks
 from kvcontract.spec.models import list_presets, preset_geometries
 from kvcontract.spec.properties import domains
 from kvcontract.spec.properties.base import Config, Env, FormulaProperty, Picture
@@ -128,15 +142,37 @@ def window_not_over_demanding(env: Env, impl: Implementation) -> tuple[list[Bool
 
 
 # -- C7 / C8: store reachability ----------------------------------------------------
-def _mask_env(env: Env) -> tuple[int, int, int, bool, int | None]:
-    retention = env["R"]
-    return (
-        env["A"],
-        env["B"],
-        env["bpc"],
-        bool(env["eagle"]),
-        (None if retention < 0 else retention),
-    )
+SYMBOLIC_MASK_SIZES = ("per", "B", "bpc", "a")
+"""The sizes of the mask theorems proved for all values: the SWA block ``B``, blocks per
+chunk ``bpc`` and the alignment ``A = per * B = a * bpc`` (``a``: the FA block that makes
+the alignment, ``per``: SWA blocks per alignment)."""
+
+
+def _mask_env(env: Env) -> tuple[list[Bool], Num, Num, Num, bool, Num | None]:
+    """``(size hypotheses, A, B, bpc, eagle, retention)`` of a mask statement.
+
+    A case split's configuration fixes ``A``, ``B``, ``bpc`` and ``R`` (-1: dense
+    retention, 0: replay only, else the interval). The symbolic-size query names the
+    sizes instead (:data:`SYMBOLIC_MASK_SIZES`): ``A = per * B = a * bpc``, and an
+    interval ``R = rho * A`` (vLLM makes the interval a multiple of ``A``) when ``rho``
+    is a variable.
+    """
+    values = env.values
+    block_tokens = env["B"]
+    if "A" in values:
+        align = env["A"]
+        hyps: list[Bool] = []
+    else:
+        align = env["per"] * block_tokens
+        hyps = [block_tokens >= 1, env["per"] >= 1, env["bpc"] >= 1, env["a"] >= 1,
+                env["a"] * env["bpc"] == align]
+    retention: Num | None
+    if "rho" in values:
+        hyps.append(env["rho"] >= 1)
+        retention = env["rho"] * align
+    else:
+        retention = None if env["R"] < 0 else env["R"]
+    return hyps, align, block_tokens, env["bpc"], bool(env["eagle"]), retention
 
 
 def _chunk_stored(
@@ -146,7 +182,7 @@ def _chunk_stored(
     final_end_chunk: Num,
     replay_blocks: tuple[Num, ...],
 ) -> Bool:
-    align, block_tokens, bpc, eagle, retention = _mask_env(env)
+    _, align, block_tokens, bpc, eagle, retention = _mask_env(env)
     return any_of(
         [
             env.call(
@@ -168,8 +204,154 @@ def _chunk_stored(
     )
 
 
+def _window_block_stored(
+    env: Env,
+    impl: Implementation,
+    chunk: Num,
+    boundary_block: Num,
+    final_end_chunk: Num,
+    replay_blocks: tuple[Num, ...],
+    segment: tuple[Num, Num] | None,
+    eagle: bool,
+    final_period: Num | None = None,
+) -> Bool:
+    """Chunk ``chunk``, demanded by a boundary at block ``boundary_block``, is stored:
+    with symbolic sizes, through one witness block and a chain of lemmas.
+
+    ``bpc`` is symbolic, so the chunk's blocks cannot be enumerated: the goal names the
+    block that must be marked and asks that it lies in the chunk and that the mask marks
+    it; a stronger goal, so proving it proves the clause. In the window the witness is
+    ``max(chunk * bpc, boundary_block - need)`` (``need = cdiv(sw + e - 1, B)`` blocks
+    reach back from the boundary: the window the mask marks); an EAGLE consumer's peek
+    chunk (the chunk ``cdiv(N, tpc)`` after its window) is witnessed by its first block.
+    The lemmas (each proved before use, :meth:`Env.lemma`; division facts by instance of
+    a general lemma, :meth:`Env.instance`) split the nonlinear facts Z3 cannot decide in
+    one query: the chunk's blocks from the demanded chunk range in tokens (``lw(N)``,
+    the padding of ``N``), and, for a segment boundary ``k * S`` (``segment = (k, S)``,
+    ``S`` blocks per segment), the witness's offset in its segment.
+    """
+    _, align, block_tokens, bpc, _eagle, retention = _mask_env(env)
+    sw, e = env["sw"], env["e"]
+    chunk_tokens = block_tokens * bpc
+    boundary = boundary_block * block_tokens
+    reach = sw - 1 + e  # tokens before the boundary the window needs
+    padding = mod(-boundary, chunk_tokens)
+    end = cdiv(boundary, chunk_tokens)
+    window = load_window_chunks(boundary, sw, e, chunk_tokens)
+    need = cdiv(sw + e - 1, block_tokens)
+    peek = end * bpc  # the first block of an EAGLE consumer's peek chunk
+    in_window = chunk < end
+
+    def windowed(fact: Bool) -> Bool:
+        # An EAGLE consumer also demands the peek chunk ``end``: the window's facts are
+        # about the chunks before it.
+        return implies(in_window, fact) if eagle else fact
+
+    window_witness = max_(chunk * bpc, boundary_block - need)
+    witness = ite(in_window, window_witness, peek) if eagle else window_witness
+    # The demanded chunk's first block lies before the boundary block...
+    env.instance(DIV_MOD, -boundary, chunk_tokens)
+    env.lemma(end * chunk_tokens == boundary + padding)
+    env.lemma(windowed(chunk * block_tokens * bpc < boundary_block * block_tokens))
+    env.lemma(windowed(chunk * bpc < boundary_block))
+    # ... and its end past the first block the window needs: lw(N) * tpc bounds it.
+    env.lemma(padding >= 0)
+    env.lemma(cdiv(reach, chunk_tokens) <= cdiv(reach + padding, chunk_tokens))
+    env.lemma(window == cdiv(reach + padding, chunk_tokens))
+    env.instance(CDIV_BOUNDS, reach + padding, chunk_tokens)
+    env.lemma(chunk >= end - window)
+    env.lemma(chunk * chunk_tokens >= (end - window) * chunk_tokens)
+    env.lemma((chunk + 1) * bpc * block_tokens > boundary_block * block_tokens - reach)
+    env.lemma(need * block_tokens >= reach)
+    env.lemma((chunk + 1) * bpc > boundary_block - need)
+    if eagle:
+        # The peek chunk's first block: at the boundary block or less than a chunk past.
+        env.instance(CDIV_BOUNDS, boundary, chunk_tokens)
+        env.instance(CANCEL, boundary_block, peek, block_tokens)
+        env.instance(CANCEL, peek, boundary_block + bpc, block_tokens)
+        env.lemma(peek >= boundary_block)
+        env.lemma(peek < boundary_block + bpc)
+        env.instance(MULTIPLE_MOD, end, bpc)
+    shift = 1 if eagle else 0
+    if final_period is not None:
+        # The final horizon m = q * S + partial: a witness past q * S is in the final
+        # tail the mask marks, one before it in the last ``need`` blocks of segment q.
+        quotient, partial = floordiv(boundary_block, final_period), mod(boundary_block,
+                                                                       final_period)
+        short = need < final_period
+        before_tail = window_witness < boundary_block - partial
+        env.instance(DIV_MOD, boundary_block, final_period)
+        env.lemma(implies(and_(before_tail, short),
+                          window_witness >= (quotient - 1) * final_period))
+        env.instance(QUOTIENT_IN_PERIOD, window_witness, final_period, quotient)
+        env.instance(DIV_MOD, window_witness, final_period)
+        env.lemma(implies(and_(before_tail, short), mod(window_witness, final_period)
+                          == window_witness - (quotient - 1) * final_period))
+    if segment is not None:
+        index, period = segment
+        short = need < period
+        # The window witness in the last ``need`` blocks before the segment's end (an
+        # EAGLE mask looks one block later: ``(block - 1) % S``).
+        offset = window_witness - shift
+        env.lemma(windowed(implies(short, offset >= (index - 1) * period)))
+        env.lemma(windowed(offset < index * period))
+        env.instance(QUOTIENT_IN_PERIOD, offset, period, index)
+        env.instance(DIV_MOD, offset, period)
+        env.lemma(windowed(implies(short, mod(offset, period)
+                                   == offset - (index - 1) * period)))
+        if eagle:
+            # The peek block: the segment's end itself (its offset is S - 1), or the
+            # first block of the chunk after it (less than a chunk into the segment).
+            env.instance(QUOTIENT_IN_PERIOD, peek - 1, period, index)
+            env.instance(DIV_MOD, peek - 1, period)
+            env.lemma(implies(peek == boundary_block, mod(peek - 1, period) == period - 1))
+            env.instance(QUOTIENT_IN_PERIOD, peek, period, index + 1)
+            env.instance(DIV_MOD, peek, period)
+            env.lemma(implies(peek > boundary_block, mod(peek, period) < bpc))
+    elif eagle:
+        # A replay boundary's peek chunk: the mask marks block cdiv(rb, bpc) * bpc.
+        env.instance(CDIV_BOUNDS, boundary_block, bpc)
+        env.instance(MULTIPLES_EQUAL, end, cdiv(boundary_block, bpc), bpc)
+        env.lemma(end == cdiv(boundary_block, bpc))
+    def marked(block: Num) -> Bool:
+        return env.call(
+            impl.is_block_reachable, block, align, block_tokens, sw, e, eagle, retention,
+            final_end_chunk * bpc, replay_blocks, bpc,
+        )
+
+    in_chunk = and_(witness >= chunk * bpc, witness < chunk * bpc + bpc)
+    if not eagle:
+        return and_(in_chunk, marked(witness))
+    # One mask per case, each a lemma: measured, the goal with the mask at the ``ite``
+    # witness took 15 s, where the two cases take under a second each.
+    window_marked, peek_marked = marked(window_witness), marked(peek)
+    env.lemma(in_chunk)
+    env.lemma(implies(in_window, window_marked))
+    env.lemma(implies(not_(in_window), peek_marked))
+    return and_(in_chunk, ite_bool(in_window, window_marked, peek_marked))
+
+
+def _symbolic_sizes(env: Env) -> bool:
+    """The symbolic-size query of a mask theorem (``bpc`` a term: no block enumeration)."""
+    return not isinstance(env["bpc"], int)
+
+
+def _size_lemmas(env: Env) -> None:
+    """What the mask computes from the sizes, in the symbolic-size query's terms: ``A`` is
+    whole blocks (the mask applies) of ``per`` blocks, an interval ``rho * per`` blocks."""
+    block_tokens, per = env["B"], env["per"]
+    align = per * block_tokens
+    env.lemma(mod(align, block_tokens) == 0)
+    env.lemma(floordiv(align, block_tokens) == per)
+    if "rho" in env.values:
+        env.lemma(floordiv(env["rho"] * align, block_tokens) == env["rho"] * per)
+        env.lemma(env["rho"] * align >= 1)
+
+
 def _residue_hyps(env: Env, index: Num) -> list[Bool]:
     """``index = L * q + j`` for the configuration's residue ``j`` (see below)."""
+    if "L" not in env.values:
+        return []  # the symbolic-size query: no residue split
     period, residue, quotient = env["L"], env["j"], env["q"]
     return [index == period * quotient + residue, quotient >= 0]
 
@@ -219,12 +401,13 @@ def _residue_configs(eagle: bool, retention: str,
 
 def segment_boundaries_supplied(env: Env, impl: Implementation) -> tuple[list[Bool], Bool]:
     """Every chunk a segment boundary ``k * S <= H`` demands is stored at horizon H."""
-    align, block_tokens, bpc, eagle, retention = _mask_env(env)
+    size_hyps, align, block_tokens, bpc, eagle, retention = _mask_env(env)
     tpc = block_tokens * bpc
     segment = align if retention is None else retention
     k, horizon_chunks, c, sw, e = env["k"], env["Hc"], env["c"], env["sw"], env["e"]
     boundary = k * segment
     hyps: list[Bool] = [
+        *size_hyps,
         sw >= 2,
         e >= 0,
         k >= 1,
@@ -232,34 +415,45 @@ def segment_boundaries_supplied(env: Env, impl: Implementation) -> tuple[list[Bo
         c >= 0,
         *_residue_hyps(env, k),
     ]
-    if segment == 0:
+    if type(segment) is int and segment == 0:
         hyps.append(False)  # no segment boundaries without segments (replay only)
     lo, hi = demanded_chunk_range(boundary, sw, e, tpc, eagle)
     hyps += [boundary <= horizon_chunks * tpc, in_range(c, lo, hi), hi <= horizon_chunks]
     env.assume(hyps)
+    if _symbolic_sizes(env):
+        _size_lemmas(env)
+        period = env["per"] if retention is None else env["rho"] * env["per"]
+        return hyps, _window_block_stored(env, impl, c, k * period, horizon_chunks, (),
+                                          (k, period), eagle)
     return hyps, _chunk_stored(env, impl, c, horizon_chunks, ())
 
 
 def final_boundary_supplied(env: Env, impl: Implementation) -> tuple[list[Bool], Bool]:
     """Every chunk the final horizon (finish/abort) demands is stored (non-EAGLE)."""
-    _align, block_tokens, bpc, eagle, retention = _mask_env(env)
+    size_hyps, _align, block_tokens, bpc, eagle, retention = _mask_env(env)
     tpc = block_tokens * bpc
     horizon_chunks, c, sw, e = env["Hc"], env["c"], env["sw"], env["e"]
-    hyps: list[Bool] = [sw >= 2, e >= 0, horizon_chunks >= 1, c >= 0]
+    hyps: list[Bool] = [*size_hyps, sw >= 2, e >= 0, horizon_chunks >= 1, c >= 0]
     if eagle or retention == 0:
         hyps.append(False)  # EAGLE has no final boundary: its peek chunk never exists
     lo, hi = demanded_chunk_range(horizon_chunks * tpc, sw, e, tpc, False)
     hyps += [in_range(c, lo, hi)]
     env.assume(hyps)
+    if _symbolic_sizes(env):
+        _size_lemmas(env)
+        return hyps, _window_block_stored(env, impl, c, horizon_chunks * bpc,
+                                          horizon_chunks, (), None, False,
+                                          final_period=env["per"])
     return hyps, _chunk_stored(env, impl, c, horizon_chunks, ())
 
 
 def replay_boundary_supplied(env: Env, impl: Implementation) -> tuple[list[Bool], Bool]:
     """With a retention interval, the replay boundary's demand is stored."""
-    align, block_tokens, bpc, eagle, retention = _mask_env(env)
+    size_hyps, align, block_tokens, bpc, eagle, retention = _mask_env(env)
     tpc = block_tokens * bpc
     horizon_chunks, c, sw, e, r = env["Hc"], env["c"], env["sw"], env["e"], env["r"]
     hyps: list[Bool] = [
+        *size_hyps,
         sw >= 2,
         e >= 0,
         horizon_chunks >= 1,
@@ -274,6 +468,11 @@ def replay_boundary_supplied(env: Env, impl: Implementation) -> tuple[list[Bool]
     hyps += [boundary <= horizon_chunks * tpc, in_range(c, lo, hi), hi <= horizon_chunks]
     env.assume(hyps)
     replay_blocks = (floordiv(boundary, block_tokens),)
+    if _symbolic_sizes(env):
+        _size_lemmas(env)
+        env.lemma(replay_blocks[0] == r * env["per"])
+        return hyps, _window_block_stored(env, impl, c, r * env["per"], horizon_chunks,
+                                          replay_blocks, None, eagle)
     return hyps, _chunk_stored(env, impl, c, horizon_chunks, replay_blocks)
 
 
@@ -286,10 +485,11 @@ def stored_blocks_demanded(env: Env, impl: Implementation) -> tuple[list[Bool], 
     (the replay of a solver model) every reachable boundary is tried, so a model that
     only defeats the witness is not reported as a counterexample (it becomes UNKNOWN).
     """
-    align, block_tokens, bpc, eagle, retention = _mask_env(env)
+    size_hyps, align, block_tokens, bpc, eagle, retention = _mask_env(env)
     tpc = block_tokens * bpc
     i, horizon_chunks, sw, e = env["i"], env["Hc"], env["sw"], env["e"]
-    hyps: list[Bool] = [sw >= 2, e >= 0, horizon_chunks >= 1, i >= 0, i < horizon_chunks * bpc]
+    hyps: list[Bool] = [*size_hyps, sw >= 2, e >= 0, horizon_chunks >= 1, i >= 0,
+                        i < horizon_chunks * bpc]
     if eagle or retention is not None:
         hyps.append(False)  # domain: non-EAGLE, segments of A (see ARCHITECTURE.md)
     env.assume(hyps)
@@ -362,6 +562,28 @@ MASK_DOMAIN = (domains.MASK_DOMAIN + ", and the (A, SWA bs, bpc) of every model 
                "(sizes split: the mask's % and // by symbolic sizes are nonlinear)")
 
 
+def _all_sizes(retention: str, eagle: bool) -> dict[str, Any]:
+    """The fields of a non-EAGLE mask theorem proved for every size first: the sizes
+    symbolic (:data:`SYMBOLIC_MASK_SIZES`, with ``rho`` for an interval), the kind of
+    retention fixed; the case split stays the fallback if Z3 leaves it undecided."""
+    interval = retention == "interval"
+    return {
+        "symbolic_sizes": SYMBOLIC_MASK_SIZES + (("rho",) if interval else ()),
+        "symbolic_fixed": (("eagle", int(eagle)),) + (() if interval else
+                                             (("R", {"none": -1, "zero": 0}[retention]),)),
+        "symbolic_rlimit": 20_000_000,
+        # The smallest sizes first: a defect shows there in milliseconds (each of the
+        # historic mask defects does), a symbolic refutation's minimization takes minutes.
+        "probe_configs": 16,
+        # A model of the witness goal need not violate the clause: with bpc fixed the
+        # chunk's blocks are enumerated (the clause itself) and the rest stays symbolic.
+        "refine_sizes": ("bpc",),
+        "symbolic_domain": "every SWA block B, bpc and alignment A = per * B = a * bpc "
+                           "(a: the FA block that makes it)"
+                           + (", every interval R = rho * A" if interval else ""),
+    }
+
+
 def _w(name: str) -> tuple[str, ...]:
     return tuple(name.split())
 
@@ -432,12 +654,21 @@ def _picture_window(load_window: bool) -> Callable[[Mapping[str, int], Implement
     return picture
 
 
+def _mask_sizes(v: Mapping[str, int]) -> tuple[int, int | None]:
+    """``(A, retention)`` of a store-mask witness, from a configuration's ``A`` and ``R``
+    or from the symbolic-size query's ``per`` and ``rho`` (:func:`_mask_env`)."""
+    align = v["A"] if "A" in v else v["per"] * v["B"]
+    if "rho" in v:
+        return align, v["rho"] * align
+    return align, (None if v["R"] < 0 else v["R"])
+
+
 def mask_geometry(v: Mapping[str, int]) -> Geometry:
     """The geometry of a store-mask witness: an FA group of block ``A / bpc`` (which makes
     the alignment ``A``) and the SWA group of block ``B``."""
-    retention = None if v["R"] < 0 else v["R"]
+    align, retention = _mask_sizes(v)
     return Geometry(
-        (fa(v["A"] // v["bpc"]), swa(v["B"], v["sw"], v["e"], eagle=bool(v["eagle"]))),
+        (fa(align // v["bpc"]), swa(v["B"], v["sw"], v["e"], eagle=bool(v["eagle"]))),
         blocks_per_chunk=v["bpc"], retention_interval=retention,
     )
 
@@ -446,14 +677,14 @@ def _picture_mask(v: Mapping[str, int], impl: Implementation) -> Picture:
     """A store-mask witness: FA block A/bpc gives the alignment A; chunk c is demanded
     by the witness's boundary and never stored."""
     del impl
-    retention = None if v["R"] < 0 else v["R"]
+    align, retention = _mask_sizes(v)
     geometry = mask_geometry(v)
     tpc = v["B"] * v["bpc"]
     horizon = v["Hc"]
     if "k" in v:
-        boundary = v["k"] * (v["A"] if retention is None else retention)
+        boundary = v["k"] * (align if retention is None else retention)
     elif "r" in v:
-        boundary = v["r"] * v["A"]
+        boundary = v["r"] * align
     else:
         boundary = horizon * tpc
     offending = {v["c"]} if "c" in v else {v["i"] // v["bpc"]}
@@ -570,6 +801,7 @@ def formula_properties() -> list[FormulaProperty]:
                     uses=MASK,
                     picture=_picture_mask,
                     geometry=mask_geometry,
+                    **_all_sizes(retention, eagle),
                 )
             )
     # Only dense retention keeps a final tail (``reachability.keeps_final_tail``): under
@@ -587,6 +819,7 @@ def formula_properties() -> list[FormulaProperty]:
                 uses=MASK,
                 picture=_picture_mask,
                 geometry=mask_geometry,
+                **_all_sizes(retention, False),
             )
         )
     for eagle in (False, True):
@@ -603,6 +836,7 @@ def formula_properties() -> list[FormulaProperty]:
                     uses=MASK,
                     picture=_picture_mask,
                     geometry=mask_geometry,
+                    **_all_sizes(retention, eagle),
                 )
             )
     # Once unknown on 33-block periods even at 400M rlimit (with the path-chain lift);

@@ -15,6 +15,11 @@ FUNCTIONS = (
     "sliding_window_lookup", "prefix_lookup", "is_block_reachable", "store_final_segment_end",
     "store_replay_boundaries",
 )
+STORE_STEP = ("get_num_offloadable_tokens", "store_step_bounds", "store_chunk_offered")
+"""The store step's decisions: optional, the reference's by default."""
+OPTIONAL = (*STORE_STEP, "multigroup_lookup_step")
+"""Every function with a default (the reference's): the store step's decisions and one
+group's turn of the multi-group lookup."""
 
 
 def _bundle(**change: object) -> Implementation:
@@ -25,7 +30,7 @@ def _bundle(**change: object) -> Implementation:
 
 def test_fields() -> None:
     names = [f.name for f in dataclasses.fields(Implementation)]
-    assert names == ["name", "description", *FUNCTIONS, "violates", "notes"]
+    assert names == ["name", "description", *FUNCTIONS, "violates", "notes", *OPTIONAL]
 
 
 def test_defaults() -> None:
@@ -33,6 +38,7 @@ def test_defaults() -> None:
     assert first.violates == () and first.notes == {}
     assert first.notes is not second.notes  # no shared mutable default
     assert first.load_chunk_range() == "load_chunk_range"
+    assert all(getattr(first, name) is getattr(REFERENCE, name) for name in OPTIONAL)
 
 
 def test_frozen_and_replaced() -> None:

@@ -184,3 +184,93 @@ def test_a_configured_baseline_is_applied_by_merge(tmp_path: Path,
               if r["verdict"] == "COUNTEREXAMPLE"}
     assert states == {"baseline"}
     assert merged["findings_baseline"]["only_new"] is True
+
+
+# -- audit shards (issue 11) --------------------------------------------------------------
+AUDIT = ["--clause", "C1", "--clause", "C9", "--clause", "C10", "--clause", "C11"]
+"""On the built-in prefill-horizon: three formula theorems, the store walk and the seed
+scenarios; waste findings in C9 from the walk and from two scenarios, whose rows sort
+between C9's theorems and C10 (about 2 s)."""
+
+
+def _audit(tmp_path: Path, name: str, *extra: str, target: str = "prefill-horizon",
+           clauses: list[str] | None = None) -> tuple[int, Path]:
+    path = tmp_path / name
+    result = invoke(["audit", "--target", target, *(AUDIT if clauses is None else clauses),
+                     "--quiet", "--jobs", "2", "--json", str(path), *extra])
+    assert result.exit_code in (0, 1), result.output
+    return result.exit_code, path
+
+
+def _audit_shards(tmp_path: Path, count: int, *extra: str, prefix: str = "a",
+                  **kwargs: Any) -> list[str]:
+    return [str(_audit(tmp_path, f"{prefix}{i}.json", "--shard", f"{i}/{count}", *extra,
+                       **kwargs)[1]) for i in range(1, count + 1)]
+
+
+@pytest.mark.parametrize("count", [2, 3])
+def test_merged_audit_shards_equal_the_unsharded_audit(tmp_path: Path, count: int) -> None:
+    code, whole = _audit(tmp_path, "whole.json")
+    paths = _audit_shards(tmp_path, count)
+    merged_path = tmp_path / "merged.json"
+    result = invoke(["merge", *reversed(paths), "--quiet", "--json", str(merged_path)])
+    assert result.exit_code == code == 0, result.output  # waste is outside --fail-on
+    unsharded, merged = _read(whole), _read(merged_path)
+    rows = [(r["clause"], r["theorem"], r["verdict"]) for r in unsharded["results"]]
+    assert ("C9", "system[seed004-prefill-horizon]", "COUNTEREXAMPLE") in rows
+    assert [(r["clause"], r["theorem"], r["verdict"]) for r in merged["results"]] == rows
+    assert comparable(merged) == comparable(unsharded)
+    # --fail-on at merge time, as for prove: the waste findings now fail the run.
+    failing = invoke(["merge", *paths, "--quiet", "--fail-on", "all"])
+    assert failing.exit_code == 1, failing.output
+
+
+def test_merged_audit_takes_the_findings_baseline(tmp_path: Path) -> None:
+    baseline = tmp_path / "baseline.json"
+    _audit(tmp_path, "first.json", "--write-baseline", str(baseline))
+    gate = ["--baseline-file", str(baseline), "--fail-on", "all,new"]
+    code, whole = _audit(tmp_path, "whole.json", *gate)
+    paths = _audit_shards(tmp_path, 2, "--fail-on", "all")
+    merged_path = tmp_path / "merged.json"
+    result = invoke(["merge", *paths, "--quiet", "--json", str(merged_path), *gate])
+    assert result.exit_code == code == 0, result.output  # every finding is accepted
+    merged = _read(merged_path)
+    states = {r.get("baseline_state") for r in merged["results"]
+              if r["verdict"] == "COUNTEREXAMPLE"}
+    assert states == {"baseline"}
+    assert merged["findings_baseline"]["only_new"] is True
+    assert comparable(merged) == comparable(_read(whole))
+    # Without the baseline, the same shards fail under --fail-on all.
+    assert invoke(["merge", *paths, "--quiet"]).exit_code == 1
+
+
+def test_merge_rejects_what_is_not_one_whole_audit(tmp_path: Path) -> None:
+    paths = _audit_shards(tmp_path, 2)
+    # Second shards of other runs: fewer clauses, another budget, another target.
+    _, other_clauses = _audit(tmp_path, "c2.json", "--shard", "2/2",
+                              clauses=["--clause", "C1", "--clause", "C9"])
+    _, other_budget = _audit(tmp_path, "b2.json", "--shard", "2/2", "--budget", "100")
+    _, other_target = _audit(tmp_path, "t2.json", "--shard", "2/2", target="reference")
+    _, whole = _audit(tmp_path, "whole.json")
+    _, prove_shard = _prove(tmp_path, "prove2.json", "--shard", "2/2")
+    edited = tmp_path / "edited.json"
+    data = _read(Path(paths[1]))
+    data["shard"]["row_keys"] = data["shard"]["row_keys"][1:]
+    edited.write_text(json.dumps(data))
+    cases = [
+        ([paths[0]], "shard 2/2 missing"),
+        ([paths[1], paths[1]], "given twice"),
+        ([paths[0], str(other_clauses)], "the size of the work list"),
+        ([paths[0], str(other_budget)], "differ in --budget"),
+        ([paths[0], str(other_target)], "differ in 'target'"),
+        ([paths[0], str(prove_shard)], "'command'"),
+        ([paths[0], str(whole)], "not a shard report"),
+        ([paths[0], str(edited)], "row_keys"),
+    ]
+    for args, message in cases:
+        result = invoke(["merge", *args])
+        assert result.exit_code == 2, (args, result.output)
+        assert message in " ".join(result.output.split()), (args, result.output)
+        assert "Traceback" not in result.output
+    # The same shards, complete, merge.
+    assert invoke(["merge", *paths, "--quiet"]).exit_code == 0

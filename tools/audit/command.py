@@ -13,6 +13,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from kvcontract.errors import UsageError
+from kvcontract.proofs.shards import Shard
 from kvcontract.spec.geometry import Geometry
 from kvcontract.tools.audit.binding import Binding, bind
 from kvcontract.tools.audit.engine import AuditOptions, AuditRun, run_audit
@@ -37,7 +38,8 @@ wall-clock time, does not grow with the machine's load."""
 
 
 def _options(clauses: Sequence[str], call_timeout: float, budget: int,
-             jobs: int | None, geometries: Sequence[tuple[str, Geometry]] = ()) -> AuditOptions:
+             jobs: int | None, geometries: Sequence[tuple[str, Geometry]] = (),
+             shard: Shard | None = None) -> AuditOptions:
     if call_timeout <= 0:
         raise UsageError(f"--timeout must be positive, not {call_timeout:g}")
     if isinstance(budget, bool) or not isinstance(budget, int) or budget <= 0:
@@ -47,7 +49,8 @@ def _options(clauses: Sequence[str], call_timeout: float, budget: int,
     return AuditOptions(clauses=list(clauses) or None, call_timeout=call_timeout,
                         budget=budget, jobs=jobs,
                         theorem_timeout=THEOREM_TIMEOUT,
-                        geometries=tuple((str(label), g) for label, g in geometries))
+                        geometries=tuple((str(label), g) for label, g in geometries),
+                        shard=shard)
 
 
 def _run(console: Console, binding: Binding, options: AuditOptions, quiet: bool) -> AuditRun:
@@ -131,6 +134,7 @@ def run_audit_command(
     findings_baseline: FindingsBaseline | None = None,
     write_baseline: str | None = None,
     require_complete: bool = False,
+    shard: Shard | None = None,
 ) -> dict[str, Any]:
     """Bind, check, compare and print; returns the versioned report (with ``exit_code``).
 
@@ -144,8 +148,12 @@ def run_audit_command(
     ``findings_baseline`` marks every finding ``new`` or ``baseline``, ``only_new``
     (``--fail-on new``) fails only on new ones, ``write_baseline`` writes the run's
     findings as a baseline file; ``require_complete`` makes any unchecked theorem exit
-    3."""
-    options = _options(clauses, call_timeout, budget, jobs, geometries)
+    3. ``shard``: only that shard's units of work (``--shard I/N``), with the report's
+    ``shard`` object for ``kvcontract merge``; a findings baseline and ``--baseline``
+    compare a whole run, so they are refused with it."""
+    if shard is not None:
+        _check_shard_options(baseline, only_new, findings_baseline, write_baseline)
+    options = _options(clauses, call_timeout, budget, jobs, geometries, shard)
     from kvcontract.tools.commands._common import make_console
 
     console = make_console(stderr=to_stderr)
@@ -157,6 +165,20 @@ def run_audit_command(
                       picture_dir=picture_dir, only_new=only_new,
                       findings_baseline=findings_baseline, write_baseline=write_baseline,
                       require_complete=require_complete)
+
+
+def _check_shard_options(baseline: str | Target | None, only_new: bool,
+                         findings_baseline: FindingsBaseline | None,
+                         write_baseline: str | None) -> None:
+    """A shard checks part of the run: it can neither classify clauses against another
+    target nor tell a fixed finding from one another shard checks."""
+    if baseline is not None and baseline != "":
+        raise UsageError("--baseline compares whole audits clause by clause, not one "
+                         "--shard: run the baseline comparison unsharded")
+    if only_new or findings_baseline is not None or write_baseline is not None:
+        raise UsageError("--baseline-file, --write-baseline and --fail-on new apply a "
+                         "findings baseline to the whole run, not to one --shard: give "
+                         "them to `kvcontract merge` with the shards' JSON reports instead")
 
 
 def _baseline_target(baseline: str | Target | None, resolved: Target,
@@ -194,7 +216,8 @@ def _audit(console: Console, resolved: Target, resolved_baseline: Target | None,
         base_run = _run(console, base_binding, options, quiet)
         comparison = compare(base_binding, base_run, binding, run, options)
     report: dict[str, Any] = build_report(binding, run, comparison, fail_on)
-    _gate(report, fail_on, only_new, findings_baseline, write_baseline, require_complete)
+    apply_gate(report, fail_on, only_new, findings_baseline, write_baseline,
+               require_complete)
     if options.geometries:
         from kvcontract.spec.properties.scoped import describe_scope
 
@@ -209,9 +232,12 @@ def _audit(console: Console, resolved: Target, resolved_baseline: Target | None,
     if quiet:
         from kvcontract.tools.reports.gate import gate_summary
 
+        shard = report.get("shard")
         console.print(f"{report['target']}: exit code {report['exit_code']} "
                       f"({len(report['results'])} theorems, {report['seconds']:.1f}s"
-                      f"{gate_summary(report)})")
+                      f"{gate_summary(report)}"
+                      + (f"; shard {shard['index']}/{shard['count']}" if shard else "")
+                      + ")")
     else:
         print_report(console, report, show_bindings=False)
         for path in [*report.get("reproducers", []), *report.get("pictures", [])]:
@@ -228,17 +254,22 @@ def _audit(console: Console, resolved: Target, resolved_baseline: Target | None,
     return report
 
 
-def _gate(report: dict[str, Any], fail_on: frozenset[Impact], only_new: bool,
-          findings_baseline: FindingsBaseline | None, write_baseline: str | None,
-          require_complete: bool) -> None:
+def apply_gate(report: dict[str, Any], fail_on: frozenset[Impact], only_new: bool,
+               findings_baseline: FindingsBaseline | None, write_baseline: str | None,
+               require_complete: bool) -> None:
     """The findings baseline and ``--require-complete`` applied to a built report: its
     findings marked, the baseline written, and its ``exit_code`` recomputed (as
-    :func:`~kvcontract.tools.audit.report.build_report` does, with the gate)."""
+    :func:`~kvcontract.tools.audit.report.build_report` does, with the gate). Also what
+    ``kvcontract merge`` applies to merged audit shards."""
     from kvcontract.tools.commands._common import finish_gate
     from kvcontract.tools.reports.gate import gate_exit_code
 
     finish_gate(report, findings_baseline, only_new=only_new, write_baseline=write_baseline)
-    codes = [gate_exit_code(report["results"], fail_on, only_new, empty=EXIT_UNKNOWN)]
+    # An audit that checked nothing is undecided (3), but a shard given no units of
+    # work (more shards than units) decides nothing by design: the merge's code counts.
+    idle_shard = (report.get("shard") or {}).get("positions") == []
+    codes = [gate_exit_code(report["results"], fail_on, only_new,
+                            empty=EXIT_OK if idle_shard else EXIT_UNKNOWN)]
     comparison = report.get("comparison")
     if comparison is not None:
         codes.append(int(comparison.get("exit_code", EXIT_OK)))

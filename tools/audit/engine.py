@@ -36,13 +36,19 @@ from kvcontract.errors import UsageError
 from kvcontract.impl.bundle import Implementation
 from kvcontract.impl.variants import REFERENCE
 from kvcontract.proofs.runner import Scope, catalog
+from kvcontract.proofs.shards import Shard, partition, selection_digest, shard_section
 from kvcontract.proofs.theorem import SymbolicEnv, run_property
 from kvcontract.proofs.uses import LOOKUP_FUNCTIONS, STORE_FUNCTIONS, THEOREM_FUNCTIONS
 from kvcontract.proofs.verdicts import TheoremResult, Verdict
 from kvcontract.spec.clauses import CLAUSES, get_clause
 from kvcontract.spec.properties import CaseProperty, Config, Env, FormulaProperty, Property
 from kvcontract.spec.properties.base import HYPOTHESES_ONLY, latent_reason, raised
-from kvcontract.tools.audit.binding import Binding, UpstreamError, UpstreamTimeout
+from kvcontract.tools.audit.binding import (
+    FIELD_ROLES,
+    Binding,
+    UpstreamError,
+    UpstreamTimeout,
+)
 from kvcontract.tools.audit.sandbox import Outcome, run_jobs
 from kvcontract.tools.hypothesis_runs import deterministic_hypothesis
 from kvcontract.vocabulary import Impact
@@ -104,6 +110,26 @@ def is_spec_only(theorem: Property) -> bool:
     return name.startswith("spec-")
 
 
+KVCONTRACT_ONLY_FIELDS: tuple[str, ...] = tuple(
+    f for f in ALL_FIELDS if f not in FIELD_ROLES)
+"""Implementation fields the audit never binds from upstream: kvcontract's own step
+functions (the store step's bounds and per-chunk decision, the multi-group loop's turn,
+the offloadable-token count). An audited bundle keeps the reference's for them, so the
+case families that drive kvcontract's scheduler over the bound primitives run (labelled
+``via``), while upstream's own loop and store path are checked whole by the
+``upstream-*`` theorems."""
+
+
+def is_kvcontract_only(theorem: Property, binding: Binding) -> bool:
+    """A formula theorem about kvcontract's own step functions (it calls a field of
+    :data:`KVCONTRACT_ONLY_FIELDS`): on upstream code it would prove the reference's step,
+    not upstream's, so it is not run (like the spec-only theorems); on a built-in or
+    registered implementation, which has every field, it is."""
+    if binding.target.kind == "builtin" or isinstance(theorem, CaseProperty):
+        return False
+    return any(f in KVCONTRACT_ONLY_FIELDS for f in theorem.uses)
+
+
 @dataclass
 class AuditOptions:
     """Knobs of one audit (the CLI's ``--clause``, ``--timeout``, ``--jobs``...)."""
@@ -125,6 +151,8 @@ class AuditOptions:
     geometries: Scope = ()
     """``(label, geometry)`` pairs to check on instead of the catalogue's own
     (``--model``/``--geometry``; :func:`theorems_for`)."""
+    shard: Shard | None = None
+    """``--shard I/N``: check only this shard's units of work (:func:`work_units`)."""
 
 
 @dataclass
@@ -135,6 +163,10 @@ class AuditRun:
     unchecked: list[dict[str, Any]]
     seconds: float
     notes: list[str] = field(default_factory=list)
+    shard: dict[str, Any] | None = None
+    """``--shard I/N``: the report's ``shard`` object (:func:`kvcontract.proofs.shards.
+    shard_section`) with ``row_keys``, each row's place in the unsharded order (what
+    ``kvcontract merge`` sorts by)."""
 
 
 # -- planning -----------------------------------------------------------------------------
@@ -171,7 +203,7 @@ def plan(binding: Binding, options: AuditOptions) -> tuple[list[int], list[dict[
     for index, theorem in enumerate(theorems_for(binding, options.geometries)):
         if wanted is not None and theorem.clause not in wanted:
             continue
-        if is_spec_only(theorem):
+        if is_spec_only(theorem) or is_kvcontract_only(theorem, binding):
             continue
         missing = [f for f in theorem_fields(theorem) if f in binding.missing_fields]
         if missing:
@@ -847,18 +879,189 @@ def _fused(theorems: Sequence[Property], units: list[list[int]]) -> list[list[in
     return fused
 
 
+# -- units of work and --shard ---------------------------------------------------------------
+@dataclass(frozen=True)
+class WorkUnit:
+    """One unit of an audit's work, never split across ``--shard`` machines: a theorem,
+    the theorems of families walked in one shared pass (:func:`_units`), or one scenario
+    of the executable system."""
+
+    name: str
+    """What it checks (theorem ids, or ``system[scenario]``): the selection digest."""
+    theorems: tuple[int, ...] = ()
+    """Catalogue indices (:func:`theorems_for`); empty for a scenario."""
+    scenario: int | None = None
+    """Position in :func:`system_scenarios`; None for theorems."""
+    cost: float = 0.0
+    """A static cost, about milliseconds (:func:`_theorem_cost`,
+    :data:`SCENARIO_TOKEN_COST`): never a timing, so every shard computes the same
+    partition."""
+
+
+FAMILY_CASE_COST: dict[str, float] = {
+    "scan": 0.05, "lookup": 0.1, "upstream-lookup": 0.065, "store": 1.0,
+    "upstream-store": 0.5, "end-to-end": 0.15, "upstream-end-to-end": 0.15}
+"""Static cost (about milliseconds) per case of a family's walk for its first theorem,
+which computes the case's memos (the implementation's answer, the spec's), calibrated
+once on the audit of 0.33.0 on one core: 23 s for the 226,760 lookup cases, 15 s for
+upstream's; 0.5 s for the 441 store schedules. A family not listed counts
+:data:`CASE_COST`."""
+
+MEMBER_CASE_COST = 0.005
+"""Per case and further theorem of a family: a judge over memoized observations (1-2 s
+per lookup theorem after the first)."""
+
+CASE_COST = 0.1
+"""Per case of a family :data:`FAMILY_CASE_COST` does not list."""
+
+FORMULA_CONFIG_COST = 5.0
+"""Per configuration of a formula theorem's case split whose upstream code is lifted and
+proved (0.1-0.7 s for 45 configurations on 0.33.0)."""
+
+MASK_CONFIG_COST = 45.0
+"""Per configuration of a theorem over a geometry's store mask (the formula properties
+with a ``geometry``): upstream's block mask builds a list over a symbolic range, so the
+audit searches it concretely (4.6-10.6 s for 135-172 configurations on 0.33.0)."""
+
+THEOREM_COST = 200.0
+"""Per theorem outside a family walk (a child, the lift, the solver's set-up), and all
+of a theorem with no configurations to count."""
+
+SCENARIO_TOKEN_COST = 0.2
+"""Per unit of :func:`kvcontract.tools.audit.system.program_weight` (a token sent, or
+an operation) of a system scenario (0.8 s for seed001's 4,353-token prompt)."""
+
+
+def _theorem_cost(members: Sequence[Property], options: AuditOptions,
+                  counted: dict[int, int]) -> float:
+    """The static cost of one theorem unit: per family of a walk, its cases (each
+    family stops at ``--budget``) times its first theorem's and its further theorems'
+    per-case costs; or a formula theorem's configurations."""
+    first = members[0]
+    if isinstance(first, CaseProperty):
+        cost = 0.0
+        families: dict[int, list[CaseProperty]] = {}
+        for member in members:
+            if isinstance(member, CaseProperty):
+                families.setdefault(id(member.space), []).append(member)
+        for group in families.values():
+            space = group[0].space
+            if id(space) not in counted:
+                # Counted, never walked: a few tenths of a second for the largest space.
+                counted[id(space)] = sum(1 for _ in space.cases())
+            per_case = (FAMILY_CASE_COST.get(str(space.family), CASE_COST)
+                        + MEMBER_CASE_COST * (len(group) - 1))
+            cost += min(counted[id(space)], options.budget) * per_case
+        return cost
+    if isinstance(first, FormulaProperty):
+        per = MASK_CONFIG_COST if first.geometry is not None else FORMULA_CONFIG_COST
+        return THEOREM_COST + per * len(first.configs())
+    return THEOREM_COST
+
+
+def system_scenarios(binding: Binding, options: AuditOptions) -> list[Any]:
+    """The executable system's scenarios an audit runs (the seed scenarios, or those of
+    the given geometries), in report order; none when the system does not run."""
+    if not _runs_system(binding, options) or binding.missing_fields:
+        return []
+    from kvcontract.tools.fuzz import scoped_seed_scenarios, seed_scenarios
+
+    if options.geometries:
+        return list(scoped_seed_scenarios(options.geometries, options.seed))
+    return list(seed_scenarios())  # run_system_scenarios' own default
+
+
+def work_units(binding: Binding, options: AuditOptions,
+               theorems: Sequence[Property] | None = None,
+               indices: Sequence[int] | None = None) -> list[WorkUnit]:
+    """The audit's units of work in a fixed order (the theorem units of :func:`_units`,
+    then the system's scenarios), each with its static cost: what ``--shard`` splits."""
+    if theorems is None:
+        theorems = theorems_for(binding, options.geometries)
+    if indices is None:
+        indices = plan(binding, options)[0]
+    counted: dict[int, int] = {}
+    units = [WorkUnit(",".join(theorems[i].theorem_id for i in unit), tuple(unit),
+                      cost=_theorem_cost([theorems[i] for i in unit], options, counted))
+             for unit in _units(theorems, indices)]
+    from kvcontract.tools.audit.system import program_weight
+
+    units += [WorkUnit(f"system[{scenario.name}]", scenario=position,
+                       cost=SCENARIO_TOKEN_COST * program_weight(scenario))
+              for position, scenario in enumerate(system_scenarios(binding, options))]
+    return units
+
+
+@dataclass
+class _ShardPlan:
+    """What one ``--shard`` runs: catalogue indices, the positions of its scenarios in
+    :func:`system_scenarios`, and the report's ``shard`` object."""
+
+    indices: list[int]
+    positions: list[int]
+    section: dict[str, Any]
+
+
+def _units_in_child(binding: Binding, options: AuditOptions, theorems: Sequence[Property],
+                    indices: Sequence[int]) -> list[WorkUnit]:
+    """:func:`work_units`, listed in a sandbox child: what this process computes changes
+    what the children forked later find (measured on 0.33.0: once the parent had listed
+    the C7 theorems' configurations, a concrete search met another witness), so a
+    shard's parent stays exactly an unsharded audit's."""
+    def job() -> dict[str, Any]:
+        return {"units": [dataclasses.asdict(u)
+                          for u in work_units(binding, options, theorems, indices)]}
+
+    outcome = run_jobs([("units", job)], workers=1, job_timeout=options.theorem_timeout,
+                       call_timeout=None)["units"]
+    if not outcome.ok or outcome.value is None:
+        raise RuntimeError("the audit's units of work could not be listed: "
+                           + outcome.error.splitlines()[0])
+    return [WorkUnit(name=str(u["name"]), theorems=tuple(u["theorems"]),
+                     scenario=u["scenario"], cost=float(u["cost"]))
+            for u in outcome.value["units"]]
+
+
+def _shard_plan(binding: Binding, options: AuditOptions, theorems: Sequence[Property],
+                indices: Sequence[int], shard: Shard) -> _ShardPlan:
+    units = _units_in_child(binding, options, theorems, indices)
+    mine = partition([u.cost for u in units], shard.count)[shard.index - 1]
+    kept = {i for p in mine for i in units[p].theorems}
+    # Everything that changes what a unit finds must agree between shards: the digest
+    # covers the work list, scope and search settings; budget and timeout are fields of
+    # their own (merge names them), the target and its bindings are in the reports.
+    selection = selection_digest(
+        [u.name for u in units],
+        [[[label, g.to_dict()] for label, g in options.geometries], options.examples,
+         options.seed])
+    section = shard_section(shard, mine, len(units), selection,
+                            units=[units[p].name for p in mine], budget=options.budget,
+                            timeout=options.call_timeout)
+    return _ShardPlan(indices=[i for i in indices if i in kept],
+                      positions=[s for p in mine if (s := units[p].scenario) is not None],
+                      section=section)
+
+
 def run_audit(
     binding: Binding,
     options: AuditOptions,
     on_row: Callable[[dict[str, Any], int, int], None] | None = None,
 ) -> AuditRun:
-    """Check every planned theorem in sandboxed children; never raises for upstream faults."""
+    """Check every planned theorem in sandboxed children; never raises for upstream faults.
+
+    With ``options.shard``, only that shard's units of work (:func:`work_units`,
+    partitioned by static cost); the run's ``shard`` object places every row in the
+    unsharded order, so ``kvcontract merge`` rebuilds the unsharded report."""
     started = time.perf_counter()
     indices, unchecked = plan(binding, options)
     theorems = theorems_for(binding, options.geometries)
     jobs = options.jobs or max(1, min(len(indices) or 1, os.cpu_count() or 1))
     if jobs < 1:
         raise UsageError(f"--jobs must be at least 1, not {jobs}")
+    sharded = (_shard_plan(binding, options, theorems, indices, options.shard)
+               if options.shard is not None else None)
+    if sharded is not None:
+        indices = sharded.indices
     # Longest first (the families, then the masks), so two workers balance.
     weight = {"segment": 1, "replay": 1, "final": 1}
     units = _units(theorems, indices)
@@ -892,56 +1095,88 @@ def run_audit(
             if on_row:
                 on_row(row, len(rows), len(indices))
 
-    system_rows: dict[int, list[dict[str, Any]]] = {}
+    order = {c.id: n for n, c in enumerate(CLAUSES)}
+    # A row's place in the report: (clause, 0, catalogue index, 0) for a theorem,
+    # (clause, 1, scenario position, row of the scenario) for the system, whose rows
+    # follow the theorems of their clause in scenario order (what merge sorts by).
+    system_keyed: list[tuple[tuple[int, int, int, int], dict[str, Any]]] = []
+    piece_positions: list[list[int] | None] = []
     job_list = [(",".join(map(str, unit)), make_job(unit)) for unit in units]
-    if _runs_system(binding, options) and not binding.missing_fields:
-        from kvcontract.tools.audit.system import run_system_scenarios, shards
+    if _runs_system(binding, options) and not binding.missing_fields and (
+            sharded is None or sharded.positions):
+        from kvcontract.tools.audit.system import scenario_rows, shards
 
+        pieces: list[tuple[list[Any] | None, list[int] | None]]
         if options.geometries:
-            from kvcontract.tools.fuzz import scoped_seed_scenarios
-
-            # The scenarios of given geometries in shards, each a job of its own (one
-            # child's memory is one scenario's at most; shards balance the workers).
-            pieces: list[Any] = shards(
-                scoped_seed_scenarios(options.geometries, options.seed), jobs)
+            # The scenarios in shards, each a job of its own (one child's memory is one
+            # scenario's at most; shards balance the workers); cut in order, so each
+            # piece's positions are the next ones.
+            every = system_scenarios(binding, options)
+            at = list(range(len(every)))
+            if sharded is not None:
+                every, at = [every[p] for p in sharded.positions], list(sharded.positions)
+            pieces = []
+            for piece in shards(every, jobs):
+                pieces.append((piece, None))
+                piece_positions.append(at[:len(piece)])
+                at = at[len(piece):]
         else:
-            pieces = [None]  # the seed scenarios, one job
+            # The seed scenarios, one job; a shard's picked by position in the child,
+            # which builds them as an unsharded audit's does.
+            picks = None if sharded is None else list(sharded.positions)
+            pieces = [(None, picks)]
+            piece_positions.append(picks)
 
-        def system_job(piece: Any) -> Callable[[], dict[str, Any]]:
-            return lambda: {"rows": run_system_scenarios(binding, scenarios=piece)}
+        def system_job(piece: list[Any] | None,
+                       picks: list[int] | None) -> Callable[[], dict[str, Any]]:
+            def job() -> dict[str, Any]:
+                scenarios = piece
+                if picks is not None:
+                    from kvcontract.tools.fuzz import seed_scenarios
+
+                    every = seed_scenarios()  # run_system_scenarios' own default
+                    scenarios = [every[p] for p in picks]
+                return {"rows": scenario_rows(binding, scenarios=scenarios)}
+
+            return job
 
         # After the longest family (the store families' shared walk), before the rest:
         # longest first, so two workers balance.
-        job_list[1:1] = [(f"system:{number}", system_job(piece))
-                         for number, piece in enumerate(pieces)]
+        job_list[1:1] = [(f"system:{number}", system_job(piece, picks))
+                         for number, (piece, picks) in enumerate(pieces)]
 
     def route(outcome: Outcome) -> None:
         if not outcome.key.startswith("system"):
             done(outcome)
             return
+        positions = piece_positions[int(outcome.key.split(":", 1)[1])]
         if outcome.ok and outcome.value is not None:
             # Scenario findings keep their own clause (a stale-pending program fails C3).
-            produced = list(outcome.value["rows"])
-        else:
-            produced = [{
-                "clause": "C11", "theorem": "system[seed scenarios]",
-                "verdict": Verdict.UNKNOWN.value, "domain": "",
-                "seconds": round(outcome.seconds, 4), "witness": None, "evidence": None,
-                "examples": 0, "via": "",
-                "message": f"the scenarios did not finish: {outcome.error.splitlines()[0]}",
-                "description": "the seed scenarios of the executable system",
-            }]
-        system_rows[int(outcome.key.split(":", 1)[1])] = produced
+            groups: list[list[dict[str, Any]]] = list(outcome.value["rows"])
+            places = positions if positions is not None else range(len(groups))
+            system_keyed.extend(((order[r["clause"]], 1, place, k), r)
+                                for place, group in zip(places, groups, strict=True)
+                                for k, r in enumerate(group))
+            return
+        system_keyed.append(((order["C11"], 1, positions[0] if positions else 0, 0), {
+            "clause": "C11", "theorem": "system[seed scenarios]",
+            "verdict": Verdict.UNKNOWN.value, "domain": "",
+            "seconds": round(outcome.seconds, 4), "witness": None, "evidence": None,
+            "examples": 0, "via": "",
+            "message": f"the scenarios did not finish: {outcome.error.splitlines()[0]}",
+            "description": "the seed scenarios of the executable system",
+        }))
 
     run_jobs(job_list, workers=jobs, job_timeout=options.theorem_timeout,
              call_timeout=options.call_timeout, on_done=route)
-    order = {c.id: n for n, c in enumerate(CLAUSES)}
-    keyed = [((order[theorems[i].clause], i), rows[i]) for i in indices]
-    # The scenarios' rows in their own order, whichever shard finished first.
-    ordered_system = [r for number in sorted(system_rows) for r in system_rows[number]]
-    keyed += [((order[r["clause"]], 100_000 + j), r) for j, r in enumerate(ordered_system)]
-    ordered = [row for _, row in sorted(keyed, key=lambda kv: kv[0])]
-    return AuditRun(rows=ordered, unchecked=unchecked, seconds=time.perf_counter() - started)
+    keyed = [((order[theorems[i].clause], 0, i, 0), rows[i]) for i in indices]
+    # Whichever scenario piece finished first, the scenarios' rows in their own order.
+    keyed = sorted([*keyed, *system_keyed], key=lambda kv: kv[0])
+    section = None
+    if sharded is not None:
+        section = {**sharded.section, "row_keys": [list(key) for key, _ in keyed]}
+    return AuditRun(rows=[row for _, row in keyed], unchecked=unchecked,
+                    seconds=time.perf_counter() - started, shard=section)
 
 
 def clause_summary(rows: Iterable[dict[str, Any]],

@@ -4,7 +4,8 @@ The dict has the shape every verifying command shares (``tools/reports.py`` rend
 as JSON, JUnit, SARIF, Markdown...): ``{"version": 1, "command": "audit", "target",
 "results": [...]}``, each result with an upstream ``location`` when it failed. The audit
 adds ``bindings`` (what was found where), ``unchecked`` (theorems that could not run
-and why), ``summary`` (per clause) and, with a baseline, ``comparison``.
+and why), ``summary`` (per clause) and, with a baseline, ``comparison``; a ``--shard
+I/N`` run adds ``shard`` (:mod:`kvcontract.tools.reports.merge` joins the shards).
 """
 
 from __future__ import annotations
@@ -66,6 +67,8 @@ def build_report(binding: Binding, run: AuditRun,
     }
     if comparison is not None:
         report["comparison"] = comparison
+    if run.shard is not None:
+        report["shard"] = run.shard  # --shard I/N: what kvcontract merge reads
     report["fail_on"] = sorted(i.value for i in fail_on)
     report["exit_code"] = exit_code(report, fail_on)
     if comparison is not None:

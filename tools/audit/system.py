@@ -33,18 +33,25 @@ def run_system_scenarios(binding: Binding, seed: int = 0,
     """Report rows for every seed scenario, or for ``scenarios`` (those of given
     geometries: :func:`kvcontract.tools.fuzz.scoped_seed_scenarios`); runs in a sandbox
     child."""
+    return [row for rows in scenario_rows(binding, seed, scenarios) for row in rows]
+
+
+def scenario_rows(binding: Binding, seed: int = 0,
+                  scenarios: Sequence[Scenario] | None = None) -> list[list[dict[str, Any]]]:
+    """:func:`run_system_scenarios`, the rows of each scenario apart (one or more per
+    scenario: the audit's ``--shard`` places each by its scenario's position)."""
     from kvcontract.tools.fuzz import run_scenario, seed_scenarios
 
     impl = binding.implementation
     assert impl is not None
-    rows: list[dict[str, Any]] = []
+    rows: list[list[dict[str, Any]]] = []
     # What the child inherited (the binding, the catalogue, Z3) is never garbage here:
     # frozen, the collections below walk only what the scenarios allocate, and touch no
     # inherited page (a full collection in a forked child copies every page it walks).
     gc.freeze()
     try:
         for scenario in seed_scenarios(seed) if scenarios is None else scenarios:
-            rows += _scenario_rows(impl, scenario, run_scenario)
+            rows.append(_scenario_rows(impl, scenario, run_scenario))
             # The scenario's system (block pools of up to gigabytes on a 16k-token prompt
             # at 16 blocks per chunk) is garbage now: collect it before the next one
             # allocates its own, and hand the freed heap back, so the child's peak is one

@@ -56,6 +56,10 @@ MIN_TIMEOUT = 0.001
 @click.option("--require-complete", "require_complete", is_flag=True,
               help="exit 3 when any theorem could not be checked (a function the target "
                    "lacks), even if every checked one holds")
+@click.option("--shard", "shard_text", metavar="I/N", default=None,
+              help="check only shard I of N (1-based; a static, deterministic split of "
+                   "the theorems, family walks and system scenarios); join the shards' "
+                   "JSON reports with `kvcontract merge`")
 @geometry_options
 @gate_fail_on_option
 @baseline_file_options
@@ -63,7 +67,8 @@ MIN_TIMEOUT = 0.001
 def audit(target: str, baseline: str | None, clauses: tuple[str, ...], json_path: str | None,
           timeout: float, budget: int, jobs: int | None, reproducer_dir: str | None,
           picture_dir: str | None, quiet: bool, require_complete: bool,
-          models: tuple[str, ...], geometry_files: tuple[str, ...], bpcs: tuple[int, ...],
+          shard_text: str | None, models: tuple[str, ...],
+          geometry_files: tuple[str, ...], bpcs: tuple[int, ...],
           retentions: tuple[str, ...], fail_on: str, baseline_file: str | None,
           write_baseline: str | None, formats: tuple[str, ...],
           outputs: tuple[str, ...]) -> None:
@@ -73,12 +78,18 @@ def audit(target: str, baseline: str | None, clauses: tuple[str, ...], json_path
     scoped properties as `kvcontract prove --model`, upstream's own lookup loop and the
     executable system's seed scenarios included) instead of the built-in catalogues.
 
+    With --shard I/N, only shard I of a deterministic split (README, "Proof cache,
+    shards, fail-fast"); `kvcontract merge` joins the shards' JSON reports into the
+    unsharded audit's report and applies the findings baseline there.
+
     Defaults for --fail-on, --baseline-file, --budget, --jobs, --model and
     --require-complete come from [tool.kvcontract] of the nearest pyproject.toml (the
     command line wins)."""
+    from kvcontract.proofs.shards import parse_shard
     from kvcontract.tools.audit.baseline import git_baseline_target, is_git_baseline
     from kvcontract.tools.audit.command import THEOREM_TIMEOUT, run_audit_command
     from kvcontract.tools.audit.targets import resolve_target
+    from kvcontract.tools.commands.prove import _shard_gate
     from kvcontract.tools.config import apply_config
     from kvcontract.tools.reports import pair_outputs
 
@@ -88,10 +99,19 @@ def audit(target: str, baseline: str | None, clauses: tuple[str, ...], json_path
                               "geometry_files": geometry_files, "fail_on": fail_on,
                               "baseline_file": baseline_file,
                               "require_complete": require_complete}
-    apply_config(click.get_current_context(), params)
+    context = click.get_current_context()
+    apply_config(context, params)
     budget, jobs, models = params["budget"], params["jobs"], params["models"]
     fail_on, baseline_file = params["fail_on"], params["baseline_file"]
     require_complete = params["require_complete"]
+    shard = parse_shard(shard_text)
+    if shard is not None:
+        # As prove's shards: the findings baseline is the merge's (a configured one is
+        # left to it), and a shard cannot be compared clause by clause with --baseline.
+        fail_on, baseline_file = _shard_gate(context, fail_on, baseline_file, write_baseline)
+        if baseline is not None:
+            raise UsageError("--baseline compares whole audits clause by clause, not one "
+                             "--shard: run the baseline comparison unsharded")
     resolved = resolve_target(target)
     if baseline is not None and not is_git_baseline(baseline):
         resolve_target(baseline)
@@ -137,7 +157,7 @@ def audit(target: str, baseline: str | None, clauses: tuple[str, ...], json_path
             jobs=jobs, reproducer_dir=reproducer_dir, picture_dir=picture_dir, quiet=quiet,
             to_stderr=to_stderr, geometries=scope, only_new=only_new,
             findings_baseline=findings_baseline, write_baseline=write_baseline,
-            require_complete=require_complete,
+            require_complete=require_complete, shard=shard,
         )
     emit_reports(data, pairs)
     sys.exit(int(data["exit_code"]))

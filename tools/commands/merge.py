@@ -1,5 +1,5 @@
 """``kvcontract merge REPORT...``: the JSON reports of ``prove --shard I/N`` (or ``fuzz
---shard I/N``) runs joined into the report of the unsharded run
+--shard I/N``, ``audit --shard I/N``) runs joined into the report of the unsharded run
 (:mod:`kvcontract.tools.reports.merge`), rendered like the command's own."""
 
 from __future__ import annotations
@@ -31,20 +31,21 @@ from kvcontract.tools.commands._common import (
 @click.option("--quiet", is_flag=True, help="no table, only the summary line")
 @click.option("--fail-on", "fail_on", default=None, metavar="IMPACT,...",
               help="impacts whose findings fail the run (default: the shards' --fail-on); "
-                   "add new to fail only on findings not in --baseline-file (prove)")
+                   "add new to fail only on findings not in --baseline-file (prove, "
+                   "audit)")
 @baseline_file_options
 @report_options
 def merge(reports: tuple[str, ...], json_path: str | None, quiet: bool, fail_on: str | None,
           baseline_file: str | None, write_baseline: str | None,
           formats: tuple[str, ...], outputs: tuple[str, ...]) -> None:
     """Join the JSON reports of every shard of one run (`prove --shard I/N`, `fuzz
-    --shard I/N`) into the report the unsharded run writes: the same results in the
-    same order and the same exit code (only times differ).
+    --shard I/N`, `audit --shard I/N`) into the report the unsharded run writes: the
+    same results in the same order and the same exit code (only times differ).
 
     Every shard 1..N must be given exactly once, all from the same kvcontract version,
-    implementation, selection and scope (else exit 2). For prove, the findings
-    baseline (--baseline-file, --write-baseline, --fail-on new, or their
-    [tool.kvcontract] defaults) is applied here, to the whole run."""
+    implementation or audited target, selection and scope (else exit 2). For prove and
+    audit, the findings baseline (--baseline-file, --write-baseline, --fail-on new, or
+    their [tool.kvcontract] defaults) is applied here, to the whole run."""
     from kvcontract.tools.config import apply_config
     from kvcontract.tools.reports import load_report, pair_outputs
     from kvcontract.tools.reports.gate import gate_exit_code, gate_summary
@@ -68,7 +69,8 @@ def merge(reports: tuple[str, ...], json_path: str | None, quiet: bool, fail_on:
         if baseline_file is not None or write_baseline is not None or (
                 fail_on is not None and "new" in fail_on.lower()):
             raise UsageError("a findings baseline (--baseline-file, --write-baseline, "
-                             "--fail-on new) is for prove reports, not fuzz reports")
+                             "--fail-on new) is for prove and audit reports, not fuzz "
+                             "reports")
         if fail_on is not None:
             try:
                 data["fail_on"] = sorted(i.value for i in parse_impacts(fail_on))
@@ -77,6 +79,9 @@ def merge(reports: tuple[str, ...], json_path: str | None, quiet: bool, fail_on:
         code = fuzz_exit_code(data)
         console.print(f"{data['target']}: {data['cases']} cases, {data['steps']} steps, "
                       f"{len(data['differences'])} differences ({len(loaded)} shards)")
+    elif data["command"] == "audit":
+        code = _finish_audit(console, data, fail_on, baseline_file, write_baseline, quiet,
+                             len(loaded))
     else:
         failing, only_new = parse_gate_fail_on(
             fail_on if fail_on is not None else ",".join(data["fail_on"]) or "all")
@@ -89,6 +94,31 @@ def merge(reports: tuple[str, ...], json_path: str | None, quiet: bool, fail_on:
         pairs.append(("json", json_path))
     emit_reports(data, pairs)
     sys.exit(int(code))
+
+
+def _finish_audit(console: Any, data: dict[str, Any], fail_on: str | None,
+                  baseline_file: str | None, write_baseline: str | None, quiet: bool,
+                  shards: int) -> int:
+    """The merged audit's gate, as the audit applies it to a whole run
+    (:func:`kvcontract.tools.audit.command.apply_gate`: the findings baseline, and
+    ``--require-complete`` when the shards ran with it), and its printout."""
+    from kvcontract.tools.audit.command import apply_gate
+    from kvcontract.tools.audit.report import print_report
+    from kvcontract.tools.reports.gate import gate_summary
+
+    failing, only_new = parse_gate_fail_on(
+        fail_on if fail_on is not None else ",".join(data["fail_on"]) or "all")
+    data["fail_on"] = sorted(i.value for i in failing)
+    baseline = check_gate(only_new, baseline_file, write_baseline)
+    apply_gate(data, failing, only_new, baseline, write_baseline,
+               bool(data.pop("require_complete", False)))
+    if not quiet:
+        print_report(console, data, show_bindings=False)
+        print_gate(console, data)
+    console.print(f"{data['target']}: exit code {data['exit_code']} "
+                  f"({len(data['results'])} theorems from {shards} shards"
+                  f"{gate_summary(data)})")
+    return int(data["exit_code"])
 
 
 def _print_prove(console: Any, data: dict[str, Any], failing: frozenset[Any],

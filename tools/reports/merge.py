@@ -1,5 +1,6 @@
-"""``kvcontract merge``: the shards of one run (``--shard I/N``) joined into the report
-the unsharded run writes: the same results in the same order, the same exit code;
+"""``kvcontract merge``: the shards of one run (``--shard I/N`` of ``prove``, ``fuzz`` or
+``audit``) joined into the report the unsharded run writes: the same results in the
+same order, the same exit code;
 only timing-like fields differ (``seconds`` and a result's ``cached``). Z3's resource
 counts (``rlimit_used``) must be equal too: every theorem is proved in a fresh child of
 one template process (:mod:`kvcontract.proofs.pool`), so its count depends on the
@@ -19,19 +20,32 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from kvcontract.errors import UsageError
-from kvcontract.vocabulary import Verdict, finding_exit_code, parse_impacts
+from kvcontract.vocabulary import (
+    Verdict,
+    finding_exit_code,
+    parse_impacts,
+    worst_exit_code,
+)
 
 SHARD_KEY = "shard"
 
-MERGEABLE = ("prove", "fuzz")
-"""Commands whose reports can be sharded and merged (the audit's later: issue 11)."""
+MERGEABLE = ("prove", "fuzz", "audit")
+"""Commands whose reports can be sharded and merged."""
 
 AGREE = ("command", "target", "fail_on", "geometries", "device")
 """Top-level fields every shard must share (absent counts as a value)."""
 
 SECTION_AGREE = ("count", "total", "selection", "kvcontract_version", "family_shards",
-                 "examples", "seed")
+                 "examples", "seed", "budget", "timeout")
 """Fields of the ``shard`` objects every shard must share."""
+
+AUDIT_AGREE = {"target_kind": "the kind of target", "vllm_version": "the vLLM version",
+               "bindings": "the bound upstream functions (different code, or files at "
+                           "other paths)",
+               "unchecked": "the theorems that could not be checked",
+               "notes": "the report notes", "require_complete": "--require-complete"}
+"""Audit report fields every shard must share (each shard binds the same target and
+lists the whole run's unchecked theorems), and how a difference is named."""
 
 IGNORED_RESULT_FIELDS = ("seconds", "cached")
 """Per-result fields that may differ between a merged and an unsharded report: times,
@@ -46,8 +60,8 @@ def _section(name: str, report: Mapping[str, Any]) -> dict[str, Any]:
     section = report.get(SHARD_KEY)
     if not isinstance(section, Mapping):
         raise _fail(f"{name} is not a shard report (it has no 'shard' object); merge the "
-                    "JSON reports of `kvcontract prove --shard I/N` or `kvcontract fuzz "
-                    "--shard I/N` runs")
+                    "JSON reports of `kvcontract prove --shard I/N`, `kvcontract fuzz "
+                    "--shard I/N` or `kvcontract audit --shard I/N` runs")
     for key in ("index", "count", "total", "positions", "selection"):
         if key not in section:
             raise _fail(f"{name}: its 'shard' object lacks {key!r} (not written by this "
@@ -79,10 +93,17 @@ def check_shards(reports: Sequence[tuple[str, Mapping[str, Any]]]) -> list[dict[
         for key in SECTION_AGREE:
             if section.get(key) != sections[0].get(key):
                 what = {"selection": "the selected theorems or scenarios",
-                        "kvcontract_version": "the kvcontract version"}.get(key, key)
+                        "kvcontract_version": "the kvcontract version",
+                        "total": "the size of the work list (another selection)",
+                        "budget": "--budget", "timeout": "--timeout"}.get(key, key)
                 raise _fail(f"{name} and {first_name} differ in {what} "
                             f"({section.get(key)!r} vs {sections[0].get(key)!r}): they are "
                             "shards of different runs")
+        if first.get("command") == "audit":
+            for key, what in AUDIT_AGREE.items():
+                if report.get(key) != first.get(key):
+                    raise _fail(f"{name} and {first_name} differ in {what}: they are "
+                                "shards of different runs")
     count = sections[0]["count"]
     seen: dict[int, str] = {}
     for (name, _), section in zip(reports, sections, strict=True):
@@ -110,6 +131,8 @@ def merge(reports: Sequence[tuple[str, Mapping[str, Any]]]) -> dict[str, Any]:
     check_shards(reports)
     if reports[0][1]["command"] == "prove":
         return _merge_prove(reports)
+    if reports[0][1]["command"] == "audit":
+        return _merge_audit(reports)
     return _merge_fuzz(reports)
 
 
@@ -196,6 +219,68 @@ def _merge_fuzz(reports: Sequence[tuple[str, Mapping[str, Any]]]) -> dict[str, A
     }
     if first.get("geometries"):
         merged["geometries"] = first["geometries"]
+    return merged
+
+
+def _row_keys(name: str, report: Mapping[str, Any]) -> list[tuple[int, ...]]:
+    """An audit shard's ``shard.row_keys``: each result's place in the unsharded order
+    (:func:`kvcontract.tools.audit.engine.run_audit`), one list of integers per row."""
+    keys = report[SHARD_KEY].get("row_keys")
+    rows = report.get("results")
+    if not isinstance(rows, list):
+        raise _fail(f"{name} has no 'results' list")
+    if (not isinstance(keys, list) or len(keys) != len(rows) or not all(
+            isinstance(k, list) and k and all(isinstance(x, int) and not isinstance(x, bool)
+                                              for x in k) for k in keys)):
+        raise _fail(f"{name}: an audit shard report needs shard.row_keys, a list of "
+                    "integers per result")
+    return [tuple(k) for k in keys]
+
+
+def _merge_audit(reports: Sequence[tuple[str, Mapping[str, Any]]]) -> dict[str, Any]:
+    """The unsharded audit report: the rows in their unsharded order, the clause
+    summary recomputed over all of them, the exit code as the audit computes it without
+    a findings baseline (the caller applies one with ``apply_gate``, which recomputes
+    it); shards never apply one (they refuse it)."""
+    from kvcontract.tools.audit.engine import clause_summary
+    from kvcontract.vocabulary import EXIT_UNKNOWN
+
+    first = reports[0][1]
+    placed: list[tuple[tuple[int, ...], dict[str, Any]]] = []
+    for name, report in reports:
+        placed += [(key, dict(row)) for key, row in zip(
+            _row_keys(name, report), report["results"], strict=True)]
+    placed.sort(key=lambda pair: pair[0])
+    if len({key for key, _ in placed}) != len(placed):
+        raise _fail("two shards report a result at the same place of the run (reports "
+                    "edited?)")
+    results = [row for _, row in placed]
+    unchecked = list(first.get("unchecked") or [])
+    fail_on = _fail_on(first)
+    merged: dict[str, Any] = {
+        key: first[key] for key in ("version", "command", "target", "target_kind",
+                                    "target_description", "vllm_version") if key in first}
+    merged.update({
+        "seconds": max(float(r.get("seconds", 0.0)) for _, r in reports),
+        "results": results,
+        "summary": clause_summary(results, unchecked),
+        "unchecked": unchecked,
+        "bindings": first.get("bindings", []),
+        "notes": first.get("notes", []),
+        "fail_on": first["fail_on"],
+        "exit_code": finding_exit_code(((Verdict(r["verdict"]), r.get("impact"))
+                                        for r in results), fail_on, empty=EXIT_UNKNOWN),
+    })
+    if first.get("geometries"):
+        merged["geometries"] = first["geometries"]
+    if first.get("require_complete"):
+        merged["require_complete"] = True  # the gate's: unchecked theorems exit 3
+        if unchecked:
+            merged["exit_code"] = worst_exit_code([merged["exit_code"], EXIT_UNKNOWN])
+    # Files a shard wrote stay on its machine: listed in shard order.
+    for key in ("reproducers", "pictures", "picture_notes"):
+        if any(key in r for _, r in reports):
+            merged[key] = [item for _, r in reports for item in r.get(key, [])]
     return merged
 
 

@@ -4,9 +4,12 @@ now judges what the implementation itself returns, against the spec."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
-from kvcontract.impl import scheduler
+from kvcontract.impl import reference, scheduler
+from kvcontract.impl.bundle import Implementation
 from kvcontract.impl.variants import REFERENCE
 from kvcontract.proofs.theorem import run_property
 from kvcontract.spec.geometry import Geometry, fa, mamba, swa
@@ -98,12 +101,10 @@ def test_two_pops_per_peek_are_caught() -> None:
     assert "popped" in (eagle_peek(case, miscounted) or "")
 
 
-def test_storing_the_final_sampled_slot_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_storing_the_final_sampled_slot_is_caught() -> None:
     """A finished request must never store its final sampled slot (its KV was never
     written). Only ``offload_prompt_only=True`` was in the catalogue, which caps the
     stored tokens at the prompt and hides the mutant."""
-    from kvcontract.impl import reference
-
     original = reference.get_num_offloadable_tokens
 
     def mutant(status: object, computed: int, scheduled: int, num_tokens: int,
@@ -114,38 +115,41 @@ def test_storing_the_final_sampled_slot_is_caught(monkeypatch: pytest.MonkeyPatc
             return num_tokens  # the final sampled slot too
         return tokens
 
-    monkeypatch.setattr(scheduler, "get_num_offloadable_tokens", mutant)
-    result = run_property(get_property("C10/stores-well-formed"), REFERENCE)
+    # The store path calls the bundle's function (StoreTracker.step).
+    planted = dataclasses.replace(REFERENCE, get_num_offloadable_tokens=mutant)
+    result = run_property(get_property("C10/stores-well-formed"), planted)
     assert result.verdict is Verdict.COUNTEREXAMPLE, result.message
     assert result.witness is not None and result.witness.get("prompt_only") is False
 
 
-def _patched_step(monkeypatch: pytest.MonkeyPatch, old: str, new: str) -> None:
-    """Replace ``StoreTracker.step`` by a copy with one expression changed."""
-    import inspect
-    import textwrap
+def _step_bounds_with(change: str) -> Implementation:
+    """The reference with its store step bounds changed (``StoreTracker.step`` takes its
+    candidate range and stored index from the bundle's ``store_step_bounds``)."""
 
-    source = textwrap.dedent(inspect.getsource(scheduler.StoreTracker.step))
-    assert old in source
-    namespace = dict(vars(scheduler))
-    exec(source.replace(old, new), namespace)
-    monkeypatch.setattr(scheduler.StoreTracker, "step", namespace["step"])
+    def bounds(status: object, tokens: int, prompt_len: int, cap: int | None, tpc: int,
+               eagle: bool, next_index: int) -> tuple[int, int, int, int]:
+        if change == "no-volatile-chunk":  # end_chunk -= 1 became -= 0
+            eagle = False
+        first, end, after, horizon = reference.store_step_bounds(
+            status, tokens, prompt_len, cap, tpc, eagle, next_index)
+        if change == "min-index":  # max(next, end) became min(next, end)
+            after = min(next_index, end)
+        return first, end, after, horizon
+
+    return dataclasses.replace(REFERENCE, store_step_bounds=bounds)
 
 
-def test_offering_the_volatile_eagle_chunk_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_offering_the_volatile_eagle_chunk_is_caught() -> None:
     """An EAGLE group's last chunk is volatile while decoding; offering it early passed
     every union-of-offers property (the spec offers it at finish anyway)."""
-    _patched_step(monkeypatch, "end_chunk -= 1", "end_chunk -= 0")
-    result = run_property(get_property("C9/store-steps"), REFERENCE)
+    planted = _step_bounds_with("no-volatile-chunk")
+    result = run_property(get_property("C9/store-steps"), planted)
     assert result.verdict is Verdict.COUNTEREXAMPLE and result.impact == "corruption"
-    assert run_property(get_property("C9/store-horizon"), REFERENCE).verdict.passed
+    assert run_property(get_property("C9/store-horizon"), planted).verdict.passed
 
 
-def test_a_stored_index_that_never_advances_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
-    _patched_step(monkeypatch,
-                  "self.next_stored_chunk_idx = max(self.next_stored_chunk_idx, end_chunk)",
-                  "self.next_stored_chunk_idx = min(self.next_stored_chunk_idx, end_chunk)")
-    result = run_property(get_property("C9/store-steps"), REFERENCE)
+def test_a_stored_index_that_never_advances_is_caught() -> None:
+    result = run_property(get_property("C9/store-steps"), _step_bounds_with("min-index"))
     assert result.verdict is Verdict.COUNTEREXAMPLE
     assert "next_stored_chunk_idx" in result.message
 

@@ -286,20 +286,28 @@ PLANTED_BPC16 = dataclasses.replace(REFERENCE, name="planted-bpc16",
 
 
 def test_a_mask_bug_at_a_preset_size_outside_the_grid_is_refuted() -> None:
-    """The mask theorems' sizes stay a case split; the presets' sizes (bpc 16) are in it
-    now, so a bug that only shows at 16 blocks a chunk is found there."""
+    """The mask theorems' case split (the fallback of their symbolic-size query) holds
+    the presets' sizes (bpc 16), so a bug that only shows at 16 blocks a chunk is found
+    there; the symbolic query finds it too (docs/CONTRACT.md 5.2)."""
     prop = get_property("C7/final-boundary-supplied[none]")
     assert isinstance(prop, FormulaProperty)
     presets = [c for c in prop.configs() if c.label.startswith("preset")]
     grid = [c for c in prop.configs() if not c.label.startswith("preset")]
     assert presets and {c.values["bpc"] for c in presets} == {16}
     assert "every model preset" in prop.domain
-    found = prove_formula(dataclasses.replace(prop, configs=lambda: presets), PLANTED_BPC16)
+    split_only = dataclasses.replace(prop, symbolic_sizes=(), probe_configs=0)
+    found = prove_formula(dataclasses.replace(split_only, configs=lambda: presets),
+                          PLANTED_BPC16)
     assert found.verdict is Verdict.COUNTEREXAMPLE
     assert found.witness is not None and found.witness["values"]["bpc"] == 16
     assert prop.replay(found.witness, REFERENCE) is None
-    missed = prove_formula(dataclasses.replace(prop, configs=lambda: grid), PLANTED_BPC16)
+    missed = prove_formula(dataclasses.replace(split_only, configs=lambda: grid),
+                           PLANTED_BPC16)
     assert missed.verdict is Verdict.PROVED_FOR_DOMAIN
+    symbolic = prove_formula(dataclasses.replace(prop, configs=lambda: grid), PLANTED_BPC16)
+    assert symbolic.verdict is Verdict.COUNTEREXAMPLE, symbolic
+    assert symbolic.witness is not None and symbolic.witness["values"]["bpc"] == 16
+    assert prop.replay(symbolic.witness, REFERENCE) is None
 
 
 def _planted_load_window(boundary: Any, sliding_window: Any, extra_retained: Any,

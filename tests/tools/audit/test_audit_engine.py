@@ -164,3 +164,38 @@ def test_system_scenarios_on_bound_code() -> None:
     assert verdicts["system[seed000-stale-pending]"] == ("C11", "TESTED")
     assert verdicts["system[seed004-prefill-horizon]"] == ("C11", "TESTED")
     assert verdicts["system[window-sw9-tpc4]"] == ("C4", V)
+
+
+KVCONTRACT_STEP_THEOREMS = {
+    "eagle-step-peeks-once", "lookup-step-converges", "store-steps-offer-once",
+    "store-steps-refine-spec", "store-steps-well-formed",
+}
+"""Formula theorems about kvcontract's own step functions (fields no binding fills)."""
+
+
+def test_theorems_about_kvcontracts_own_steps_are_not_run_on_upstream() -> None:
+    """An audited bundle keeps the reference's step functions (upstream has no such
+    functions: its loop and store path are checked whole by the upstream-* theorems), so
+    a proof of them would be a proof of the reference reported as upstream's."""
+    from kvcontract.tools.audit.engine import (
+        KVCONTRACT_ONLY_FIELDS,
+        is_kvcontract_only,
+        plan,
+        theorems_for,
+    )
+
+    assert {"store_step_bounds", "store_chunk_offered", "multigroup_lookup_step",
+            "get_num_offloadable_tokens"} <= set(KVCONTRACT_ONLY_FIELDS)
+    upstream = bind(resolve_target(f"vllm:{release_tree('0.33.0')}"))
+    builtin = bind(resolve_target("builtin:reference"))
+    for binding, expected in ((upstream, set()), (builtin, KVCONTRACT_STEP_THEOREMS)):
+        theorems = theorems_for(binding)
+        indices, unchecked = plan(binding, AuditOptions(clauses=None))
+        ran = {theorems[i].name for i in indices}
+        assert ran & KVCONTRACT_STEP_THEOREMS == expected
+        assert not {u["theorem"] for u in unchecked} & KVCONTRACT_STEP_THEOREMS
+    by_name = {t.name: t for t in theorems_for(upstream)}
+    assert all(is_kvcontract_only(by_name[n], upstream) for n in KVCONTRACT_STEP_THEOREMS)
+    # The families that drive kvcontract's scheduler over the bound primitives still run.
+    assert not is_kvcontract_only(by_name["lookup-converges"], upstream)
+    assert not is_kvcontract_only(by_name["store-steps"], upstream)
