@@ -473,6 +473,9 @@ def end_to_end_cases() -> Iterator[EndToEndCase]:
 def end_to_end_domain() -> str:
     names = ", ".join(name for name, *_ in end_to_end_catalog())
     return (
+        "end to end, a producer's whole store path and then a consumer's whole lookup (no "
+        "unbounded encoding composes the two yet; each side is proved for all values by "
+        "C2-C10); "
         "producers: one-shot and 7/16-token chunked prefill, finish after 3 decode steps or "
         "abort after any step, offload_prompt_only, replay boundaries P - 1 and vLLM's GPU "
         "EAGLE replay boundaries (the implementation's own for the producer); consumers: a "

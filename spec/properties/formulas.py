@@ -506,6 +506,9 @@ def stored_blocks_demanded(env: Env, impl: Implementation) -> tuple[list[Bool], 
         (),
         generalize=(1, 2),
     )
+    if _symbolic_sizes(env):
+        _size_lemmas(env)
+        return hyps, implies(marked, _marked_block_demanded(env, i, horizon_chunks))
     per = align // block_tokens
     chunk = floordiv(i, bpc)
     segment_end = (floordiv(i, per) + 1) * align
@@ -522,6 +525,65 @@ def stored_blocks_demanded(env: Env, impl: Implementation) -> tuple[list[Bool], 
             for b in [*boundaries, horizon_chunks * tpc]
         )
     return hyps, implies(marked, demanded)
+
+
+def _marked_block_demanded(env: Env, block: Num, horizon_chunks: Num) -> Bool:
+    """With symbolic sizes: block ``block``, marked by the mask (non-EAGLE, dense
+    retention), is demanded by the end of its segment or by the final horizon, through
+    a lemma chain (the converse of :func:`_window_block_stored`).
+
+    The key lemma reads the mask: a marked block lies within ``need`` blocks before the
+    end of its segment ``(q + 1) * per`` or before the horizon block ``m``. From there
+    each boundary's demanded chunk range contains the block's chunk, in tokens: the chunk
+    starts before the boundary, and its end passes the first token the window needs
+    (``lw(N) * tpc`` covers the reach and the padding)."""
+    _, _align, block_tokens, bpc, _eagle, _retention = _mask_env(env)
+    per, sw, e = env["per"], env["sw"], env["e"]
+    chunk_tokens = block_tokens * bpc
+    reach = sw - 1 + e
+    need = cdiv(sw + e - 1, block_tokens)
+    segment = floordiv(block, per)
+    chunk = floordiv(block, bpc)
+    horizon_block = horizon_chunks * bpc
+    env.instance(DIV_MOD, block, per)
+    env.instance(DIV_MOD, block, bpc)
+    env.instance(CDIV_BOUNDS, reach, block_tokens)
+    env.lemma(chunk * bpc <= block)
+    env.lemma(block < (chunk + 1) * bpc)
+    env.lemma(need * block_tokens < reach + block_tokens)
+
+    def covered(boundary_block: Num) -> Bool:
+        """The block's chunk is in the range boundary ``boundary_block * B`` demands,
+        when the block lies within ``need`` blocks before it."""
+        boundary = boundary_block * block_tokens
+        padding = mod(-boundary, chunk_tokens)
+        end = cdiv(boundary, chunk_tokens)
+        window = load_window_chunks(boundary, sw, e, chunk_tokens)
+        near = and_(block < boundary_block, block + need >= boundary_block)
+        env.lemma(implies(near, chunk * bpc < boundary_block))
+        env.lemma(implies(near, chunk * bpc * block_tokens < boundary))
+        env.instance(CDIV_BOUNDS, boundary, chunk_tokens)
+        env.instance(CANCEL, chunk, end, chunk_tokens)
+        env.lemma(implies(near, chunk < end))
+        env.instance(DIV_MOD, -boundary, chunk_tokens)
+        env.lemma(end * chunk_tokens == boundary + padding)
+        env.lemma(cdiv(reach, chunk_tokens) <= cdiv(reach + padding, chunk_tokens))
+        env.lemma(window == cdiv(reach + padding, chunk_tokens))
+        env.instance(CDIV_BOUNDS, reach + padding, chunk_tokens)
+        env.lemma(implies(near, (chunk + 1) * bpc >= boundary_block - need + 1))
+        env.lemma(implies(near, (chunk + 1) * bpc * block_tokens > boundary - reach))
+        env.lemma(implies(near, (end - window) * chunk_tokens < (chunk + 1) * chunk_tokens))
+        env.instance(CANCEL, end - window, chunk + 1, chunk_tokens)
+        demanded_from = max_(0, end - window)
+        env.lemma(implies(near, in_range(chunk, demanded_from, end)))
+        return and_(near, in_range(chunk, demanded_from, end))
+
+    segment_end = (segment + 1) * per
+    by_segment = and_(segment_end <= horizon_block, covered(segment_end))
+    by_final = covered(horizon_block)
+    env.lemma(block < segment_end)
+    env.lemma(implies(segment_end > horizon_block, block < horizon_block))
+    return or_(by_segment, by_final)
 
 
 @functools.cache
@@ -580,7 +642,8 @@ def _all_sizes(retention: str, eagle: bool) -> dict[str, Any]:
         "refine_sizes": ("bpc",),
         "symbolic_domain": "every SWA block B, bpc and alignment A = per * B = a * bpc "
                            "(a: the FA block that makes it)"
-                           + (", every interval R = rho * A" if interval else ""),
+                           + (", every interval R = rho * A" if interval else "")
+                           + f"; eagle={eagle}, retention={retention}",
     }
 
 
@@ -854,6 +917,7 @@ def formula_properties() -> list[FormulaProperty]:
             uses=MASK,
             picture=_picture_mask,
             geometry=mask_geometry,
+            **_all_sizes("none", False),
         )
     )
     return properties

@@ -204,7 +204,10 @@ def lookup_domain() -> str:
     retry = ", ".join(name for name, *_ in lookup_retry_catalog())
     extra = ", ".join(name if budget is None else f"{name} (a budget of {budget} tokens)"
                       for name, _, _, _, budget in lookup_extra_catalog())
-    return (f"every MISS/HIT/HIT_PENDING state of every chunk of {names}; every "
+    return ("the bounded cross-check of C5/eagle-step-peeks-once and "
+            "C6/lookup-step-converges (which cover every state, one turn at a time): the "
+            "whole loop with its real scans, driver and geometries; "
+            f"every MISS/HIT/HIT_PENDING state of every chunk of {names}; every "
             f"MISS/HIT/HIT_PENDING/RETRY state of every chunk of {retry}; every "
             f"MISS/HIT/HIT_PENDING state of every chunk of {extra}")
 

@@ -225,6 +225,9 @@ def store_domain() -> str:
         + ("" if v.max_offload_tokens is None else f", max_offload_tokens {v.max_offload_tokens}")
         + ")" for v in store_variation_catalog())
     return (
+        "the bounded cross-check of the store-step induction (C8/store-steps-offer-once, "
+        "C9/store-steps-refine-spec, C10/store-steps-well-formed, every schedule): real "
+        "masks, geometries and the tracker's own loop; "
         f"chunked-prefill schedules (steps of 7, 16, 25 tokens and one shot), finish after "
         f"3 decode steps or abort after every step, replay boundaries P - 1 (and, with "
         f"EAGLE, vLLM's GPU replay boundaries) with a retention interval, for {names}; "

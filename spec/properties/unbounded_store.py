@@ -391,7 +391,7 @@ def unbounded_store_properties() -> list[FormulaProperty]:
                 "store_step_bounds and store_chunk_offered") + "; that an offered chunk "
             "is demanded is the lemma "
             "C8/stored-blocks-demanded (a block the mask marks below the horizon is "
-            "demanded by a reachable boundary: non-EAGLE, retention none, its block sizes) "
+            "demanded by a reachable boundary: non-EAGLE, retention none, every size) "
             "at the horizon of C9/store-steps-refine-spec",
         ),
         InductiveProperty(

@@ -107,3 +107,36 @@ def test_a_defect_in_the_grid_is_found_by_the_probe_with_the_grid_witness() -> N
     assert result.witness is not None
     assert result.witness["values"]["A"] == 8 and result.witness["values"]["B"] == 4
     assert result.queries <= prop.probe_configs
+
+
+def _marks_everything_at_b24(block: Any, alignment_tokens: Any, block_tokens: Any,
+                             sliding_window: Any, extra_retained: Any, use_eagle: bool,
+                             retention_interval: Any, final_segment_end_block: Any,
+                             replay_boundary_blocks: tuple[Any, ...] = (),
+                             blocks_per_chunk: Any = 1) -> Any:
+    if block_tokens == 24:
+        return True  # stores every block at one block size only: CPU memory wasted
+    return reference.is_block_reachable(
+        block, alignment_tokens, block_tokens, sliding_window, extra_retained, use_eagle,
+        retention_interval, final_segment_end_block, replay_boundary_blocks,
+        blocks_per_chunk)
+
+
+OVER_STORES = dataclasses.replace(REFERENCE, name="planted-b24",
+                                  is_block_reachable=_marks_everything_at_b24)
+
+
+def test_c8_demand_is_proved_for_every_size() -> None:
+    prop = get_property("C8/stored-blocks-demanded")
+    assert prop.symbolic_sizes[:len(SYMBOLIC_MASK_SIZES)] == SYMBOLIC_MASK_SIZES
+    result = run_property(prop, REFERENCE)
+    assert result.verdict is Verdict.PROVED, result
+    assert all(c.values["B"] != 24 for c in prop.configs())
+    bounded = dataclasses.replace(prop, symbolic_sizes=(), probe_configs=0)
+    assert run_property(bounded, OVER_STORES).verdict is Verdict.PROVED_FOR_DOMAIN
+    found = run_property(prop, OVER_STORES)
+    assert found.verdict is Verdict.COUNTEREXAMPLE, found
+    assert found.witness is not None and found.witness["values"]["B"] == 24
+    assert found.impact == "waste"
+    assert prop.violation(found.witness["values"], OVER_STORES) is not None
+    assert prop.violation(found.witness["values"], REFERENCE) is None
