@@ -287,14 +287,12 @@ def _decide(prop: FormulaProperty, impl: Implementation, result: TheoremResult) 
         result.queries += 1
         result.rlimit_used += outcome.rlimit_used
         if outcome.status is z3driver.QueryStatus.REFUTED and outcome.model is not None:
-            before = result.verdict, result.message
             found = _counterexample(prop, impl, result, config.values, hyps, goal,
-                                    variables, outcome.model)
+                                    variables, outcome.model, final=False)
             if found is not None and prop.grade(*found).latent is None:
                 _fill(prop, result, found[0], found[1], config.label)
                 return
             # Not replayed or latent: the full split below meets it again and decides.
-            result.verdict, result.message = before
         # Anything else is decided below: the symbolic query, else the whole split.
     if prop.symbolic_sizes:
         free = list(prop.symbolic_sizes) + list(prop.variables)
@@ -329,12 +327,9 @@ def _decide(prop: FormulaProperty, impl: Implementation, result: TheoremResult) 
                                 outcome.model)
                 spurious = found is None
             else:
-                before = result.verdict, result.message
                 found = _counterexample(prop, impl, result, fixed, hyps, goal, variables,
-                                        outcome.model)
-                if found is None:
-                    result.verdict, result.message = before
-                    spurious = True
+                                        outcome.model, final=False)
+                spurious = found is None
             if found is not None:
                 if prop.grade(*found).latent is None:
                     _fill(prop, result, found[0], found[1], "all values")
@@ -449,12 +444,8 @@ def _refine(
     result.rlimit_used += outcome.rlimit_used
     if outcome.status is not z3driver.QueryStatus.REFUTED or outcome.model is None:
         return None
-    before = result.verdict, result.message
-    found = _counterexample(prop, impl, result, pinned, hyps2, goal2, variables2,
-                            outcome.model)
-    if found is None:
-        result.verdict, result.message = before
-    return found
+    return _counterexample(prop, impl, result, pinned, hyps2, goal2, variables2,
+                           outcome.model, final=False)
 
 
 def _counterexample(
@@ -466,9 +457,11 @@ def _counterexample(
     goal: Bool,
     variables: list[z3.ArithRef],
     model: dict[str, int],
+    final: bool = True,
 ) -> tuple[dict[str, int], str] | None:
-    """Minimize a model and re-execute it on ints: ``(values, violation)``, or None (and
-    ``result`` UNKNOWN) when it does not replay."""
+    """Minimize a model and re-execute it on ints: ``(values, violation)``, or None when
+    it does not replay; with ``final`` (the last query of the decision) ``result`` is
+    then UNKNOWN, else the caller searches on."""
     goal_term = z3.BoolVal(goal) if isinstance(goal, bool) else goal
     hyp_terms = [h for h in hyps if isinstance(h, z3.BoolRef)]
     small, used = z3driver.minimize(hyp_terms, goal_term, variables, model, _rlimit(prop))
@@ -476,6 +469,8 @@ def _counterexample(
     values = {**fixed, **small}
     replay = prop.violation(values, impl)
     if replay is None:
+        if not final:
+            return None
         result.verdict = Verdict.UNKNOWN
         result.message = (
             f"solver model {values} did not reproduce on plain Python ints "

@@ -157,16 +157,25 @@ def _step_inputs(env: Env) -> list[Bool]:
 _OFFER_CHOICES: tuple[Choice, ...] = (("st", _statuses), ("eagle", _flags), ("capped", _cap))
 
 
+def _step_from_invariant(
+    env: Env, choices: tuple[Choice, ...]
+) -> tuple[list[Bool], Bool, Num, Bool]:
+    """The hypotheses of one store step from a state satisfying the invariant (the step's
+    inputs, the mask summary, the choices' domains, the offered set below the index):
+    ``(hypotheses, has_marked, first_marked, was_offered)``."""
+    summary_hyps, has_marked, first_marked = _summary(env)
+    invariant, was_offered = _offered_before(env, env["n"])
+    hyps: list[Bool] = [*_step_inputs(env), *summary_hyps, *_choice_domains(env, choices),
+                        *invariant]
+    return hyps, has_marked, first_marked, was_offered
+
+
 def offers_once(env: Env, impl: Implementation) -> tuple[list[Bool], Bool]:
     """One store step from a state satisfying the invariant: it offers no chunk offered
     before, keeps the invariant, never lowers the stored index, and offers only chunks
     with a marked block."""
     n, chunk = env["n"], env["c"]
-    summary_hyps, has_marked, first_marked = _summary(env)
-    hyps: list[Bool] = [*_step_inputs(env), *summary_hyps,
-                        *_choice_domains(env, _OFFER_CHOICES)]
-    invariant, was_offered = _offered_before(env, n)
-    hyps += invariant
+    hyps, has_marked, first_marked, was_offered = _step_from_invariant(env, _OFFER_CHOICES)
     if impl is HYPOTHESES_ONLY:
         return hyps, True
     env.assume(hyps)
@@ -201,11 +210,8 @@ def refines_spec_step(env: Env, impl: Implementation) -> tuple[list[Bool], Bool]
     mask the spec's final-segment horizon (the prompt's while running, the real one on
     finish or abort, none under a retention interval)."""
     n, chunk, tokens, tpc = env["n"], env["c"], env["tokens"], env["T"]
-    summary_hyps, has_marked, first_marked = _summary(env)
-    hyps: list[Bool] = [*_step_inputs(env), *summary_hyps, env["R"] >= 0,
-                        *_choice_domains(env, _HORIZON_CHOICES)]
-    invariant, was_offered = _offered_before(env, n)
-    hyps += invariant
+    hyps, has_marked, first_marked, was_offered = _step_from_invariant(env, _HORIZON_CHOICES)
+    hyps.append(env["R"] >= 0)
     if impl is HYPOTHESES_ONLY:
         return hyps, True
     env.assume(hyps)
