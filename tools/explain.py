@@ -32,7 +32,13 @@ from kvcontract.spec import retention as spec_ret
 from kvcontract.spec.arith import cdiv
 from kvcontract.spec.geometry import Geometry, GroupSpec
 from kvcontract.spec.lookup import HIT, HIT_PENDING, MISS, RETRY, LookupResult
-from kvcontract.spec.properties import Picture, UnknownPropertyError, WitnessError, get_property
+from kvcontract.spec.properties import (
+    Picture,
+    Property,
+    UnknownPropertyError,
+    WitnessError,
+    get_property,
+)
 
 MAX_DRAWN_CHUNKS = 96
 """Rows longer than this are cropped to the interesting region (pictures stay legible)."""
@@ -210,9 +216,11 @@ def scene_of_picture(picture: Picture, title: str) -> Scene:
     return scene
 
 
-def scene_from_result(result: Mapping[str, Any], impl: Implementation) -> Scene:
+def scene_from_result(result: Mapping[str, Any], impl: Implementation,
+                      prop: Property | None = None) -> Scene:
     """The scene of one report result's witness, offending chunks highlighted: the
-    property named by the result draws its own witness
+    property named by the result (or ``prop``: an audit's own theorem of upstream code,
+    ``upstream-lookup-*``) draws its own witness
     (:meth:`~kvcontract.spec.properties.base.FormulaProperty.draw`).
 
     Raises :class:`UsageError` when the witness has no picture (no witness, or a fuzz
@@ -229,7 +237,8 @@ def scene_from_result(result: Mapping[str, Any], impl: Implementation) -> Scene:
             "(fuzz differences carry a program; replay it with `kvcontract fuzz`)"
         )
     try:
-        prop = get_property(theorem_id)
+        if prop is None:
+            prop = get_property(theorem_id)
         picture = prop.draw(witness, impl)
     except (UnknownPropertyError, WitnessError) as exc:
         raise UsageError(f"{theorem_id}: {exc}") from None

@@ -181,6 +181,12 @@ def reproducers(report: Mapping[str, Any]) -> tuple[list[GeneratedTest], list[Sk
         if not witness:
             skipped.append(Skipped(theorem_id, "the result carries no witness"))
             continue
+        if witness.get("kind") in ("fuzz", "system"):
+            skipped.append(Skipped(theorem_id, (
+                f"a witness of kind {witness.get('kind')!r} is a program of the executable "
+                "system, not one check: replay it with `kvcontract fuzz` (or rerun the "
+                "audit)")))
+            continue
         reason = _replayable(theorem_id, witness)
         if reason is not None:
             skipped.append(Skipped(theorem_id, reason))
@@ -191,6 +197,52 @@ def reproducers(report: Mapping[str, Any]) -> tuple[list[GeneratedTest], list[Sk
             f"test_{_slug(theorem_id)}",
         )
         tests.append(GeneratedTest(filename, source, theorem_id, "counterexample"))
+    return _unique(tests), skipped
+
+
+def audit_reproducers(report: Mapping[str, Any], bound: Any
+                      ) -> tuple[list[GeneratedTest], list[Skipped]]:
+    """One test per COUNTEREXAMPLE of an audit report of upstream code (``vllm:PATH``,
+    ``module:FILE.py``), ``bound`` being the audit's binding of that target: the audit's
+    own reproducer (:func:`kvcontract.api.replay_audit` on the upstream functions; the
+    ``KVCONTRACT_AUDIT_TARGET`` environment variable re-points it), with this module's
+    marker first so that ``gen-tests`` replaces it on the next run."""
+    from kvcontract.tools.audit.reproduce import find_theorem, reproducer_source
+    from kvcontract.tools.reports import normalize
+
+    normalized = normalize(report)
+    rows = {f"{r.get('clause')}/{r.get('theorem')}": r for r in report.get("results", [])}
+    full = {**report, "target_description": report.get("target_description")
+            or report["target"]}
+    tests: list[GeneratedTest] = []
+    skipped: list[Skipped] = []
+    for result in normalized["results"]:
+        if result["verdict"] != "COUNTEREXAMPLE":
+            continue
+        theorem_id = result["id"]
+        witness = result["witness"]
+        if not witness:
+            skipped.append(Skipped(theorem_id, "the result carries no witness"))
+            continue
+        if witness.get("kind") not in ("arith", "exhaustive"):
+            skipped.append(Skipped(theorem_id, (
+                f"a witness of kind {witness.get('kind')!r} is a program of the executable "
+                "system, not one check: rerun `kvcontract audit` to replay it")))
+            continue
+        try:
+            theorem = find_theorem(theorem_id, bound)
+            if isinstance(theorem, FormulaProperty):
+                theorem.decode(witness)
+            else:
+                theorem.space.decode(witness)
+        except (UsageError, WitnessError, UnknownPropertyError) as exc:
+            skipped.append(Skipped(theorem_id, f"cannot be replayed on {report['target']}: "
+                                               f"{exc}"))
+            continue
+        source = reproducer_source(full, dict(rows.get(theorem_id, result)))
+        filename = f"test_audit_{_slug(theorem_id)}.py"
+        tests.append(GeneratedTest(filename, f"{MARKER}\n{source}", theorem_id,
+                                   "counterexample"))
     return _unique(tests), skipped
 
 

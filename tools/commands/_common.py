@@ -473,6 +473,51 @@ def _nested(data: Any, key: str) -> list[Any]:
     return found
 
 
+UPSTREAM_TARGET_KINDS = ("vllm", "module")
+"""The audit targets that are upstream code (``vllm:PATH``, ``module:FILE.py`` with
+functions under upstream's names), replayed through the audit's binding."""
+
+SCENARIO_WITNESSES = ("fuzz", "system")
+"""Witness kinds that are programs of the executable system (a fuzz difference, an
+audit's system scenario): replayed by ``kvcontract fuzz`` or ``audit``, never by id."""
+
+
+def report_implementation(data: Mapping[str, Any]) -> tuple[str | None, str | None]:
+    """What a report's witnesses replay on: ``(name, None)``, a name
+    :func:`kvcontract.api.load_implementation` takes (a prove, fuzz or merge report's
+    target; an audit report's ``builtin:NAME`` or registered name), or ``(None, target)``
+    for an audit of upstream code (``vllm:PATH``, ``module:FILE.py`` with upstream's
+    function names), whose witnesses replay on the bound upstream functions
+    (:func:`bind_report_target`)."""
+    target = str(data.get("target", ""))
+    if data.get("command") == "audit":
+        kind, sep, rest = target.partition(":")
+        if sep and kind == "builtin":
+            return rest, None
+        if sep and kind in UPSTREAM_TARGET_KINDS:
+            return None, target
+    return target, None
+
+
+def bind_report_target(target: str, path: str) -> Any:
+    """The audit's binding of an audit report's upstream target (a ``Binding`` with its
+    ``implementation``), or an :class:`InputFileError` saying why it cannot be replayed
+    here (the audited code is gone, or binds no function)."""
+    from kvcontract.errors import InputFileError, KvContractError
+    from kvcontract.tools.audit import binding
+    from kvcontract.tools.audit.targets import resolve_target
+
+    try:
+        bound = binding.bind(resolve_target(target))
+    except KvContractError as exc:
+        raise InputFileError(path, f"the report audited {target}, which cannot be replayed "
+                                   f"here: {one_line(str(exc))}") from None
+    if bound.implementation is None:
+        raise InputFileError(path, f"the report audited {target}, where no upstream "
+                                   "function binds now: nothing to replay its witnesses on")
+    return bound
+
+
 def check_report_witnesses(data: Mapping[str, Any], path: str,
                            results: list[Mapping[str, Any]] | None = None) -> None:
     """Every witness of a report (or of ``results``) can be replayed: its theorem is in
@@ -496,8 +541,8 @@ def check_report_witnesses(data: Mapping[str, Any], path: str,
             raise InputFileError(path, f"{theorem_id}: the witness is nested more than "
                                        f"{MAX_WITNESS_DEPTH} levels deep (not a witness)")
         kind = witness.get("kind")
-        if kind == "fuzz":
-            continue  # a fuzz program (replayed by `kvcontract fuzz`, never here)
+        if kind in SCENARIO_WITNESSES:
+            continue  # a system program (replayed by `kvcontract fuzz`/`audit`, never here)
         try:
             prop = get_property(theorem_id)
         except UnknownPropertyError:

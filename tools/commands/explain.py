@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -10,11 +11,13 @@ import click
 
 from kvcontract.errors import UsageError
 from kvcontract.tools.commands._common import (
+    bind_report_target,
     check_int,
     check_output_file,
     check_output_folder,
     check_report_witnesses,
     make_console,
+    report_implementation,
 )
 
 
@@ -115,7 +118,12 @@ def explain(report_path: str | None, theorems: tuple[str, ...], draw_all: bool,
 def _report_scenes(report_path: str, theorems: tuple[str, ...],
                    impl_name: str | None) -> list[tuple[str, Any]]:
     """The scenes of a report's results: the named theorems, else every counterexample
-    with a witness (an empty list when there is none)."""
+    with a witness that has a picture (an empty list when there is none).
+
+    Any report kvcontract writes: a prove, fuzz or merge report replays on its target,
+    an audit report on ``builtin:NAME``'s implementation, or on the upstream functions
+    of ``vllm:PATH``/``module:FILE.py`` bound again (the audit's own theorems of
+    upstream code included); ``--impl`` replays on another implementation instead."""
     from kvcontract.api import load_implementation
     from kvcontract.errors import InputFileError, KvContractError
     from kvcontract.impl.variants import VARIANTS
@@ -124,11 +132,16 @@ def _report_scenes(report_path: str, theorems: tuple[str, ...],
 
     scenes: list[tuple[str, Any]] = []
     data = load_report(report_path)
+    name, upstream = report_implementation(data)
+    bound = None
     if impl_name is not None:
         impl = load_implementation(impl_name)
+    elif upstream is not None:
+        bound = bind_report_target(upstream, report_path)
+        impl = bound.implementation
     else:
         try:
-            impl = load_implementation(str(data["target"]))
+            impl = load_implementation(str(name))
         except KvContractError:
             raise UsageError(
                 f"the report's target {data['target']!r} is not a registered implementation; "
@@ -136,6 +149,17 @@ def _report_scenes(report_path: str, theorems: tuple[str, ...],
                 "witnesses on"
             ) from None
     results = normalize(data)["results"]  # a fuzz report's differences as results too
+
+    def scene(result: Mapping[str, Any]) -> tuple[str, Any]:
+        theorem_id = f"{result['clause']}/{result['theorem']}"
+        return theorem_id, scene_from_result(result, impl, _theorem(theorem_id, bound))
+
+    def check(rows: list[Mapping[str, Any]]) -> None:
+        if bound is None:
+            check_report_witnesses(data, report_path, rows)
+        else:
+            _check_upstream_witnesses(report_path, rows, bound)
+
     if theorems:
         for wanted in theorems:
             match = [r for r in results
@@ -148,16 +172,63 @@ def _report_scenes(report_path: str, theorems: tuple[str, ...],
                     f"no result for theorem {wanted!r}; results with a witness: "
                     + (", ".join(known) or "none"),
                 )
-            check_report_witnesses(data, report_path, match)
-            scenes += [(f"{r['clause']}/{r['theorem']}", scene_from_result(r, impl))
-                       for r in match]
+            check(match)
+            scenes += [scene(r) for r in match]
     else:
-        drawable = [r for r in results
-                    if r.get("verdict") == "COUNTEREXAMPLE" and r.get("witness")]
-        check_report_witnesses(data, report_path, drawable)
-        for r in drawable:
-            scenes.append((f"{r['clause']}/{r['theorem']}", scene_from_result(r, impl)))
+        found = [r for r in results if r.get("verdict") == "COUNTEREXAMPLE" and r.get("witness")]
+        drawable = [r for r in found if r["witness"].get("kind") in ("arith", "exhaustive")]
+        if found and not drawable:
+            scene(found[0])  # refused, saying why (a system program has no picture)
+        for r in found:
+            if r not in drawable:
+                click.echo(f"{r['clause']}/{r['theorem']}: not drawn: a witness of kind "
+                           f"{r['witness'].get('kind')!r} is a program of the executable "
+                           "system, not one scenario (replay it with `kvcontract fuzz` or "
+                           "the audit)", err=True)
+        check(drawable)
+        scenes += [scene(r) for r in drawable]
     return scenes
+
+
+def _theorem(theorem_id: str, bound: Any) -> Any:
+    """The audit's theorem of that id on bound upstream code (None: the catalogue's)."""
+    if bound is None:
+        return None
+    from kvcontract.tools.audit.reproduce import find_theorem
+
+    return find_theorem(theorem_id, bound)
+
+
+def _check_upstream_witnesses(report_path: str, rows: list[Mapping[str, Any]],
+                              bound: Any) -> None:
+    """Each witness of an audit report of upstream code is one of the audit's theorems
+    on that code and decodes (else an input error naming the file and the theorem)."""
+    from kvcontract.errors import InputFileError, UnknownPropertyError, WitnessError
+    from kvcontract.spec.properties import FormulaProperty
+
+    for row in rows:
+        witness = row.get("witness")
+        theorem_id = f"{row.get('clause')}/{row.get('theorem')}"
+        if not isinstance(witness, Mapping) or witness.get("kind") not in (
+                "arith", "exhaustive"):
+            continue  # scene_from_result says why it has no picture
+        try:
+            theorem = _theorem(theorem_id, bound)
+            if isinstance(theorem, FormulaProperty):
+                theorem.decode(witness)
+            else:
+                theorem.space.decode(witness)
+        except (UsageError, WitnessError, UnknownPropertyError) as exc:
+            raise InputFileError(report_path, f"{theorem_id}: cannot be replayed on "
+                                              f"{bound.target.spec}: {exc}") from None
+
+
+_WHAT = {"--fa-block": "tokens per block", "--swa-block": "tokens per block",
+         "--sliding-window": "tokens", "--e": "extra retained tokens",
+         "--bpc": "GPU blocks per chunk", "--retention": "tokens; 0 is vLLM's default",
+         "--tokens": "the prompt's length in tokens", "--hit": "the boundary N in tokens",
+         "--local": "the local GPU hit in tokens"}
+"""What each scene option counts, for its range error."""
 
 
 def _flag_scene(geometry_text: str | None, fa_block: int | None, swa_block: int | None,
@@ -165,6 +236,7 @@ def _flag_scene(geometry_text: str | None, fa_block: int | None, swa_block: int 
                 retention: int | None, tokens: int | None, hit: int | None, local_hit: int,
                 states: tuple[str, ...]) -> Any:
     """The scene the geometry and lookup options describe."""
+    from kvcontract.spec import multigroup
     from kvcontract.spec.geometry import Geometry, fa, swa
     from kvcontract.tools.explain import build_scene, parse_geometry, parse_states
     from kvcontract.vocabulary import GroupKind
@@ -172,9 +244,9 @@ def _flag_scene(geometry_text: str | None, fa_block: int | None, swa_block: int 
     for option, value, low in (("--fa-block", fa_block, 1), ("--swa-block", swa_block, 1),
                                ("--sliding-window", sliding_window, 1), ("--e", extra, 0),
                                ("--bpc", bpc, 1), ("--retention", retention, 0),
-                               ("--tokens", tokens, 0), ("--hit", hit, 0),
+                               ("--tokens", tokens, 1), ("--hit", hit, 0),
                                ("--local", local_hit, 0)):
-        check_int(option, value, low=low)
+        check_int(option, value, low=low, what=_WHAT.get(option, ""))
     if geometry_text:
         flags = [name for name, value in (
             ("--fa-block", fa_block), ("--swa-block", swa_block),
@@ -214,11 +286,30 @@ def _flag_scene(geometry_text: str | None, fa_block: int | None, swa_block: int 
             f"--local {local_hit} is not a multiple of {step} tokens: a GPU prefix-cache "
             "hit ends on a block boundary of every group (and on a chunk of a Mamba group)"
         )
+    chunks = {g: multigroup.complete_chunks(geometry, group, tokens)
+              for g, group in enumerate(geometry.groups)}
+    if not any(chunks.values()):
+        finest = min(geometry.chunk_tokens(g) for g in geometry.groups)
+        raise UsageError(
+            f"--tokens {tokens}: the prompt holds no complete chunk (the finest group's "
+            f"chunk is {finest} tokens), so the scene would be empty; give --tokens "
+            f"{finest} or more"
+        )
     parsed = parse_states(states)
-    for g in parsed:
+    for g, letters in parsed.items():
         if g >= len(geometry.groups):
             raise UsageError(
                 f"--states {g}=...: the geometry has {len(geometry.groups)} groups "
                 f"(0 to {len(geometry.groups) - 1})"
+            )
+        if not letters:
+            raise UsageError(f"--states {g}=: no letters; give one letter per chunk "
+                             f"(group {g} has {chunks[g]} complete chunks)")
+        if len(letters) > chunks[g]:
+            tpc = geometry.chunk_tokens(geometry.groups[g])
+            raise UsageError(
+                f"--states {g}=...: {len(letters)} states, but group {g} has "
+                f"{chunks[g]} complete chunks of {tpc} tokens in the {tokens}-token prompt "
+                f"(give at most {chunks[g]} letters, or more --tokens)"
             )
     return build_scene(geometry, tokens, hit, local_hit, states=parsed or None)

@@ -8,12 +8,14 @@ import click
 
 from kvcontract.errors import KvContractError, UsageError
 from kvcontract.tools.commands._common import (
+    bind_report_target,
     check_clauses,
     check_int,
     check_jobs,
     check_output_folder,
     check_report_witnesses,
     make_console,
+    report_implementation,
 )
 
 MAX_CLASSES = 10_000
@@ -48,6 +50,7 @@ def gen_tests(impl_name: str | None, clauses: tuple[str, ...], report_path: str 
     from kvcontract.api import register_implementation
     from kvcontract.tools.commands._progress import progress
     from kvcontract.tools.gentests import (
+        audit_reproducers,
         boundary_class_tests,
         index_json,
         reproducers,
@@ -64,22 +67,42 @@ def gen_tests(impl_name: str | None, clauses: tuple[str, ...], report_path: str 
         impl_name = register_implementation(impl_name)  # a name or module:FILE.py
     wanted = set(check_clauses(clauses, prover=not report_path or boundary_classes))
     err = make_console(stderr=True)
+    bound = None
     if report_path:
         data = load_report(report_path)
-        if impl_name is not None and impl_name != data["target"]:
-            raise UsageError(
-                f"--impl {impl_name} does not match the report's target {data['target']!r}; "
-                "omit --impl when giving --report"
-            )
-        target = str(data["target"])
-        try:
-            target = register_implementation(target)
-        except KvContractError as exc:
-            raise UsageError(
-                f"the report's target {target!r} is not an implementation the reproducers "
-                f"can load by name: {exc}"
-            ) from None
-        check_report_witnesses(data, report_path)
+        name, upstream = report_implementation(data)
+        if upstream is not None:
+            # An audit of upstream code: its reproducers replay the bound upstream file.
+            if impl_name is not None:
+                raise UsageError(
+                    f"--impl {impl_name}: the report audited upstream code ({upstream}); "
+                    "its reproducers replay that code (KVCONTRACT_AUDIT_TARGET re-points "
+                    "them at another version): omit --impl"
+                )
+            if boundary_classes:
+                raise UsageError(
+                    f"--boundary-classes: the report audited upstream code ({upstream}); "
+                    "boundary-class tests are proved on a kvcontract implementation: run "
+                    "gen-tests --impl NAME --boundary-classes without --report"
+                )
+            bound = bind_report_target(upstream, report_path)
+            target = upstream
+        else:
+            assert name is not None
+            try:
+                target = register_implementation(name)
+            except KvContractError as exc:
+                raise UsageError(
+                    f"the report's target {data['target']!r} is not an implementation the "
+                    f"reproducers can load by name: {exc}"
+                ) from None
+            if impl_name is not None and impl_name != target:
+                raise UsageError(
+                    f"--impl {impl_name} does not match the report's target "
+                    f"{data['target']!r}; omit --impl when giving --report"
+                )
+            check_report_witnesses(data, report_path)
+            data = {**data, "target": target}  # builtin:NAME -> NAME, what IMPL loads
     else:
         from kvcontract.proofs.runner import prove as run_prove
 
@@ -93,7 +116,7 @@ def gen_tests(impl_name: str | None, clauses: tuple[str, ...], report_path: str 
     if wanted:
         kept = [r for r in data.get("results", []) if r.get("clause") in wanted]
         data = {**data, "results": kept}
-    tests, skipped = reproducers(data)
+    tests, skipped = reproducers(data) if bound is None else audit_reproducers(data, bound)
     if boundary_classes:
         more, more_skipped = boundary_class_tests(target, sorted(wanted) or None, max_classes)
         tests += more

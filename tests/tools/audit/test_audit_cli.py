@@ -26,8 +26,13 @@ FAST = ["--clause", "C3", "--budget", "1000", "--jobs", "2", "--quiet"]
 
 
 def test_counterexample_report_formats(write_module: Callable[..., Path], tmp_path: Path,
-                                       capsys: pytest.CaptureFixture[str]) -> None:
+                                       capsys: pytest.CaptureFixture[str],
+                                       monkeypatch: pytest.MonkeyPatch) -> None:
     path = write_module("stale.py", STALE_PENDING_SCAN)
+    # The summary line is checked whole, wherever pytest's temporary folder lies (its
+    # path is part of the target): output is as wide as COLUMNS says, here wider than
+    # the line (how a long path is laid out at 80 or 100 columns is not this test's).
+    monkeypatch.setenv("COLUMNS", str(len(f"module:{path}") + 100))
     out = tmp_path / "out"
     # A needless deferral is a delay: it fails the run only when --fail-on names it.
     assert _run(["audit", "--target", f"module:{path}", *FAST]) == 0
