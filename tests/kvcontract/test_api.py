@@ -278,10 +278,11 @@ def test_reproducers_import_only_public_modules(patches: Path) -> None:
     assert fixed.returncode == 0, fixed.stdout
 
 
-# -- the README's API section runs ---------------------------------------------------------
+# -- the Python API section of docs/usage.md runs ------------------------------------------
 def readme_blocks(heading: str, language: str = "python") -> list[str]:
-    """The ``language`` code blocks of the README section ``## heading``."""
-    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    """The ``language`` code blocks of the section ``## heading`` of docs/usage.md (the
+    README's long sections moved there)."""
+    text = (ROOT / "docs" / "usage.md").read_text(encoding="utf-8")
     section = text.split(f"## {heading}\n", 1)[1].split("\n## ", 1)[0]
     return [block.split("```", 1)[0] for block in section.split(f"```{language}\n")[1:]]
 
@@ -290,7 +291,7 @@ def test_readme_api_snippet_runs(patches: Path, capsys: pytest.CaptureFixture[st
     patch, usage = readme_blocks("Python API")
     assert patch.startswith("# my_patch.py")
     (patches / "my_patch.py").write_text(patch, encoding="utf-8")
-    exec(compile(usage, "README.md", "exec"), {})
+    exec(compile(usage, "<docs/usage.md>", "exec"), {})
     assert "C1/retained-blocks-exact: COUNTEREXAMPLE [corruption]" in capsys.readouterr().out
 
 

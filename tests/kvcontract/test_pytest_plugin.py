@@ -22,7 +22,7 @@ MTP_PATCH = '''def get_num_skipped_tokens(num_computed_tokens, sliding_window, e
 
 
 def _readme_plugin_snippet() -> str:
-    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    text = (ROOT / "docs" / "usage.md").read_text(encoding="utf-8")
     section = text.split("## pytest plugin\n", 1)[1].split("\n## ", 1)[0]
     return section.split("```python\n", 1)[1].split("```", 1)[0]
 

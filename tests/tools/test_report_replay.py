@@ -76,7 +76,8 @@ def upstream_audit(tmp_path_factory: pytest.TempPathFactory) -> Path:
     stale = _module(folder, "stale.py", STALE_PENDING_SCAN)
     path = folder / "m.json"
     done = _invoke("audit", "--target", f"module:{stale}", "--clause", "C3", "--budget",
-                   "1000", "--fail-on", "delay", "--quiet", "--json", str(path))
+                   "1000", "--fail-on", "delay", "--quiet", "--json", str(path),
+                   "--write-baseline", str(folder / "baseline.json"))
     assert done.exit_code == 1, done.output
     return path
 
@@ -200,3 +201,33 @@ def test_system_scenarios_are_skipped_with_a_reason(builtin_audit: Path,
     refused = _invoke("explain", "--report", str(only), "--quiet")
     assert refused.exit_code == 2
     assert "C11/system[resend]" in refused.output and "no token-axis picture" in refused.output
+
+
+def test_the_other_json_files_kvcontract_writes_are_refused_with_what_they_are(
+        upstream_audit: Path, tmp_path: Path) -> None:
+    """A findings baseline, the catalogue, gen-tests' own index, a mutation campaign's
+    report: kvcontract writes them, they hold no witness; the error says what the file
+    is and what to give instead."""
+    listed = _invoke("list", "--json")
+    assert listed.exit_code == 0
+    (tmp_path / "list.json").write_text(listed.output)
+    out = tmp_path / "repro"
+    assert _invoke("gen-tests", "--report", str(upstream_audit), "--out", str(out),
+                   "--quiet").exit_code == 0
+    (tmp_path / "mutate.json").write_text(json.dumps(
+        {"version": 1, "command": "mutate", "target": "reference", "score": 0.9,
+         "killed": 9, "survived": 1, "mutants": []}))
+    files = {
+        upstream_audit.parent / "baseline.json": "a findings baseline",
+        tmp_path / "list.json": "the catalogue",
+        out / "kvcontract-tests.json": "gen-tests' index",
+        tmp_path / "mutate.json": "a mutation campaign's report",
+    }
+    for path, what in files.items():
+        assert path.is_file(), path
+        for argv in (["gen-tests", "--report", str(path), "--out", str(tmp_path / "x")],
+                     ["explain", "--report", str(path), "--quiet"]):
+            done = _invoke(*argv)
+            assert done.exit_code == 2, (argv, done.output)
+            assert path.name in done.output and what in done.output, done.output
+            assert "prove, fuzz, merge or audit" in done.output

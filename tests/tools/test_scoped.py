@@ -45,7 +45,7 @@ def test_prove_reference_on_gpt_oss(tmp_path: Path) -> None:
     for theorem_id in ("C4/load-window-exact", "C7/replay-boundary-supplied[plain-zero]"):
         assert rows[theorem_id]["verdict"] == "PROVED-FOR-DOMAIN"
         assert "sw=128" in rows[theorem_id]["domain"]
-    # nothing that fails the run (the C12 row may report waste: see README)
+    # nothing that fails the run (the C12 row may report waste: see docs/usage.md)
     assert all(r["verdict"] != "COUNTEREXAMPLE" or r["impact"] == "waste"
                for r in report["results"])
 

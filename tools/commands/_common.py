@@ -482,6 +482,42 @@ SCENARIO_WITNESSES = ("fuzz", "system")
 audit's system scenario): replayed by ``kvcontract fuzz`` or ``audit``, never by id."""
 
 
+NOT_REPLAYABLE = {
+    "mutate": "a mutation campaign's report (`kvcontract mutate`): mutants and their "
+              "scores, no counterexample witness to replay",
+    "list": "the catalogue (`kvcontract list --json`): theorems, no results to replay",
+}
+"""What the JSON files kvcontract writes that are not findings reports hold, by
+``command`` (or ``kind``), for the error that refuses them."""
+
+
+def load_replay_report(path: str) -> dict[str, Any]:
+    """A report whose witnesses ``gen-tests`` and ``explain`` replay: any report of
+    ``prove``, ``fuzz``, ``merge`` or ``audit``; the other JSON files kvcontract writes
+    (a mutation campaign, the catalogue, a findings baseline, gen-tests' index) are
+    refused with what they are, and anything else as :func:`load_report` refuses it."""
+    import json
+
+    from kvcontract.errors import InputFileError
+    from kvcontract.tools.reports import load_report
+
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError):
+        data = None  # load_report says what is wrong with it
+    if isinstance(data, dict):
+        what = NOT_REPLAYABLE.get(str(data.get("command")))
+        if data.get("kind") == "kvcontract-findings-baseline":
+            what = ("a findings baseline (`--write-baseline`): fingerprints of accepted "
+                    "findings, no witnesses")
+        elif "generated" in data and "skipped" in data and "command" not in data:
+            what = "gen-tests' index of the reproducers it wrote (kvcontract-tests.json)"
+        if what is not None:
+            raise InputFileError(path, f"{what}; give the JSON report of prove, fuzz, "
+                                       "merge or audit (--json FILE)")
+    return load_report(path)
+
+
 def report_implementation(data: Mapping[str, Any]) -> tuple[str | None, str | None]:
     """What a report's witnesses replay on: ``(name, None)``, a name
     :func:`kvcontract.api.load_implementation` takes (a prove, fuzz or merge report's

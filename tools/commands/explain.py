@@ -16,6 +16,7 @@ from kvcontract.tools.commands._common import (
     check_output_file,
     check_output_folder,
     check_report_witnesses,
+    load_replay_report,
     make_console,
     report_implementation,
 )
@@ -128,10 +129,10 @@ def _report_scenes(report_path: str, theorems: tuple[str, ...],
     from kvcontract.errors import InputFileError, KvContractError
     from kvcontract.impl.variants import VARIANTS
     from kvcontract.tools.explain import scene_from_result
-    from kvcontract.tools.reports import load_report, normalize
+    from kvcontract.tools.reports import normalize
 
     scenes: list[tuple[str, Any]] = []
-    data = load_report(report_path)
+    data = load_replay_report(report_path)
     name, upstream = report_implementation(data)
     bound = None
     if impl_name is not None:

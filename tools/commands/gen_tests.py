@@ -14,6 +14,7 @@ from kvcontract.tools.commands._common import (
     check_jobs,
     check_output_folder,
     check_report_witnesses,
+    load_replay_report,
     make_console,
     report_implementation,
 )
@@ -56,7 +57,7 @@ def gen_tests(impl_name: str | None, clauses: tuple[str, ...], report_path: str 
         reproducers,
         write_tests,
     )
-    from kvcontract.tools.reports import load_report, write_text
+    from kvcontract.tools.reports import write_text
 
     # Every input is validated before any proof runs (issue #11).
     check_output_folder("--out", out_dir)
@@ -69,7 +70,7 @@ def gen_tests(impl_name: str | None, clauses: tuple[str, ...], report_path: str 
     err = make_console(stderr=True)
     bound = None
     if report_path:
-        data = load_report(report_path)
+        data = load_replay_report(report_path)
         name, upstream = report_implementation(data)
         if upstream is not None:
             # An audit of upstream code: its reproducers replay the bound upstream file.

@@ -43,7 +43,7 @@ def list_command(models: bool, as_json: bool) -> None:
     console = make_console()
     console.print(_theorem_table())
     impls = Table(title="implementations (--impl)",
-                  caption="your own functions: --impl module:FILE.py (README, Python API)")
+                  caption="your own functions: --impl module:FILE.py (docs/usage.md, Python API)")
     impls.add_column("name", no_wrap=True)
     impls.add_column("violates", overflow="fold")
     impls.add_column("description", overflow="fold")

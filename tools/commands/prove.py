@@ -84,9 +84,9 @@ def prove(impl_name: str, clauses: tuple[str, ...], json_path: str | None,
     With --model or --geometry, the clauses are checked on those geometries instead of
     the built-in catalogues: the case families (lookup, store, end to end) on cases
     chosen around the geometries' chunk and window boundaries, the formula properties
-    on their SWA groups' sizes (README, "Your model's geometry").
+    on their SWA groups' sizes (docs/usage.md, "Your model's geometry").
 
-    Results are cached per theorem (README, "Proof cache, shards, fail-fast"): an
+    Results are cached per theorem (docs/usage.md, "Proof cache, shards, fail-fast"): an
     unchanged theorem is read back, marked "cached": true in the JSON report.
 
     Defaults for --fail-on, --baseline-file, --jobs, --impl and --model come from

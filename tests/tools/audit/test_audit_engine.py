@@ -119,7 +119,7 @@ def test_baseline_classifies_fixes() -> None:
     assert kinds["C9"] == "still violated"
     assert kinds["C3"] == kinds["C4"] == "partly fixed"
     # C2 is "fixed", or "partly fixed" when the search budget reaches the SWA + Mamba
-    # case of upstream's own loop (a finding of 0.31+, see the README).
+    # case of upstream's own loop (a finding of 0.31+, see docs/vllm-findings.md).
     assert kinds["C2"] in ("fixed", "partly fixed")
     theorems = {t["theorem"]: t["classification"] for t in comparison["theorems"]}
     for name in ("scan-defers-only-in-scope", "first-run-covers-load", "later-run-covers-load",
