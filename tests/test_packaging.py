@@ -72,6 +72,16 @@ def test_readme_pre_commit_snippet_names_the_hooks() -> None:
                 assert done.exit_code == 0, done.output
 
 
+def _package_dirs() -> list[str]:
+    """The folders ``[tool.setuptools.package-dir]`` maps to packages (every one the
+    build needs: a subpackage added there is copied too)."""
+    text = (ROOT / "pyproject.toml").read_text(encoding="utf-8")
+    table = text.split("\n[tool.setuptools.package-dir]\n", 1)[1].split("\n[", 1)[0]
+    folders = re.findall(r'^"[\w.]+"\s*=\s*"([^"]+)"', table, re.MULTILINE)
+    assert "kvcontract" in folders, table
+    return folders
+
+
 def _pip_for(env_dir: Path) -> list[str]:
     """A fresh venv at ``env_dir`` and the command that runs pip on it: the running
     interpreter's pip through ``--python`` (pip 22.3+, no copy of pip to install), else
@@ -116,7 +126,7 @@ def test_mypy_sees_the_types_of_a_strict_editable_install(tmp_path: Path) -> Non
     project.mkdir()
     for name in ("pyproject.toml", "README.md", "LICENSE"):
         shutil.copy(ROOT / name, project / name)
-    for package in ("kvcontract", "spec", "impl", "proofs", "tools"):
+    for package in _package_dirs():
         shutil.copytree(ROOT / package, project / package,
                         ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
     env_dir = tmp_path / "venv"
