@@ -1,0 +1,376 @@
+"""A kvcontract :class:`~kvcontract.spec.geometry.Geometry` as real vLLM objects.
+
+The wheel has no CPU kernels, so no model is built: a tiny Llama ``config.json`` (no
+weights, ``skip_tokenizer_init``) gives vLLM a real :class:`VllmConfig`, the per-layer KV
+cache specs are declared by hand as ``get_kv_cache_specs`` would return them (a
+``FullAttentionSpec``, ``SlidingWindowSpec`` or ``MambaSpec`` per layer, the drafter's
+layer with ``is_draft=True``, page sizes equal through the head counts), and vLLM's own
+planning functions then run in ``EngineCore._initialize_kv_caches``' order
+(``get_global_kv_cache_groups``, ``get_kv_cache_configs``,
+``generate_scheduler_kv_cache_config``, the block-size and alignment resolution) before
+the real ``Scheduler`` (with its ``OffloadingConnector``) is constructed. A geometry vLLM
+refuses is returned as :class:`Refused` with vLLM's message.
+
+Geometry groups map to vLLM groups through the layers: group ``g`` of the geometry
+declares ``group_counts[g]`` (``geometry.extra``, a preset's) groups' worth of layers, as
+the model would, so a preset plans into the same number of vLLM groups.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from kvcontract.live.env import require
+from kvcontract.spec.geometry import Geometry, GroupKind, GroupSpec
+
+LAYERS_PER_GROUP = 2
+"""Layers declared per vLLM group (so an EAGLE group holds a target and a draft layer)."""
+HEAD_SIZE = 8
+VOCAB_SIZE = 1 << 20
+"""Token ids of the traces stay below it."""
+_PLAN_MEMORY = 1 << 34
+"""Memory offered to the GPU cache before ``gpu_blocks`` caps it (bytes)."""
+
+
+@dataclass(frozen=True)
+class BuildOptions:
+    """Settings of the engine around the geometry."""
+
+    max_num_batched_tokens: int = 8192
+    """The chunked-prefill budget per step (tokens)."""
+    max_model_len: int = 32768
+    max_num_seqs: int = 16
+    gpu_blocks: int | None = None
+    """GPU blocks per group (``num_gpu_blocks_override``); None: plenty."""
+    cpu_chunks: int | None = None
+    """Capacity of the CPU tier in chunks; None: plenty (no eviction)."""
+    async_scheduling: bool = False
+    """vLLM's ``AsyncScheduler`` (the CPU platform turns it off; turned back on here)."""
+    offload_prompt_only: bool = True
+
+
+@dataclass
+class LiveEngine:
+    """The real objects: the config, the scheduler's KV-cache config, the scheduler (its
+    ``connector`` is the ``OffloadingConnector``) and the request block hasher."""
+
+    geometry: Geometry
+    options: BuildOptions
+    vllm_config: Any
+    kv_cache_config: Any
+    scheduler: Any
+    block_hasher: Callable[[Any], list[Any]]
+    group_of: tuple[int, ...]
+    """Per vLLM KV-cache group, the geometry group it plans (index into ``groups``)."""
+    tokens_per_chunk: tuple[int, ...]
+    """Per vLLM group, its offload chunk in tokens."""
+    scheduler_block_size: int
+    hash_block_size: int
+    cpu_chunks: int | None
+    notes: tuple[str, ...] = ()
+
+    @property
+    def connector_scheduler(self) -> Any:
+        return self.scheduler.connector.connector_scheduler
+
+
+@dataclass(frozen=True)
+class Refused:
+    """vLLM (or the live backend) would not build the geometry."""
+
+    geometry: Geometry
+    reason: str
+    by_vllm: bool = True
+    """False when the live backend itself cannot declare it (not a vLLM verdict)."""
+
+
+@dataclass
+class _Scratch:
+    folder: str = field(default_factory=lambda: tempfile.mkdtemp(prefix="kvcontract-live-"))
+
+    def config(self, name: str, data: dict[str, Any]) -> str:
+        path = os.path.join(self.folder, name)
+        os.makedirs(path, exist_ok=True)
+        with open(os.path.join(path, "config.json"), "w", encoding="utf-8") as handle:
+            json.dump(data, handle)
+        return path
+
+
+_SCRATCH: _Scratch | None = None
+
+
+def _scratch() -> _Scratch:
+    global _SCRATCH
+    if _SCRATCH is None:
+        _SCRATCH = _Scratch()
+    return _SCRATCH
+
+
+def tiny_llama_config(max_model_len: int, *, architecture: str = "LlamaForCausalLM",
+                      layers: int = 2) -> dict[str, Any]:
+    """A tiny Llama ``config.json`` (no weights): what ``ModelConfig`` inspects."""
+    return {
+        "architectures": [architecture], "model_type": "llama", "hidden_size": 64,
+        "intermediate_size": 128, "num_attention_heads": 4, "num_key_value_heads": 4,
+        "num_hidden_layers": layers, "vocab_size": VOCAB_SIZE,
+        "max_position_embeddings": max_model_len, "torch_dtype": "float32",
+        "rms_norm_eps": 1e-5,
+    }
+
+
+def unsupported(geometry: Geometry) -> str | None:
+    """Why the live backend cannot declare ``geometry`` (None when it can)."""
+    if geometry.dcp != 1:
+        return "decode context parallelism needs a multi-rank engine; the live backend " \
+               "plans one rank (dcp 1)"
+    if any(g.extra_retained_tokens for g in geometry.groups):
+        return ("extra retained tokens (e > 0) come from a multi-module MTP drafter "
+                "(num_prefill_lookahead_tokens); the live backend declares EAGLE drafters "
+                "only")
+    if sum(g.eagle for g in geometry.groups) > 1:
+        return "more than one EAGLE group: the live backend declares one drafter layer"
+    return None
+
+
+def _speculator_method(geometry: Geometry) -> str:
+    name = str(geometry.extra.get("speculator") or "")
+    return "eagle3" if "3" in name else "eagle"
+
+
+def layer_specs(geometry: Geometry, dtype: Any = None) -> tuple[dict[str, Any], list[int]]:
+    """The per-layer KV-cache specs of ``geometry`` as vLLM's ``get_kv_cache_specs``
+    would return them, and per layer the geometry group it belongs to. Page sizes are
+    equal across groups (head counts ``lcm(block sizes) / bs``), as page-size unification
+    would make them, so vLLM keeps every block size."""
+    import torch
+    from vllm.v1.kv_cache_interface import FullAttentionSpec, MambaSpec, SlidingWindowSpec
+
+    dtype = dtype or torch.float32
+    unit = math.lcm(*(g.block_size for g in geometry.groups))
+    page_bytes = 2 * unit * HEAD_SIZE * 4
+    counts = list(geometry.extra.get("group_counts") or [1] * len(geometry.groups))
+    if len(counts) != len(geometry.groups):
+        counts = [1] * len(geometry.groups)
+    specs: dict[str, Any] = {}
+    owners: list[int] = []
+    index = 0
+    for g, group in enumerate(geometry.groups):
+        layers = max(1, int(counts[g])) * LAYERS_PER_GROUP
+        for n in range(layers):
+            draft = group.eagle and n == layers - 1
+            specs[f"model.layers.{index}.self_attn.attn"] = _spec(
+                group, unit, page_bytes, dtype, draft,
+                FullAttentionSpec, SlidingWindowSpec, MambaSpec)
+            owners.append(g)
+            index += 1
+    return specs, owners
+
+
+def _spec(group: GroupSpec, unit: int, page_bytes: int, dtype: Any, draft: bool,
+          full: Any, sliding: Any, mamba: Any) -> Any:
+    heads = unit // group.block_size
+    if group.kind is GroupKind.FULL:
+        return full(block_size=group.block_size, num_kv_heads=heads, head_size=HEAD_SIZE,
+                    dtype=dtype, is_draft=draft)
+    if group.kind is GroupKind.SLIDING_WINDOW:
+        return sliding(block_size=group.block_size, num_kv_heads=heads,
+                       head_size=HEAD_SIZE, dtype=dtype, sliding_window=group.sliding_window,
+                       is_draft=draft)
+    return mamba(block_size=group.block_size, shapes=((page_bytes // 4,),),
+                 dtypes=(dtype,), mamba_cache_mode="align", is_draft=draft)
+
+
+def build(geometry: Geometry, options: BuildOptions | None = None) -> LiveEngine | Refused:
+    """The real vLLM engine pieces for ``geometry``, or why they cannot be built."""
+    require()
+    options = options or BuildOptions()
+    reason = unsupported(geometry)
+    if reason is not None:
+        return Refused(geometry, reason, by_vllm=False)
+    try:
+        return _build(geometry, options)
+    except (ValueError, AssertionError, TypeError, NotImplementedError) as exc:
+        return Refused(geometry, f"{type(exc).__name__}: {exc}".strip())
+    except Exception as exc:  # pydantic's ValidationError and vLLM's own errors
+        if type(exc).__name__ in ("ValidationError", "VLLMValidationError"):
+            return Refused(geometry, f"{type(exc).__name__}: {exc}".strip())
+        raise
+
+
+def gpu_blocks(geometry: Geometry, options: BuildOptions) -> int:
+    """GPU blocks of the pool: ``options.gpu_blocks``, else room for two requests of the
+    model length per vLLM group in the smallest block size (a pool of millions of blocks
+    costs seconds to build and nothing in behaviour)."""
+    if options.gpu_blocks is not None:
+        return options.gpu_blocks
+    smallest = min(g.block_size for g in geometry.groups)
+    counts = geometry.extra.get("group_counts") or [1] * len(geometry.groups)
+    groups = sum(max(1, int(c)) for c in counts)
+    return 2 * groups * -(-options.max_model_len // smallest) + 64
+
+
+def _vllm_config(geometry: Geometry, options: BuildOptions, cpu_bytes: int) -> Any:
+    from vllm.config import (
+        CacheConfig,
+        KVTransferConfig,
+        ModelConfig,
+        ParallelConfig,
+        SchedulerConfig,
+        SpeculativeConfig,
+        VllmConfig,
+    )
+
+    scratch = _scratch()
+    target = scratch.config(f"target-{options.max_model_len}",
+                            tiny_llama_config(options.max_model_len))
+    model = ModelConfig(model=target, skip_tokenizer_init=True,
+                        max_model_len=options.max_model_len, dtype="float32")
+    base = int(geometry.extra.get("base_block_size")
+               or min(g.block_size for g in geometry.groups))
+    has_mamba = any(g.kind is GroupKind.MAMBA for g in geometry.groups)
+    cache_kwargs: dict[str, Any] = {}
+    if has_mamba:
+        cache_kwargs["mamba_cache_mode"] = "align"
+    cache = CacheConfig(block_size=base, enable_prefix_caching=True,
+                        prefix_cache_retention_interval=geometry.retention_interval,
+                        num_gpu_blocks_override=gpu_blocks(geometry, options),
+                        **cache_kwargs)
+    extra: dict[str, Any] = {"cpu_bytes_to_use": cpu_bytes,
+                             "blocks_per_chunk": geometry.blocks_per_chunk}
+    if not options.offload_prompt_only:
+        extra["offload_prompt_only"] = False
+    transfer = KVTransferConfig(kv_connector="OffloadingConnector", kv_role="kv_both",
+                                kv_connector_extra_config=extra)
+    scheduler = SchedulerConfig(max_num_batched_tokens=options.max_num_batched_tokens,
+                                max_num_seqs=options.max_num_seqs,
+                                max_model_len=options.max_model_len,
+                                enable_chunked_prefill=True, is_encoder_decoder=False)
+    speculative = None
+    if any(g.eagle for g in geometry.groups):
+        method = _speculator_method(geometry)
+        drafter = scratch.config(f"drafter-{method}-{options.max_model_len}", tiny_llama_config(
+            options.max_model_len, layers=1,
+            architecture="Eagle3LlamaForCausalLM" if method == "eagle3"
+            else "EagleLlamaForCausalLM"))
+        speculative = SpeculativeConfig(method=method, model=drafter, num_speculative_tokens=1,
+                                        target_model_config=model,
+                                        target_parallel_config=ParallelConfig())
+    config = VllmConfig(model_config=model, cache_config=cache, kv_transfer_config=transfer,
+                        scheduler_config=scheduler, speculative_config=speculative)
+    if options.async_scheduling:
+        config.scheduler_config.async_scheduling = True
+    return config
+
+
+def _build(geometry: Geometry, options: BuildOptions, *, cpu_bytes: int = 1 << 32,
+           ) -> LiveEngine:
+    from vllm.distributed.kv_transfer.kv_connector.v1.offloading_connector import (
+        OffloadingConnector,
+    )
+    from vllm.utils.hashing import get_hash_fn_by_name
+    from vllm.v1.attention.backends.utils import resolve_kv_cache_layout
+    from vllm.v1.core.kv_cache_planning import get_global_kv_cache_groups, get_kv_cache_configs
+    from vllm.v1.core.kv_cache_utils import (
+        generate_scheduler_kv_cache_config,
+        get_request_block_hasher,
+        init_none_hash,
+        resolve_cache_hit_alignment_tokens,
+        resolve_kv_cache_block_sizes,
+        update_kv_cache_capacity,
+    )
+    from vllm.v1.core.single_type_kv_cache_manager import register_all_kvcache_specs
+    from vllm.v1.structured_output import StructuredOutputManager
+
+    config = _vllm_config(geometry, options, cpu_bytes)
+    register_all_kvcache_specs(config)
+    specs, owners = layer_specs(geometry)
+    owner_of = dict(zip(specs, owners, strict=True))
+    # The layout the connector requires, as the engine resolves it before planning.
+    config.cache_config.kv_cache_layout = OffloadingConnector.get_required_kvcache_layout(
+        config)
+    resolve_kv_cache_layout(config, [[config.cache_config.kv_cache_layout]],
+                            list(specs.values()))
+    global_groups = get_global_kv_cache_groups(config, [specs])
+    config.adjust_dcp_kv_cache_interleave_size(global_groups)
+    memory = _PLAN_MEMORY
+    configs = get_kv_cache_configs(config, [specs], [memory], global_groups)
+    for kv_config in configs:
+        kv_config.kv_cache_layout = config.cache_config.kv_cache_layout
+    scheduler_config = generate_scheduler_kv_cache_config(configs)
+    config.cache_config.num_gpu_blocks = scheduler_config.num_blocks
+    groups = scheduler_config.kv_cache_groups
+    participating = [g.kv_cache_spec.block_size for g in groups
+                     if g.kv_cache_spec.prefix_cacheable]
+    config.cache_config.block_size = min(participating or
+                                         [g.kv_cache_spec.block_size for g in groups])
+    update_kv_cache_capacity(config, scheduler_config)
+    config.validate_block_size()
+    block_size, hash_block_size = resolve_kv_cache_block_sizes(scheduler_config, config)
+    alignment = resolve_cache_hit_alignment_tokens(scheduler_config, config, block_size,
+                                                   hash_block_size)
+    for kv_config in (*configs, scheduler_config):
+        kv_config.hash_block_size = hash_block_size
+        kv_config.cache_hit_alignment_tokens = alignment
+    from vllm.v1.core.sched.scheduler import Scheduler
+    scheduler_cls: Any = Scheduler
+    if config.scheduler_config.async_scheduling:
+        from vllm.v1.core.sched.async_scheduler import AsyncScheduler
+        scheduler_cls = AsyncScheduler
+    scheduler = scheduler_cls(
+        vllm_config=config, kv_cache_config=scheduler_config,
+        structured_output_manager=StructuredOutputManager(config),
+        block_size=block_size, hash_block_size=hash_block_size)
+    hash_fn = get_hash_fn_by_name(config.cache_config.prefix_caching_hash_algo)
+    init_none_hash(hash_fn)
+    hasher = get_request_block_hasher(hash_block_size, hash_fn,
+                                      config.num_hash_lookahead_tokens)
+    group_of = tuple(owner_of[g.layer_names[0]] for g in groups)
+    bpc = geometry.blocks_per_chunk
+    tpc = tuple(g.kv_cache_spec.block_size * bpc for g in groups)
+    notes = _notes(geometry, groups, group_of, hash_block_size)
+    engine = LiveEngine(geometry, options, config, scheduler_config, scheduler, hasher,
+                        group_of, tpc, block_size, hash_block_size, None, notes)
+    capacity = _cpu_capacity(engine)
+    if options.cpu_chunks is not None and capacity:
+        per_chunk = cpu_bytes // capacity
+        return _replace_capacity(_build(geometry, options,
+                                        cpu_bytes=options.cpu_chunks * per_chunk))
+    engine.cpu_chunks = capacity
+    return engine
+
+
+def _replace_capacity(engine: LiveEngine) -> LiveEngine:
+    engine.cpu_chunks = _cpu_capacity(engine)
+    return engine
+
+
+def _cpu_capacity(engine: LiveEngine) -> int | None:
+    manager = engine.connector_scheduler.manager
+    value = getattr(manager, "_num_chunks", None)
+    return int(value) if isinstance(value, int) else None
+
+
+def _notes(geometry: Geometry, groups: Any, group_of: tuple[int, ...],
+           hash_block_size: int) -> tuple[str, ...]:
+    notes: list[str] = []
+    for v, g in enumerate(group_of):
+        declared = geometry.groups[g]
+        spec = groups[v].kv_cache_spec
+        if spec.block_size != declared.block_size:
+            notes.append(f"vLLM group {v} (geometry group {g}) has block size "
+                         f"{spec.block_size}, the geometry {declared.block_size}")
+        if bool(groups[v].is_eagle_group) != declared.eagle:
+            notes.append(f"vLLM group {v} (geometry group {g}) is "
+                         f"{'' if groups[v].is_eagle_group else 'not '}an EAGLE group")
+    if set(group_of) != set(range(len(geometry.groups))):
+        notes.append("some geometry groups share one vLLM group (identical specs)")
+    if hash_block_size != geometry.hash_block_size:
+        notes.append(f"vLLM hashes in blocks of {hash_block_size}, the geometry "
+                     f"{geometry.hash_block_size}")
+    return tuple(notes)

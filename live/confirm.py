@@ -1,0 +1,187 @@
+"""Replay a producer/consumer case on the live engine and hold it against the spec.
+
+The case is the end-to-end family's own :class:`~kvcontract.spec.properties.end_to_end.EndToEndCase`
+(a :class:`~kvcontract.spec.properties.store.StoreCase` producer and a resend,
+continuation or sibling consumer). The producer runs on vLLM's scheduler with the
+case's chunked-prefill budget, finishes after its decode steps or is aborted, its store
+jobs complete, the GPU prefix cache is reset (the offloaded tier kept), and the consumer
+arrives: the hit its lookup accepts is the offloaded tier's alone. The promise is the
+spec's (:func:`~kvcontract.spec.properties.end_to_end.promised_hit`, and the GPU floor
+``gpu_promise``); the judge is C12's: below the floor is a lost hit.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from kvcontract.live.build import BuildOptions, Refused
+from kvcontract.live.observation import LiveObservation
+from kvcontract.live.run import run_trace
+from kvcontract.live.trace import (
+    TraceRequest,
+    divergent_tokens,
+    producer_consumer,
+    prompt_tokens,
+    sampled_token,
+)
+from kvcontract.live.worker import Timing
+from kvcontract.spec.geometry import Geometry
+from kvcontract.spec.properties.end_to_end import (
+    SIBLING_DIVERGENCE,
+    Consumer,
+    EndToEndCase,
+    gpu_hit_unit,
+    producer_end,
+    promised_hit,
+)
+from kvcontract.spec.properties.store import StoreCase
+
+VERDICTS = ("lost-hit", "as-promised", "more-than-promised", "crash", "deferred",
+            "refused")
+"""What a live replay found: the consumer got less than the GPU floor of the promise
+(``lost-hit``), the promise or between the floor and it (``as-promised``), more
+(``more-than-promised``), vLLM raised (``crash``), the consumer never got an answer
+(``deferred``), vLLM would not build the geometry (``refused``)."""
+
+
+@dataclass(frozen=True)
+class Confirmation:
+    """A case replayed live: what vLLM accepted, what the spec promises."""
+
+    case: dict[str, Any]
+    observed_hit: int | None
+    """The offloaded hit vLLM's connector accepted for the consumer (tokens)."""
+    reused_tokens: int | None
+    """Tokens the consumer had computed at its first compute step (what it reused)."""
+    promised_hit: int
+    """The spec's promise (C12, unaligned boundaries included)."""
+    gpu_promise: int
+    """The promise in whole scheduler blocks: below it is a lost hit."""
+    raised: str | None
+    """The exception vLLM raised, ``Type: message`` (a crash)."""
+    refused: str | None
+    """Why the geometry was not built (vLLM's message)."""
+    verdict: str
+    producer_schedule: tuple[int, ...] = ()
+    """Tokens the producer was scheduled per step (prefill and decode)."""
+    observation: LiveObservation | None = None
+
+    @property
+    def lost_tokens(self) -> int:
+        if self.observed_hit is None:
+            return 0
+        return max(0, self.gpu_promise - self.observed_hit)
+
+    def summary(self) -> str:
+        return (f"{self.verdict}: observed hit {self.observed_hit}, reused "
+                f"{self.reused_tokens}, promised {self.promised_hit} (GPU floor "
+                f"{self.gpu_promise})" + (f"; raised {self.raised}" if self.raised else "")
+                + (f"; refused: {self.refused}" if self.refused else ""))
+
+    def to_json(self) -> dict[str, Any]:
+        return {"case": self.case, "observed_hit": self.observed_hit,
+                "reused_tokens": self.reused_tokens, "promised_hit": self.promised_hit,
+                "gpu_promise": self.gpu_promise, "lost_tokens": self.lost_tokens,
+                "raised": self.raised, "refused": self.refused, "verdict": self.verdict,
+                "producer_schedule": list(self.producer_schedule)}
+
+
+def end_to_end_case(geometry: Geometry, prompt_len: int, consumer: str = "resend", *,
+                    shared: int | None = None, steps: tuple[int, ...] | None = None,
+                    ending: str = "finished", decode: int = 3,
+                    name: str = "live") -> EndToEndCase:
+    """The :class:`EndToEndCase` of a producer of ``prompt_len`` tokens (prefill in
+    ``steps``, one shot by default; finished after ``decode`` steps or ``aborted``) and
+    a ``resend``, ``continuation`` or ``sibling`` consumer (sharing ``shared`` tokens of
+    the prompt; ``prompt_len - 1`` by default)."""
+    producer = StoreCase(name, geometry, prompt_len, steps or (prompt_len,), ending,
+                         decode=decode if ending == "finished" else 0)
+    if consumer == "resend":
+        who = Consumer("resend", prompt_len, prompt_len)
+    elif consumer == "continuation":
+        tokens = prompt_len + producer_end(producer).output_tokens
+        who = Consumer("continuation", tokens + SIBLING_DIVERGENCE, tokens)
+    elif consumer == "sibling":
+        k = prompt_len - 1 if shared is None else shared
+        who = Consumer("sibling", k + SIBLING_DIVERGENCE, k)
+    else:
+        raise ValueError(f"consumer must be resend, continuation or sibling, not {consumer!r}")
+    return EndToEndCase(producer, who)
+
+
+def _traces(case: EndToEndCase) -> tuple[TraceRequest, TraceRequest]:
+    producer, consumer = case.producer, case.consumer
+    prompt = prompt_tokens(producer.prompt_len)
+    end = producer_end(producer)
+    finished = producer.ending == "finished"
+    abort_at = None if finished else len(producer.steps)
+    first = TraceRequest("producer", tuple(prompt),
+                         max_tokens=end.output_tokens if finished else 1 << 20,
+                         abort_at=abort_at)
+    shared = consumer.shared_tokens
+    history = prompt + [sampled_token(i) for i in range(end.output_tokens)]
+    tokens = history[:shared] + divergent_tokens(consumer.num_tokens - shared)
+    second = TraceRequest("consumer", tuple(tokens), max_tokens=1)
+    return first, second
+
+
+def options_for(case: EndToEndCase, base: BuildOptions | None = None) -> BuildOptions:
+    """The engine settings a case needs: its chunked-prefill budget, a model length
+    that holds both requests."""
+    base = base or BuildOptions()
+    producer = case.producer
+    budget = max(producer.steps) if producer.steps else producer.prompt_len
+    longest = max(producer.prompt_len + producer.decode + 8, case.consumer.num_tokens + 8)
+    length = max(base.max_model_len, 1 << (longest - 1).bit_length())
+    return BuildOptions(max_num_batched_tokens=budget, max_model_len=length,
+                        max_num_seqs=base.max_num_seqs, gpu_blocks=base.gpu_blocks,
+                        cpu_chunks=base.cpu_chunks, async_scheduling=base.async_scheduling,
+                        offload_prompt_only=producer.prompt_only)
+
+
+def confirm_case(case: EndToEndCase, options: BuildOptions | None = None, *,
+                 timing: Timing | None = None, keep_observation: bool = True,
+                 ) -> Confirmation:
+    """Run ``case`` live; the observed hit, the spec's promise and the verdict."""
+    geometry = case.geometry
+    promised = promised_hit(geometry, case.producer, case.consumer.num_tokens,
+                            case.consumer.shared_tokens)
+    floor = promised_hit(geometry, case.producer, case.consumer.num_tokens,
+                         case.consumer.shared_tokens, unit=gpu_hit_unit(geometry))
+    producer, consumer = _traces(case)
+    result = run_trace(geometry, producer_consumer(producer, consumer, timing=timing),
+                       options_for(case, options))
+    if isinstance(result, Refused):
+        return Confirmation(case.to_json(), None, None, promised, floor, None,
+                            result.reason, "refused")
+    raised = (f"{result.exceptions[0].type}: {result.exceptions[0].message}"
+              if result.exceptions else None)
+    observed = result.accepted_hit("consumer")
+    outcome = result.requests.get("consumer")
+    reused = outcome.reused_tokens if outcome is not None else None
+    if raised is not None:
+        verdict = "crash"
+    elif observed is None:
+        verdict = "deferred"
+    elif observed < floor:
+        verdict = "lost-hit"
+    elif observed > promised:
+        verdict = "more-than-promised"
+    else:
+        verdict = "as-promised"
+    schedule = tuple(result.requests["producer"].scheduled) if "producer" in result.requests \
+        else ()
+    return Confirmation(case.to_json(), observed, reused, promised, floor, raised, None,
+                        verdict, schedule, result if keep_observation else None)
+
+
+def confirm(geometry: Geometry, prompt_len: int, consumer: str = "resend", *,
+            shared: int | None = None, steps: tuple[int, ...] | None = None,
+            ending: str = "finished", decode: int = 3,
+            options: BuildOptions | None = None) -> Confirmation:
+    """:func:`confirm_case` of :func:`end_to_end_case` (the audit's entry point for a
+    lost-hit row: geometry, prompt, consumer kind; the retention is the geometry's)."""
+    case = end_to_end_case(geometry, prompt_len, consumer, shared=shared, steps=steps,
+                           ending=ending, decode=decode)
+    return confirm_case(case, options)

@@ -1,0 +1,125 @@
+"""A host-only stand-in for the offloading connector's worker side.
+
+``CPUOffloadingSpec.get_worker`` refuses anything but CUDA/XPU, so no bytes move: this
+worker takes each step's ``OffloadingConnectorMetadata`` (load and store jobs, jobs to
+flush) and reports jobs finished the way the real worker does, through
+``KVConnectorOutput.kv_connector_worker_meta`` (an ``OffloadingWorkerMetadata`` with
+``completed_jobs``) and ``finished_recving`` for a request whose asynchronous load is
+done. When it reports is the timing knob (:class:`Timing`): at once (the same step's
+output), ``delay`` steps later, never (a stalled job: its chunks stay HIT_PENDING), or
+fail (a load reported in ``failed_recving``; 0.33.0's worker asserts a store never
+fails, so a failed store is reported as never finishing).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+TIMINGS = ("at-once", "delayed", "never", "fail")
+
+
+@dataclass(frozen=True)
+class Timing:
+    """When the worker reports a job: ``mode`` one of :data:`TIMINGS`; ``delay`` steps
+    after the step that submitted it (``delayed``)."""
+
+    mode: str = "at-once"
+    delay: int = 0
+    applies_to: str = "both"
+    """``store``, ``load`` or ``both``: the other kind finishes at once."""
+
+    def __post_init__(self) -> None:
+        if self.mode not in TIMINGS:
+            raise ValueError(f"timing mode must be one of {TIMINGS}, not {self.mode!r}")
+        if self.applies_to not in ("store", "load", "both"):
+            raise ValueError("applies_to must be store, load or both")
+        if self.delay < 0:
+            raise ValueError("delay must be >= 0")
+
+    def for_kind(self, is_store: bool) -> Timing:
+        kind = "store" if is_store else "load"
+        if self.applies_to in (kind, "both"):
+            return self
+        return Timing()
+
+
+@dataclass
+class _Job:
+    job_id: int
+    req_id: str
+    is_store: bool
+    sync: bool
+    due: int | None
+    """Step at which it is reported; None: never."""
+    failed: bool = False
+
+
+@dataclass
+class HostWorker:
+    """Reports the connector's jobs finished according to ``timing``."""
+
+    timing: Timing = field(default_factory=Timing)
+    step: int = 0
+    pending: dict[int, _Job] = field(default_factory=dict)
+    completed: list[tuple[int, int, bool]] = field(default_factory=list)
+    """``(step, job id, is_store)`` of every job reported."""
+    flushed: list[tuple[int, int]] = field(default_factory=list)
+    """``(step, job id)`` of every job the scheduler asked to flush."""
+
+    def _due(self, is_store: bool) -> tuple[int | None, bool]:
+        timing = self.timing.for_kind(is_store)
+        if timing.mode == "at-once":
+            return self.step, False
+        if timing.mode == "delayed":
+            return self.step + timing.delay, False
+        if timing.mode == "fail" and not is_store:
+            return self.step, True
+        return None, False
+
+    def submit(self, metadata: Any) -> None:
+        """Take the jobs of this step's connector metadata."""
+        if metadata is None:
+            return
+        for job_id, job in getattr(metadata, "load_jobs", {}).items():
+            due, failed = self._due(False)
+            self.pending[job_id] = _Job(job_id, job.req_id, False, bool(job.sync), due, failed)
+        for job_id, job in getattr(metadata, "store_jobs", {}).items():
+            due, failed = self._due(True)
+            self.pending[job_id] = _Job(job_id, job.req_id, True, False, due, failed)
+        for job_id in getattr(metadata, "jobs_to_flush", None) or ():
+            # A flushed job is finished (or abandoned) by the worker and reported.
+            self.flushed.append((self.step, job_id))
+            if job_id in self.pending:
+                self.pending[job_id].due = self.step
+
+    def output(self) -> Any:
+        """This step's ``KVConnectorOutput``; then the step advances."""
+        from vllm.distributed.kv_transfer.kv_connector.v1.offloading.common import (
+            OffloadingWorkerMetadata,
+        )
+        from vllm.v1.outputs import KVConnectorOutput
+
+        done: dict[int, int] = {}
+        recving: set[str] = set()
+        failed: set[str] = set()
+        for job_id, job in list(self.pending.items()):
+            if job.due is None or job.due > self.step:
+                continue
+            del self.pending[job_id]
+            self.completed.append((self.step, job_id, job.is_store))
+            if job.failed:
+                failed.add(job.req_id)
+                continue
+            done[job_id] = 1
+            if not job.is_store and not job.sync:
+                recving.add(job.req_id)
+        self.step += 1
+        return KVConnectorOutput(
+            finished_recving=recving or None, failed_recving=failed,
+            kv_connector_worker_meta=OffloadingWorkerMetadata(completed_jobs=done))
+
+    @property
+    def stalled(self) -> list[int]:
+        """Jobs that will never be reported."""
+        return sorted(j.job_id for j in self.pending.values() if j.due is None)
