@@ -54,6 +54,12 @@ BAD: dict[str, tuple[list[str], tuple[str, ...]]] = {
                      ("--bpc", "at least 1", "not -2")),
     "retention-negative": ([*SWA, "--retention", "-1", "--tokens", "16"],
                            ("--retention", "at least 0", "not -1")),
+    "geometry-block-zero": (["--geometry", json.dumps({"groups": [{
+        "kind": "sliding_window", "block_size": 0, "sliding_window": 8}]}), "--tokens", "16"],
+        ("block_size=0", ">= 1")),
+    "geometry-bpc-negative": (["--geometry", json.dumps({"groups": [{
+        "kind": "sliding_window", "block_size": 4, "sliding_window": 8}],
+        "blocks_per_chunk": -1}), "--tokens", "16"], ("blocks_per_chunk=-1", ">= 1")),
     # the hits
     "hit-negative": ([*SWA, "--tokens", "16", "--hit", "-1"],
                      ("--hit", "at least 0", "not -1")),
