@@ -23,7 +23,7 @@ import math
 import os
 import tempfile
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from kvcontract.live.env import require
@@ -248,7 +248,9 @@ def _vllm_config(geometry: Geometry, options: BuildOptions, cpu_bytes: int) -> A
     transfer = KVTransferConfig(kv_connector="OffloadingConnector", kv_role="kv_both",
                                 kv_connector_extra_config=extra)
     scheduler = SchedulerConfig(max_num_batched_tokens=options.max_num_batched_tokens,
-                                max_num_seqs=options.max_num_seqs,
+                                # vLLM asks for a budget of at least one token per sequence
+                                max_num_seqs=max(1, min(options.max_num_seqs,
+                                                        options.max_num_batched_tokens)),
                                 max_model_len=options.max_model_len,
                                 enable_chunked_prefill=True, is_encoder_decoder=False)
     speculative = None
@@ -337,16 +339,15 @@ def _build(geometry: Geometry, options: BuildOptions, *, cpu_bytes: int = 1 << 3
     engine = LiveEngine(geometry, options, config, scheduler_config, scheduler, hasher,
                         group_of, tpc, block_size, hash_block_size, None, notes)
     capacity = _cpu_capacity(engine)
-    if options.cpu_chunks is not None and capacity:
-        per_chunk = cpu_bytes // capacity
-        return _replace_capacity(_build(geometry, options,
-                                        cpu_bytes=options.cpu_chunks * per_chunk))
     engine.cpu_chunks = capacity
-    return engine
-
-
-def _replace_capacity(engine: LiveEngine) -> LiveEngine:
-    engine.cpu_chunks = _cpu_capacity(engine)
+    if options.cpu_chunks is not None and capacity:
+        # The CPU tier is sized in bytes (cpu_bytes_to_use): the bytes of one chunk, as
+        # the spec computes them, times the chunks asked for.
+        per_chunk = cpu_bytes // capacity
+        engine.scheduler.shutdown()
+        engine = _build(geometry, replace(options, cpu_chunks=None),
+                        cpu_bytes=options.cpu_chunks * per_chunk)
+        engine.options = options
     return engine
 
 
