@@ -63,7 +63,7 @@ class ScenarioResult:
         return all(check.ok for check in self.checks)
 
     def to_json(self) -> dict[str, Any]:
-        return {"name": self.name, "description": self.description,
+        return {"name": self.name, "description": " ".join(self.description.split()),
                 "geometry": self.geometry, "outcome": self.outcome, "ok": self.ok,
                 "numbers": self.numbers,
                 "checks": [vars(check) for check in self.checks]}

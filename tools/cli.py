@@ -41,13 +41,14 @@ from kvcontract.tools.commands.explain import explain
 from kvcontract.tools.commands.fuzz import fuzz
 from kvcontract.tools.commands.gen_tests import gen_tests
 from kvcontract.tools.commands.list import list_command
+from kvcontract.tools.commands.live import live
 from kvcontract.tools.commands.merge import merge
 from kvcontract.tools.commands.mutate import mutate
 from kvcontract.tools.commands.prove import prove
 from kvcontract.vocabulary import EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE
 
 COMMANDS: tuple[click.Command, ...] = (prove, fuzz, gen_tests, explain, audit, list_command,
-                                       mutate, merge)
+                                       mutate, merge, live)
 """Every command of the group, in registration order (help lists them by name)."""
 
 DEBUG_ENV = "KVCONTRACT_DEBUG"

@@ -1,0 +1,128 @@
+"""``kvcontract live``: vLLM's own scheduler in the loop (:mod:`kvcontract.live`).
+
+``--check`` says whether the live backend can run here and what to install (exit 0 when
+it can, 3 when vLLM or a package its scheduler side imports is missing: nothing can be
+checked). ``--scenario NAME`` (repeatable, or ``all``) runs the named scenarios
+(:data:`kvcontract.live.scenarios.SCENARIOS`: the two lost-hit findings and the
+lifecycle) and prints each one's outcome, numbers and checks; ``--json FILE`` writes
+them. Exit 0 when every check holds, 1 when one does not (a finding), 3 when the backend
+cannot run, 2 for an unknown scenario.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from typing import Any
+
+import click
+from rich.markup import escape
+from rich.table import Table
+
+from kvcontract.errors import UsageError
+from kvcontract.tools.commands._common import check_output_file, make_console
+from kvcontract.vocabulary import EXIT_FINDING, EXIT_OK, EXIT_UNKNOWN
+
+LIVE_JSON_VERSION = 1
+"""Version of the ``live --json`` document."""
+
+
+@click.command()
+@click.option("--check", "check_only", is_flag=True,
+              help="say whether vLLM's scheduler side can run here and what is missing "
+                   "(exit 3 when it cannot)")
+@click.option("--scenario", "scenarios", multiple=True, metavar="NAME",
+              help="run a named live scenario (repeatable; 'all' for every one; "
+                   "--list-scenarios names them)")
+@click.option("--list-scenarios", is_flag=True, help="list the scenarios and exit")
+@click.option("--json", "json_path", metavar="FILE",
+              help="write the scenarios' observations as JSON here")
+def live(check_only: bool, scenarios: tuple[str, ...], list_scenarios: bool,
+         json_path: str | None) -> None:
+    """Run vLLM's own Scheduler, KV-cache manager and OffloadingConnector (the
+    installed wheel, CPU only, no model) on kvcontract's scenarios."""
+    from kvcontract.live.env import check
+
+    if list_scenarios:
+        _list()
+        return
+    if not check_only and not scenarios:
+        raise UsageError("kvcontract live needs --check, --scenario NAME or "
+                         "--list-scenarios")
+    names = _scenario_names(scenarios)
+    if json_path is not None:
+        check_output_file("--json", json_path)
+    console = make_console()
+    found = check(import_modules=True)
+    if check_only or not found.ok:
+        for line in found.lines():
+            console.print(escape(line))
+        if not found.ok:
+            sys.exit(EXIT_UNKNOWN)
+        if not names:
+            sys.exit(EXIT_OK)
+    sys.exit(_run(console, names, json_path))
+
+
+def _list() -> None:
+    from kvcontract.live.scenarios import SCENARIOS
+
+    console = make_console()
+    table = Table(title="live scenarios (--scenario NAME)")
+    table.add_column("name", no_wrap=True)
+    table.add_column("what it does", overflow="fold")
+    for name, function in SCENARIOS.items():
+        doc = " ".join((function.__doc__ or "").split())
+        table.add_row(escape(name), escape(doc))
+    console.print(table)
+
+
+def _scenario_names(given: tuple[str, ...]) -> list[str]:
+    from kvcontract.live.scenarios import SCENARIOS
+
+    names: list[str] = []
+    for name in given:
+        if name == "all":
+            names += [n for n in SCENARIOS if n not in names]
+        elif name not in SCENARIOS:
+            raise UsageError(f"unknown live scenario {name!r}; known: "
+                             f"{', '.join(SCENARIOS)}, all")
+        elif name not in names:
+            names.append(name)
+    return names
+
+
+def _run(console: Any, names: list[str], json_path: str | None) -> int:
+    from kvcontract.live.run import vllm_version
+    from kvcontract.live.scenarios import run_scenario
+
+    rows: list[dict[str, Any]] = []
+    failed = False
+    for name in names:
+        start = time.perf_counter()
+        result = run_scenario(name)
+        seconds = time.perf_counter() - start
+        row = result.to_json()
+        row["seconds"] = round(seconds, 3)
+        rows.append(row)
+        failed = failed or not result.ok
+        mark = "[green]ok[/green]" if result.ok else "[red]CHECK FAILED[/red]"
+        console.print(f"[bold]{escape(name)}[/bold] {mark} ({seconds:.2f} s): "
+                      f"{escape(result.outcome)}")
+        console.print(f"  {escape(result.geometry)}")
+        for key, value in result.numbers.items():
+            if key != "case":
+                console.print(f"  {escape(key)}: {escape(json.dumps(value, default=str))}")
+        for check in result.checks:
+            sign = "holds" if check.ok else "FAILS"
+            console.print(f"  check {sign}: {escape(check.what)} (expected "
+                          f"{escape(str(check.expected))}, observed "
+                          f"{escape(str(check.observed))})")
+    if json_path is not None:
+        document = {"version": LIVE_JSON_VERSION, "command": "live",
+                    "vllm": vllm_version(), "scenarios": rows}
+        with open(json_path, "w", encoding="utf-8") as handle:
+            json.dump(document, handle, indent=2, default=str)
+            handle.write("\n")
+    return EXIT_FINDING if failed else EXIT_OK
