@@ -26,7 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from kvcontract.live.env import require
+from kvcontract.live.env import require, vllm_names
 from kvcontract.spec.geometry import Geometry, GroupKind, GroupSpec
 
 LAYERS_PER_GROUP = 2
@@ -149,7 +149,8 @@ def layer_specs(geometry: Geometry, dtype: Any = None) -> tuple[dict[str, Any], 
     equal across groups (head counts ``lcm(block sizes) / bs``), as page-size unification
     would make them, so vLLM keeps every block size."""
     import torch
-    from vllm.v1.kv_cache_interface import FullAttentionSpec, MambaSpec, SlidingWindowSpec
+    (FullAttentionSpec, MambaSpec, SlidingWindowSpec) = vllm_names(
+        "vllm.v1.kv_cache_interface", "FullAttentionSpec", "MambaSpec", "SlidingWindowSpec")
 
     dtype = dtype or torch.float32
     unit = math.lcm(*(g.block_size for g in geometry.groups))
@@ -216,122 +217,112 @@ def gpu_blocks(geometry: Geometry, options: BuildOptions) -> int:
 
 
 def _vllm_config(geometry: Geometry, options: BuildOptions, cpu_bytes: int) -> Any:
-    from vllm.config import (
-        CacheConfig,
-        KVTransferConfig,
-        ModelConfig,
-        ParallelConfig,
-        SchedulerConfig,
-        SpeculativeConfig,
-        VllmConfig,
-    )
+    config = vllm_names("vllm", "config")
 
     scratch = _scratch()
     target = scratch.config(f"target-{options.max_model_len}",
                             tiny_llama_config(options.max_model_len))
-    model = ModelConfig(model=target, skip_tokenizer_init=True,
-                        max_model_len=options.max_model_len, dtype="float32")
+    model = config.ModelConfig(model=target, skip_tokenizer_init=True,
+                               max_model_len=options.max_model_len, dtype="float32")
     base = int(geometry.extra.get("base_block_size")
                or min(g.block_size for g in geometry.groups))
     has_mamba = any(g.kind is GroupKind.MAMBA for g in geometry.groups)
     cache_kwargs: dict[str, Any] = {}
     if has_mamba:
         cache_kwargs["mamba_cache_mode"] = "align"
-    cache = CacheConfig(block_size=base, enable_prefix_caching=True,
-                        prefix_cache_retention_interval=geometry.retention_interval,
-                        num_gpu_blocks_override=gpu_blocks(geometry, options),
-                        **cache_kwargs)
+    cache = config.CacheConfig(block_size=base, enable_prefix_caching=True,
+                               prefix_cache_retention_interval=geometry.retention_interval,
+                               num_gpu_blocks_override=gpu_blocks(geometry, options),
+                               **cache_kwargs)
     extra: dict[str, Any] = {"cpu_bytes_to_use": cpu_bytes,
                              "blocks_per_chunk": geometry.blocks_per_chunk}
     if not options.offload_prompt_only:
         extra["offload_prompt_only"] = False
-    transfer = KVTransferConfig(kv_connector="OffloadingConnector", kv_role="kv_both",
-                                kv_connector_extra_config=extra)
-    scheduler = SchedulerConfig(max_num_batched_tokens=options.max_num_batched_tokens,
-                                # vLLM asks for a budget of at least one token per sequence
-                                max_num_seqs=max(1, min(options.max_num_seqs,
-                                                        options.max_num_batched_tokens)),
-                                max_model_len=options.max_model_len,
-                                enable_chunked_prefill=True, is_encoder_decoder=False)
+    transfer = config.KVTransferConfig(kv_connector="OffloadingConnector",
+                                       kv_role="kv_both", kv_connector_extra_config=extra)
+    scheduler = config.SchedulerConfig(
+        max_num_batched_tokens=options.max_num_batched_tokens,
+        # vLLM asks for a budget of at least one token per sequence
+        max_num_seqs=max(1, min(options.max_num_seqs, options.max_num_batched_tokens)),
+        max_model_len=options.max_model_len, enable_chunked_prefill=True,
+        is_encoder_decoder=False)
     speculative = None
     if any(g.eagle for g in geometry.groups):
         method = _speculator_method(geometry)
-        drafter = scratch.config(f"drafter-{method}-{options.max_model_len}", tiny_llama_config(
-            options.max_model_len, layers=1,
-            architecture="Eagle3LlamaForCausalLM" if method == "eagle3"
-            else "EagleLlamaForCausalLM"))
-        speculative = SpeculativeConfig(method=method, model=drafter, num_speculative_tokens=1,
-                                        target_model_config=model,
-                                        target_parallel_config=ParallelConfig())
-    config = VllmConfig(model_config=model, cache_config=cache, kv_transfer_config=transfer,
-                        scheduler_config=scheduler, speculative_config=speculative)
+        architecture = ("Eagle3LlamaForCausalLM" if method == "eagle3"
+                        else "EagleLlamaForCausalLM")
+        drafter = scratch.config(f"drafter-{method}-{options.max_model_len}",
+                                 tiny_llama_config(options.max_model_len, layers=1,
+                                                   architecture=architecture))
+        speculative = config.SpeculativeConfig(
+            method=method, model=drafter, num_speculative_tokens=1,
+            target_model_config=model, target_parallel_config=config.ParallelConfig())
+    built = config.VllmConfig(model_config=model, cache_config=cache,
+                              kv_transfer_config=transfer, scheduler_config=scheduler,
+                              speculative_config=speculative)
     if options.async_scheduling:
-        config.scheduler_config.async_scheduling = True
-    return config
+        built.scheduler_config.async_scheduling = True
+    return built
 
 
 def _build(geometry: Geometry, options: BuildOptions, *, cpu_bytes: int = 1 << 32,
            ) -> LiveEngine:
-    from vllm.distributed.kv_transfer.kv_connector.v1.offloading_connector import (
-        OffloadingConnector,
-    )
-    from vllm.utils.hashing import get_hash_fn_by_name
-    from vllm.v1.attention.backends.utils import resolve_kv_cache_layout
-    from vllm.v1.core.kv_cache_planning import get_global_kv_cache_groups, get_kv_cache_configs
-    from vllm.v1.core.kv_cache_utils import (
-        generate_scheduler_kv_cache_config,
-        get_request_block_hasher,
-        init_none_hash,
-        resolve_cache_hit_alignment_tokens,
-        resolve_kv_cache_block_sizes,
-        update_kv_cache_capacity,
-    )
-    from vllm.v1.core.single_type_kv_cache_manager import register_all_kvcache_specs
-    from vllm.v1.structured_output import StructuredOutputManager
+    connector = vllm_names(
+        "vllm.distributed.kv_transfer.kv_connector.v1.offloading_connector",
+        "OffloadingConnector")
+    get_hash_fn_by_name = vllm_names("vllm.utils.hashing", "get_hash_fn_by_name")
+    resolve_kv_cache_layout = vllm_names("vllm.v1.attention.backends.utils",
+                                         "resolve_kv_cache_layout")
+    planning = vllm_names("vllm.v1.core", "kv_cache_planning")
+    utils = vllm_names("vllm.v1.core", "kv_cache_utils")
+    register_all_kvcache_specs = vllm_names("vllm.v1.core.single_type_kv_cache_manager",
+                                            "register_all_kvcache_specs")
+    structured_output_manager = vllm_names("vllm.v1.structured_output",
+                                           "StructuredOutputManager")
 
     config = _vllm_config(geometry, options, cpu_bytes)
     register_all_kvcache_specs(config)
     specs, owners = layer_specs(geometry)
     owner_of = dict(zip(specs, owners, strict=True))
     # The layout the connector requires, as the engine resolves it before planning.
-    config.cache_config.kv_cache_layout = OffloadingConnector.get_required_kvcache_layout(
+    config.cache_config.kv_cache_layout = connector.get_required_kvcache_layout(
         config)
     resolve_kv_cache_layout(config, [[config.cache_config.kv_cache_layout]],
                             list(specs.values()))
-    global_groups = get_global_kv_cache_groups(config, [specs])
+    global_groups = planning.get_global_kv_cache_groups(config, [specs])
     config.adjust_dcp_kv_cache_interleave_size(global_groups)
     memory = _PLAN_MEMORY
-    configs = get_kv_cache_configs(config, [specs], [memory], global_groups)
+    configs = planning.get_kv_cache_configs(config, [specs], [memory], global_groups)
     for kv_config in configs:
         kv_config.kv_cache_layout = config.cache_config.kv_cache_layout
-    scheduler_config = generate_scheduler_kv_cache_config(configs)
+    scheduler_config = utils.generate_scheduler_kv_cache_config(configs)
     config.cache_config.num_gpu_blocks = scheduler_config.num_blocks
     groups = scheduler_config.kv_cache_groups
     participating = [g.kv_cache_spec.block_size for g in groups
                      if g.kv_cache_spec.prefix_cacheable]
     config.cache_config.block_size = min(participating or
                                          [g.kv_cache_spec.block_size for g in groups])
-    update_kv_cache_capacity(config, scheduler_config)
+    utils.update_kv_cache_capacity(config, scheduler_config)
     config.validate_block_size()
-    block_size, hash_block_size = resolve_kv_cache_block_sizes(scheduler_config, config)
-    alignment = resolve_cache_hit_alignment_tokens(scheduler_config, config, block_size,
+    block_size, hash_block_size = utils.resolve_kv_cache_block_sizes(scheduler_config, config)
+    alignment = utils.resolve_cache_hit_alignment_tokens(scheduler_config, config, block_size,
                                                    hash_block_size)
     for kv_config in (*configs, scheduler_config):
         kv_config.hash_block_size = hash_block_size
         kv_config.cache_hit_alignment_tokens = alignment
-    from vllm.v1.core.sched.scheduler import Scheduler
+    Scheduler = vllm_names("vllm.v1.core.sched.scheduler", "Scheduler")
     scheduler_cls: Any = Scheduler
     if config.scheduler_config.async_scheduling:
-        from vllm.v1.core.sched.async_scheduler import AsyncScheduler
+        AsyncScheduler = vllm_names("vllm.v1.core.sched.async_scheduler", "AsyncScheduler")
         scheduler_cls = AsyncScheduler
     scheduler = scheduler_cls(
         vllm_config=config, kv_cache_config=scheduler_config,
-        structured_output_manager=StructuredOutputManager(config),
+        structured_output_manager=structured_output_manager(config),
         block_size=block_size, hash_block_size=hash_block_size)
     hash_fn = get_hash_fn_by_name(config.cache_config.prefix_caching_hash_algo)
-    init_none_hash(hash_fn)
-    hasher = get_request_block_hasher(hash_block_size, hash_fn,
-                                      config.num_hash_lookahead_tokens)
+    utils.init_none_hash(hash_fn)
+    hasher = utils.get_request_block_hasher(hash_block_size, hash_fn,
+                                            config.num_hash_lookahead_tokens)
     group_of = tuple(owner_of[g.layer_names[0]] for g in groups)
     bpc = geometry.blocks_per_chunk
     tpc = tuple(g.kv_cache_spec.block_size * bpc for g in groups)

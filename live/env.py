@@ -17,6 +17,7 @@ import logging
 import os
 import tempfile
 from dataclasses import dataclass, field
+from typing import Any
 
 SUPPORTED_RELEASES = ("0.33.0",)
 """The vLLM releases the live backend drives (their scheduler and connector APIs)."""
@@ -142,3 +143,15 @@ def require() -> None:
     if not found.ok:
         raise LiveUnavailable("; ".join(found.lines()[2:]))
     prepare_environment()
+
+
+def vllm_names(module: str, *names: str) -> Any:
+    """``getattr(import_module(module), name)`` (or the submodule ``module.name``) for
+    each of ``names`` (one value for one name, a tuple for several). The live backend
+    reaches vLLM only through this: vLLM is typed ``Any`` here, so a type check never
+    walks vLLM's sources (whether or not the wheel is installed) and reads the same
+    either way."""
+    loaded = importlib.import_module(module)
+    values = tuple(getattr(loaded, name) if hasattr(loaded, name)
+                   else importlib.import_module(f"{module}.{name}") for name in names)
+    return values[0] if len(values) == 1 else values

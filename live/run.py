@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kvcontract.live.build import BuildOptions, LiveEngine, Refused, build
+from kvcontract.live.env import vllm_names
 from kvcontract.live.observation import (
     LiveException,
     LiveObservation,
@@ -45,7 +46,7 @@ class _Recorder:
 
     def chunk_of(self, key: Any, context: Any) -> tuple[int, int, int]:
         """``(geometry group, vLLM group, chunk index)`` of an offload key."""
-        from vllm.v1.kv_offload.base import get_offload_group_idx
+        get_offload_group_idx = vllm_names("vllm.v1.kv_offload.base", "get_offload_group_idx")
 
         vgroup = int(get_offload_group_idx(key))
         end = context.get_offload_key_position(key) if context is not None else None
@@ -148,8 +149,8 @@ class LiveRun:
 
     # -- requests -----------------------------------------------------------------------
     def _request(self, spec: TraceRequest) -> Any:
-        from vllm.sampling_params import SamplingParams
-        from vllm.v1.request import Request
+        SamplingParams = vllm_names("vllm.sampling_params", "SamplingParams")
+        Request = vllm_names("vllm.v1.request", "Request")
 
         rid = f"{spec.name}#{len(self.live)}"
         self.recorder.names[rid] = spec.name
@@ -167,7 +168,7 @@ class LiveRun:
         self.engine.scheduler.add_request(request)
 
     def _abort(self, name: str) -> None:
-        from vllm.v1.request import RequestStatus
+        RequestStatus = vllm_names("vllm.v1.request", "RequestStatus")
 
         request = self.live.get(name)
         if request is not None and not request.is_finished():
@@ -181,7 +182,7 @@ class LiveRun:
 
     # -- one step -----------------------------------------------------------------------
     def _model_output(self, output: Any) -> Any:
-        from vllm.v1.outputs import ModelRunnerOutput
+        ModelRunnerOutput = vllm_names("vllm.v1.outputs", "ModelRunnerOutput")
 
         scheduler = self.engine.scheduler
         req_ids = list(output.num_scheduled_tokens)

@@ -16,6 +16,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from kvcontract.live.env import vllm_names
+
 TIMINGS = ("at-once", "delayed", "never", "fail")
 
 
@@ -95,10 +97,10 @@ class HostWorker:
 
     def output(self) -> Any:
         """This step's ``KVConnectorOutput``; then the step advances."""
-        from vllm.distributed.kv_transfer.kv_connector.v1.offloading.common import (
-            OffloadingWorkerMetadata,
-        )
-        from vllm.v1.outputs import KVConnectorOutput
+        worker_metadata = vllm_names(
+            "vllm.distributed.kv_transfer.kv_connector.v1.offloading.common",
+            "OffloadingWorkerMetadata")
+        KVConnectorOutput = vllm_names("vllm.v1.outputs", "KVConnectorOutput")
 
         done: dict[int, int] = {}
         recving: set[str] = set()
@@ -117,7 +119,7 @@ class HostWorker:
         self.step += 1
         return KVConnectorOutput(
             finished_recving=recving or None, failed_recving=failed,
-            kv_connector_worker_meta=OffloadingWorkerMetadata(completed_jobs=done))
+            kv_connector_worker_meta=worker_metadata(completed_jobs=done))
 
     @property
     def stalled(self) -> list[int]:
