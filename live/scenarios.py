@@ -313,6 +313,19 @@ def cpu_capacity_lru(capacity: int = 30, prompt_len: int = 64) -> ScenarioResult
     return result
 
 
+def async_scheduler(prompt_len: int = 96) -> ScenarioResult:
+    """vLLM's ``AsyncScheduler`` (which the CPU platform turns off; turned back on): a
+    producer in chunked prefill of 16 tokens, then a resend, as under the plain
+    scheduler: the consumer gets the promise."""
+    case = end_to_end_case(LIFECYCLE_GEOMETRY, prompt_len, "resend",
+                           steps=(STEP_TOKENS,) * (prompt_len // STEP_TOKENS))
+    confirmation = confirm_case(case, BuildOptions(async_scheduling=True))
+    result = _from_confirmation("async-scheduler", async_scheduler.__doc__ or "",
+                                confirmation, LIFECYCLE_GEOMETRY)
+    _consumer_check(result, confirmation)
+    return result
+
+
 SCENARIOS: dict[str, Callable[[], ScenarioResult]] = {
     "window-formula": window_formula,
     "eagle-replay": eagle_replay,
@@ -323,6 +336,7 @@ SCENARIOS: dict[str, Callable[[], ScenarioResult]] = {
     "prefix-cache-reset": prefix_cache_reset,
     "stalled-store": stalled_store,
     "cpu-capacity-lru": cpu_capacity_lru,
+    "async-scheduler": async_scheduler,
 }
 """Every named scenario (``kvcontract live --scenario NAME``)."""
 
