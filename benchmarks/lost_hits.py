@@ -37,13 +37,11 @@ from kvcontract.spec.build import buildable
 from kvcontract.spec.geometry import Geometry
 from kvcontract.spec.models import list_presets, preset_geometries
 from kvcontract.spec.properties.end_to_end import (
-    Consumer,
-    EndToEndCase,
-    gpu_hit_unit,
-    promised_hit,
-    run_end_to_end,
+    prompt_lengths,
+    resend_case,
+    resend_point,
+    resend_promises,
 )
-from kvcontract.spec.properties.store import StoreCase
 
 RETENTIONS: tuple[str, ...] = ("0", "None", "32xbs")
 
@@ -55,14 +53,6 @@ def retention_value(geometry: Geometry, label: str) -> int | None:
         return 0
     scheduler_block = math.lcm(*(geometry.block_tokens(g) for g in geometry.groups))
     return 32 * scheduler_block
-
-
-def prompt_lengths(first: int, last: int, count: int) -> list[int]:
-    """``count`` lengths spread over ``[first, last]`` by an odd step, so that their
-    residues modulo every chunk and alignment vary."""
-    step = max(1, (last - first) // max(1, count - 1))
-    step += 1 - step % 2
-    return [first + i * step for i in range(count) if first + i * step <= last]
 
 
 def implementation(name: str) -> Implementation:
@@ -87,21 +77,18 @@ def measure(label: str, geometry: Geometry, impl: Implementation,
     lost = lost_p1 = 0
     accepted_sum = promised_sum = p1_sum = 0
     for prompt in lengths:
-        producer = StoreCase(label, geometry, prompt, (prompt,), "finished", decode=3)
-        case = EndToEndCase(producer, Consumer("resend", prompt, prompt))
+        case = resend_case(label, geometry, prompt)
         try:
-            observation = run_end_to_end(case, impl)
+            point = resend_point(case, impl)
         except Exception as exc:  # an implementation failure is a reason to print
             return f"{impl.name} fails at P={prompt}: {type(exc).__name__}: {exc}"
-        if observation.error is not None or observation.hit_tokens is None:
+        if point.error is not None or point.hit is None:
             return (f"{impl.name} gives no hit at P={prompt}: "
-                    f"{observation.error or 'deferred'}")
-        hit = observation.hit_tokens
+                    f"{point.error or 'deferred'}")
+        hit = point.hit
         # C12's measure: what vLLM's GPU prefix cache would serve (whole scheduler
         # blocks); the offload may accept more (an unaligned boundary), never less.
-        unit = gpu_hit_unit(geometry)
-        promised = promised_hit(geometry, producer, prompt, prompt, unit=unit)
-        p1 = promised_hit(geometry, producer, prompt, prompt, replay_rule="p-1", unit=unit)
+        promised, p1 = resend_promises(case)
         lost += hit < promised
         lost_p1 += hit < p1
         accepted_sum += hit

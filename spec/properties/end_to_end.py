@@ -54,6 +54,7 @@ from kvcontract.spec.properties.lookup import LOOKUP_FUNCTIONS, crash_of
 from kvcontract.spec.properties.store import (
     STORE_FUNCTIONS,
     StoreCase,
+    StoreRun,
     offered_chunks,
     run_store,
     schedule_steps,
@@ -503,7 +504,13 @@ def manager_state(observation: EndToEndObservation, g: int, k: int) -> LookupRes
 
 
 def _observe(case: EndToEndCase, impl: Implementation) -> EndToEndObservation:
-    run = run_store(case.producer, impl)
+    return observe_consumer(case, impl, run_store(case.producer, impl))
+
+
+def observe_consumer(case: EndToEndCase, impl: Implementation,
+                     run: StoreRun) -> EndToEndObservation:
+    """The consumer's lookup (``impl``'s) over what the producer's store path offered in
+    ``run``: the second half of :data:`run_end_to_end`."""
     offered = [offered_chunks(tracker) for tracker in run.trackers]
     keys = consumer_keys(case.geometry, case.consumer.num_tokens, case.consumer.shared_tokens)
     observation = EndToEndObservation(None, offered, keys)
@@ -540,6 +547,63 @@ gpu_promise: LastCase[EndToEndCase, int] = LastCase(_gpu_promise)
 """What vLLM's GPU prefix cache itself would serve: the promise in whole scheduler
 blocks. A hit below it is a lost hit; between it and the (unaligned) promise the
 offload gives at least what the GPU would, and C12 does not report it."""
+
+
+# -- resends of realistic prompts (benchmarks/lost_hits.py, the audit's defect costs) -----
+def prompt_lengths(first: int, last: int, count: int) -> list[int]:
+    """``count`` lengths spread over ``[first, last]`` by an odd step, so that their
+    residues modulo every chunk and alignment vary (fewer when the step overshoots)."""
+    step = max(1, (last - first) // max(1, count - 1))
+    step += 1 - step % 2
+    return [first + i * step for i in range(count) if first + i * step <= last]
+
+
+def resend_case(name: str, geometry: Geometry, prompt: int,
+                steps: tuple[int, ...] | None = None) -> EndToEndCase:
+    """A producer that prefills ``prompt`` tokens (in one shot, or by ``steps``), decodes
+    3 tokens and finishes, then a consumer that resends the prompt."""
+    producer = StoreCase(name, geometry, prompt, steps or (prompt,), "finished", decode=3)
+    return EndToEndCase(producer, Consumer("resend", prompt, prompt))
+
+
+@dataclass(frozen=True)
+class ResendPoint:
+    """What an implementation's resend of one prompt gives (:func:`resend_point`)."""
+
+    prompt: int
+    hit: int | None
+    """The accepted hit in tokens; None: deferred, or the lookup failed (``error``)."""
+    error: str | None = None
+    """Why the lookup did not converge (a crash)."""
+    unread: tuple[int, int, str] | None = None
+    """``(group, chunk, state)`` of the first chunk read for the accepted hit that is not
+    HIT: the load would crash."""
+
+
+def resend_point(case: EndToEndCase, impl: Implementation,
+                 run: StoreRun | None = None) -> ResendPoint:
+    """Run ``case`` (a :func:`resend_case`) on ``impl``: its store path, then its lookup
+    (:data:`run_end_to_end`); with ``run``, the lookup over that run of the producer
+    (a store path known to be the same). An exception of the implementation propagates."""
+    observation = (run_end_to_end(case, impl) if run is None
+                   else observe_consumer(case, impl, run))
+    hit = observation.hit_tokens
+    unread = _unread(case, observation, hit) if hit else None
+    return ResendPoint(case.consumer.num_tokens, hit, observation.error,
+                       None if unread is None else (unread[0], unread[1], unread[2].name))
+
+
+def resend_promises(case: EndToEndCase) -> tuple[int, int]:
+    """The promise of ``case`` in whole scheduler blocks (:func:`gpu_hit_unit`: what vLLM's
+    GPU prefix cache would serve, below which a hit is lost): under vLLM's GPU replay
+    rule (C12's), and under ``P - 1`` alone (``replay_rule="p-1"``). Spec only."""
+    geometry, producer, consumer = case.geometry, case.producer, case.consumer
+    unit = gpu_hit_unit(geometry)
+    promised = promised_hit(geometry, producer, consumer.num_tokens, consumer.shared_tokens,
+                            unit=unit)
+    p1 = promised_hit(geometry, producer, consumer.num_tokens, consumer.shared_tokens,
+                      replay_rule="p-1", unit=unit)
+    return promised, p1
 
 
 END_TO_END_SPACE: CaseSpace[EndToEndCase, EndToEndObservation] = CaseSpace(

@@ -13,6 +13,10 @@ from click.testing import CliRunner, Result
 from kvcontract.tools.cli import cli
 from kvcontract.tools.reports.merge import comparable
 
+NARROW = ("--fail-on", "crash,corruption,lost-hit")
+"""A --fail-on that leaves prefill-horizon's waste finding reported but passing (every
+impact but latent fails by default), for the tests of --fail-on at merge time."""
+
 CLAUSES = ["--clause", "C1", "--clause", "C9", "--clause", "C10"]
 """Three formula theorems and the store family (three members): four units of work,
 cheap enough for the default suite."""
@@ -55,12 +59,13 @@ def test_merged_prove_shards_equal_the_unsharded_run(tmp_path: Path, shards: int
 
 
 def test_merge_of_a_variant_keeps_its_exit_code_and_findings(tmp_path: Path) -> None:
-    code, whole = _prove(tmp_path, "whole.json", "--no-cache", impl="prefill-horizon")
-    paths = [str(_prove(tmp_path, f"s{i}.json", "--no-cache", "--shard", f"{i}/2",
+    code, whole = _prove(tmp_path, "whole.json", "--no-cache", *NARROW, impl="prefill-horizon")
+    paths = [str(_prove(tmp_path, f"s{i}.json", "--no-cache", "--shard", f"{i}/2", *NARROW,
                         impl="prefill-horizon")[1]) for i in (1, 2)]
     merged_path = tmp_path / "merged.json"
     result = invoke(["merge", *paths, "--json", str(merged_path)])
-    assert result.exit_code == code
+    assert result.exit_code == code == 0
+    assert len(_read(merged_path)["defects"]) == 1  # grouped from the shards' rows
     merged = _read(merged_path)
     assert any(r["verdict"] == "COUNTEREXAMPLE" for r in merged["results"])
     assert comparable(merged) == comparable(_read(whole))
@@ -168,7 +173,7 @@ def test_a_configured_baseline_is_applied_by_merge(tmp_path: Path,
     monkeypatch.chdir(tmp_path)
     written = invoke(["prove", "--impl", "prefill-horizon", *CLAUSES, "--quiet", "--jobs", "1",
                       "--write-baseline", "baseline.json"])
-    assert written.exit_code == 0, written.output  # the waste finding is outside --fail-on
+    assert written.exit_code == 1, written.output  # the waste finding fails by default
     (tmp_path / "pyproject.toml").write_text(
         '[tool.kvcontract]\nfail-on = "all,new"\nbaseline-file = "baseline.json"\n')
     paths = [str(_prove(tmp_path, f"s{i}.json", "--shard", f"{i}/2",
@@ -210,8 +215,8 @@ def _audit_shards(tmp_path: Path, count: int, *extra: str, prefix: str = "a",
 
 @pytest.mark.parametrize("count", [2, 3])
 def test_merged_audit_shards_equal_the_unsharded_audit(tmp_path: Path, count: int) -> None:
-    code, whole = _audit(tmp_path, "whole.json")
-    paths = _audit_shards(tmp_path, count)
+    code, whole = _audit(tmp_path, "whole.json", *NARROW)
+    paths = _audit_shards(tmp_path, count, *NARROW)
     merged_path = tmp_path / "merged.json"
     result = invoke(["merge", *reversed(paths), "--quiet", "--json", str(merged_path)])
     assert result.exit_code == code == 0, result.output  # waste is outside --fail-on
@@ -272,5 +277,5 @@ def test_merge_rejects_what_is_not_one_whole_audit(tmp_path: Path) -> None:
         assert result.exit_code == 2, (args, result.output)
         assert message in " ".join(result.output.split()), (args, result.output)
         assert "Traceback" not in result.output
-    # The same shards, complete, merge.
-    assert invoke(["merge", *paths, "--quiet"]).exit_code == 0
+    # The same shards, complete, merge (exit 1: the waste findings fail by default).
+    assert invoke(["merge", *paths, "--quiet"]).exit_code == 1

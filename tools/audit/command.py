@@ -135,6 +135,9 @@ def run_audit_command(
     write_baseline: str | None = None,
     require_complete: bool = False,
     shard: Shard | None = None,
+    verbose: bool = False,
+    costs: bool = True,
+    report_file: str | None = None,
 ) -> dict[str, Any]:
     """Bind, check, compare and print; returns the versioned report (with ``exit_code``).
 
@@ -150,7 +153,10 @@ def run_audit_command(
     findings as a baseline file; ``require_complete`` makes any unchecked theorem exit
     3. ``shard``: only that shard's units of work (``--shard I/N``), with the report's
     ``shard`` object for ``kvcontract merge``; a findings baseline and ``--baseline``
-    compare a whole run, so they are refused with it."""
+    compare a whole run, so they are refused with it. ``verbose`` prints the bindings and
+    the theorem table after the summary; ``costs`` measures each defect on the model
+    presets (``--catalogue-only`` turns it off); ``report_file`` is the JSON report's
+    path, which the defects' commands name."""
     if shard is not None:
         _check_shard_options(baseline, only_new, findings_baseline, write_baseline)
     options = _options(clauses, call_timeout, budget, jobs, geometries, shard)
@@ -164,7 +170,8 @@ def run_audit_command(
                       fail_on=fail_on, reproducer_dir=reproducer_dir,
                       picture_dir=picture_dir, only_new=only_new,
                       findings_baseline=findings_baseline, write_baseline=write_baseline,
-                      require_complete=require_complete)
+                      require_complete=require_complete, verbose=verbose, costs=costs,
+                      report_file=report_file)
 
 
 def _check_shard_options(baseline: str | Target | None, only_new: bool,
@@ -201,9 +208,10 @@ def _audit(console: Console, resolved: Target, resolved_baseline: Target | None,
            options: AuditOptions, *, quiet: bool, fail_on: frozenset[Impact],
            reproducer_dir: str | None, picture_dir: str | None, only_new: bool,
            findings_baseline: FindingsBaseline | None, write_baseline: str | None,
-           require_complete: bool) -> dict[str, Any]:
+           require_complete: bool, verbose: bool = False, costs: bool = True,
+           report_file: str | None = None) -> dict[str, Any]:
     binding = bind(resolved)
-    if not quiet:
+    if verbose and not quiet:
         print_bindings(console, build_report(binding, AuditRun([], [], 0.0)))
     run = _run(console, binding, options, quiet)
     comparison = None
@@ -211,11 +219,24 @@ def _audit(console: Console, resolved: Target, resolved_baseline: Target | None,
         from kvcontract.tools.audit.baseline import compare
 
         base_binding = bind(resolved_baseline)
-        if not quiet:
+        if verbose and not quiet:
             print_bindings(console, build_report(base_binding, AuditRun([], [], 0.0)))
         base_run = _run(console, base_binding, options, quiet)
         comparison = compare(base_binding, base_run, binding, run, options)
+        from kvcontract.tools.audit.defects import compare_defects, group_defects
+
+        comparison["defects"] = compare_defects(group_defects(base_run.rows),
+                                                group_defects(run.rows))
     report: dict[str, Any] = build_report(binding, run, comparison, fail_on)
+    from kvcontract.tools.audit.defects import add_commands
+
+    add_commands(report["defects"], report["target"], report_file)  # name the JSON file
+    if costs and options.shard is None:
+        from kvcontract.tools.audit.cost_stage import cost_defects
+
+        cost_defects(binding, report, options)
+    elif not costs:
+        report["notes"].append("defects not costed on the model presets (--catalogue-only)")
     apply_gate(report, fail_on, only_new, findings_baseline, write_baseline,
                require_complete)
     if options.geometries:
@@ -233,13 +254,16 @@ def _audit(console: Console, resolved: Target, resolved_baseline: Target | None,
         from kvcontract.tools.reports.gate import gate_summary
 
         shard = report.get("shard")
-        console.print(f"{report['target']}: exit code {report['exit_code']} "
-                      f"({len(report['results'])} theorems, {report['seconds']:.1f}s"
-                      f"{gate_summary(report)}"
-                      + (f"; shard {shard['index']}/{shard['count']}" if shard else "")
-                      + ")")
+        defects = report.get("defects") or []
+        # One line, never wrapped: the target's path is copied from it.
+        console.print(escape(
+            f"{report['target']}: exit code {report['exit_code']} "
+            f"({len(defects)} defects, {len(report['results'])} theorems, "
+            f"{report['seconds']:.1f}s{gate_summary(report)}"
+            + (f"; shard {shard['index']}/{shard['count']}" if shard else "") + ")"),
+            highlight=False, soft_wrap=True)
     else:
-        print_report(console, report, show_bindings=False)
+        print_report(console, report, show_bindings=False, verbose=verbose)
         for path in [*report.get("reproducers", []), *report.get("pictures", [])]:
             console.print(f"wrote {path}", highlight=False)
         for line in report.get("picture_notes", []):

@@ -764,8 +764,9 @@ def _exhaustive_evidence(result: TheoremResult) -> str:
 
 
 def _row(theorem: Property, result: TheoremResult, evidence: str, witness_case: Any,
-         binding: Binding) -> dict[str, Any]:
-    """The report row: verdict, evidence, how it was checked, blame and location."""
+         binding: Binding, scope: Scope = ()) -> dict[str, Any]:
+    """The report row: verdict, evidence, how it was checked, blame, location and the
+    root cause of a counterexample (:mod:`kvcontract.tools.audit.root_cause`)."""
     impl = binding.implementation
     assert impl is not None
     row: dict[str, Any] = result.to_json()
@@ -807,7 +808,25 @@ def _row(theorem: Property, result: TheoremResult, evidence: str, witness_case: 
             if location:
                 row["location"] = {"path": location[0], "line": location[1]}
                 break
+    if result.verdict is Verdict.COUNTEREXAMPLE and witness_case is not None:
+        row["root_cause"] = _root_cause(theorem, witness_case, binding, scope)
     return row
+
+
+_THEOREMS: dict[tuple[int, Scope], list[Property]] = {}
+
+
+def _root_cause(theorem: Property, witness_case: Any, binding: Binding,
+                scope: Scope) -> dict[str, Any] | None:
+    from kvcontract.tools.audit import root_cause
+
+    key = (id(binding), scope)
+    if key not in _THEOREMS:
+        _THEOREMS.clear()
+        _THEOREMS[key] = theorems_for(binding, scope)
+    base = root_cause.upstream_base(theorem, _THEOREMS[key])
+    return root_cause.find_root_cause(theorem, witness_case, binding, base,
+                                      root_cause.rebuild_upstream(theorem.name))
 
 
 def check_theorem(theorem: Property, binding: Binding, options: AuditOptions) -> dict[str, Any]:
@@ -815,7 +834,7 @@ def check_theorem(theorem: Property, binding: Binding, options: AuditOptions) ->
     impl = binding.implementation
     assert impl is not None
     result, evidence, witness_case = _decide(theorem, impl, options)
-    return _row(theorem, result, evidence, witness_case, binding)
+    return _row(theorem, result, evidence, witness_case, binding, options.geometries)
 
 
 def check_family(theorems: Sequence[CaseProperty], binding: Binding,
@@ -835,7 +854,7 @@ def check_family(theorems: Sequence[CaseProperty], binding: Binding,
         groups.values(), _families(list(groups.values()), impl, options), strict=True)
         for t, found in zip(group, results, strict=True)}
     return [_row(t, found[id(t)][0], _exhaustive_evidence(found[id(t)][0]), found[id(t)][1],
-                 binding) for t in theorems]
+                 binding, options.geometries) for t in theorems]
 
 
 def _units(theorems: Sequence[Property], indices: Sequence[int]) -> list[list[int]]:

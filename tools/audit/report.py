@@ -65,6 +65,9 @@ def build_report(binding: Binding, run: AuditRun,
             *run.notes,
         ],
     }
+    from kvcontract.tools.audit.defects import attach_defects
+
+    attach_defects(report)
     if comparison is not None:
         report["comparison"] = comparison
     if run.shard is not None:
@@ -101,8 +104,32 @@ def print_bindings(console: Console, report: dict[str, Any]) -> None:
     console.print(table)
 
 
-def print_report(console: Console, report: dict[str, Any], *, show_bindings: bool = True) -> None:
-    """The human report: bindings, the theorem table, failures, clauses, comparison."""
+def _plain(console: Console, text: str, style: str = "") -> None:
+    """One line as it is: never wrapped (a path or a command is copied from it)."""
+    console.print(f"[{style}]{escape(text)}[/]" if style else escape(text),
+                  highlight=False, soft_wrap=True)
+
+
+def print_summary(console: Console, report: dict[str, Any]) -> None:
+    """The one-screen summary (:func:`kvcontract.tools.reports.summary.summary_lines`)."""
+    from kvcontract.tools.reports.summary import summary_lines
+
+    for text, style in summary_lines(report):
+        _plain(console, text, style)
+
+
+def print_report(console: Console, report: dict[str, Any], *, show_bindings: bool = True,
+                 verbose: bool = True) -> None:
+    """The human report: the one-screen summary; with ``verbose``, then the bindings,
+    the theorem table, failures, clauses and the comparison."""
+    if "defects" in report:
+        print_summary(console, report)
+        comparison = report.get("comparison")
+        if not verbose:
+            if comparison:
+                print_defect_comparison(console, comparison)
+            return
+        console.print()
     if show_bindings:
         print_bindings(console, report)
     table = Table(title=f"kvcontract audit --target {report['target']}")
@@ -154,6 +181,24 @@ def print_report(console: Console, report: dict[str, Any], *, show_bindings: boo
     summary = ", ".join(f"{n} {v}" for v, n in sorted(counts.items())) or "nothing checked"
     console.print(f"{report['target']}: {len(report['results'])} theorems in "
                   f"{report['seconds']:.1f}s: {summary}")
+
+
+def print_defect_comparison(console: Console, comparison: dict[str, Any]) -> None:
+    """Per defect: fixed, still present, new or changed against the baseline target."""
+    from kvcontract.tools.reports.summary import fit
+
+    defects = comparison.get("defects")
+    if not defects:
+        print_comparison(console, comparison)
+        return
+    console.print()
+    _plain(console, f"baseline {comparison['baseline']} -> target {comparison['target']}",
+           "bold")
+    for entry in defects:
+        style = {"fixed": "green", "new": "bold red", "changed": "yellow"}.get(
+            entry["classification"], "")
+        _plain(console, fit(f"  {entry['classification']:13} {entry['impact']:9} "
+                            f"{entry['title']} [{entry['id']}]"), style)
 
 
 def print_comparison(console: Console, comparison: dict[str, Any]) -> None:

@@ -51,7 +51,7 @@ def scenario_rows(binding: Binding, seed: int = 0,
     gc.freeze()
     try:
         for scenario in seed_scenarios(seed) if scenarios is None else scenarios:
-            rows.append(_scenario_rows(impl, scenario, run_scenario))
+            rows.append(_scenario_rows(impl, scenario, run_scenario, binding))
             # The scenario's system (block pools of up to gigabytes on a 16k-token prompt
             # at 16 blocks per chunk) is garbage now: collect it before the next one
             # allocates its own, and hand the freed heap back, so the child's peak is one
@@ -80,8 +80,9 @@ _MALLOC_TRIM: Any = None
 
 def _scenario_rows(impl: Implementation, scenario: Scenario,
                    run_scenario: Callable[[Implementation, Scenario, str], Any],
-                   ) -> list[dict[str, Any]]:
-    """The rows of one scenario (its lockstep systems are dropped on return)."""
+                   binding: Binding | None = None) -> list[dict[str, Any]]:
+    """The rows of one scenario (its lockstep systems are dropped on return); with the
+    ``binding``, each violated clause's root cause (:func:`scenario_root_cause`)."""
     rows: list[dict[str, Any]] = []
     name = f"{SYSTEM_PREFIX}{scenario.name}]"
     started = time.perf_counter()
@@ -113,6 +114,8 @@ def _scenario_rows(impl: Implementation, scenario: Scenario,
                          evidence="examples", examples=checks))
         return rows
     for clause, finding in sorted(seen.items(), key=lambda kv: int(kv[0][1:])):
+        cause = (scenario_root_cause(binding, scenario, clause, run_scenario)
+                 if binding is not None else None)
         rows.append(_row(
             clause, name, Verdict.COUNTEREXAMPLE, started, domain=domain,
             message=f"{finding.kind}: {finding.message}", impact=finding.impact.value,
@@ -120,7 +123,78 @@ def _scenario_rows(impl: Implementation, scenario: Scenario,
                      "program": list(finding.program)[-12:],
                      **{k: v for k, v in finding.witness.items()
                         if isinstance(v, (int, str, bool, list))}}))
+        if cause is not None:
+            rows[-1]["root_cause"] = cause
     return rows
+
+
+def _clause_fields(clause: str) -> tuple[str, ...]:
+    """The bundle fields a scenario's violation of ``clause`` can come from: the lookup's
+    for C1-C6 (C1 judges the retention after a hit), the store path's for C7-C10, both
+    for C11 and C12."""
+    from kvcontract.proofs.uses import LOOKUP_FUNCTIONS, STORE_FUNCTIONS
+
+    number = int(clause[1:])
+    lookup = (*LOOKUP_FUNCTIONS, "get_num_skipped_tokens", "retained_block_range")
+    if number <= 6:
+        return lookup
+    if number <= 10:
+        return STORE_FUNCTIONS
+    return (*lookup, *STORE_FUNCTIONS)
+
+
+def _roles(binding: Binding, names: Sequence[str],
+           field_role: Callable[[Binding, str], str | None]) -> list[str]:
+    roles: list[str] = []
+    for name in names:
+        role = field_role(binding, name)
+        if role and role not in roles:
+            roles.append(role)
+    return roles
+
+
+def scenario_root_cause(binding: Binding, scenario: Scenario, clause: str,
+                        run_scenario: Callable[[Implementation, Scenario, str], Any],
+                        ) -> dict[str, Any] | None:
+    """The smallest replacement of the bound code by the reference under which the
+    scenario no longer violates ``clause`` (:mod:`kvcontract.tools.audit.root_cause`):
+    an upstream function replaced in its own signature first, then one adapted field.
+    One rerun of the scenario per candidate (at most 2 + 45), in a fixed order; None if
+    none removes it
+    (the row then has no root cause and its defect is reported unattributed)."""
+    import dataclasses
+    import itertools
+
+    from kvcontract.impl.variants import REFERENCE
+    from kvcontract.tools.audit import root_cause
+    from kvcontract.tools.audit.binding import FIELD_ROLES
+
+    def still_fails(candidate: Implementation) -> bool:
+        try:
+            lockstep = run_scenario(candidate, scenario, "cpu")
+        except Exception:
+            return True
+        return any(f.clause == clause for f in lockstep.findings)
+
+    if binding.target.kind != "builtin":
+        for role in root_cause.REFERENCE_ROLES:
+            if role in binding.functions:
+                rebound = root_cause.rebind(binding, [role]).implementation
+                if rebound is not None and not still_fails(rebound):
+                    return root_cause.describe(binding, [role], "rebound")
+    impl = binding.implementation
+    assert impl is not None
+    # One field of the clause's side, then a pair (an unaligned boundary needs both the
+    # load window and the scanner's initial window), in a fixed order: a counted budget.
+    side = [f for f in FIELD_ROLES if f in _clause_fields(clause)]
+    for size in (1, 2):
+        for names in itertools.combinations(side, size):
+            patched = dataclasses.replace(impl, **{n: getattr(REFERENCE, n) for n in names})
+            if not still_fails(patched):
+                return root_cause.describe(
+                    binding, _roles(binding, names, root_cause.field_role), "field",
+                    list(names))
+    return None
 
 
 SHARDS_PER_WORKER = 3

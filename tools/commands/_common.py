@@ -14,7 +14,7 @@ from rich.table import Table
 
 from kvcontract.errors import UsageError
 from kvcontract.proofs.verdicts import TheoremResult, Verdict
-from kvcontract.vocabulary import Impact, parse_impacts
+from kvcontract.vocabulary import DEFAULT_FAIL_ON_TEXT, Impact, parse_impacts
 
 STYLE = {
     Verdict.PROVED: "green",
@@ -33,7 +33,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 def fail_on_option(fn: F) -> F:
     """``--fail-on IMPACT,...``: which findings fail the run (the others are reported)."""
     return click.option(
-        "--fail-on", "fail_on", default="crash,corruption,lost-hit", show_default=True,
+        "--fail-on", "fail_on", default=DEFAULT_FAIL_ON_TEXT, show_default=True,
         metavar="IMPACT,...",
         help="impacts whose findings fail the run (exit 1): crash, corruption, lost-hit, "
              "delay, waste, latent, or all; other findings are reported and pass",
@@ -43,7 +43,7 @@ def fail_on_option(fn: F) -> F:
 def gate_fail_on_option(fn: F) -> F:
     """``--fail-on IMPACT,...[,new]`` of ``prove`` and ``audit`` (the pull-request gate)."""
     return click.option(
-        "--fail-on", "fail_on", default="crash,corruption,lost-hit", show_default=True,
+        "--fail-on", "fail_on", default=DEFAULT_FAIL_ON_TEXT, show_default=True,
         metavar="IMPACT,...",
         help="impacts whose findings fail the run (exit 1): crash, corruption, lost-hit, "
              "delay, waste, latent, or all; other findings are reported and pass. Add new "

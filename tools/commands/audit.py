@@ -53,6 +53,11 @@ MIN_TIMEOUT = 0.001
 @click.option("--pictures", "picture_dir", metavar="DIR", default=None,
               help="draw each counterexample into DIR (PNG and SVG)")
 @click.option("--quiet", is_flag=True, help="no tables, only the summary line")
+@click.option("--verbose", "-v", is_flag=True,
+              help="after the summary, the bindings, the theorem table and every witness")
+@click.option("--catalogue-only", "catalogue_only", is_flag=True,
+              help="do not measure each defect's cost on the model presets (the fast path: "
+                   "the catalogue's theorems only)")
 @click.option("--require-complete", "require_complete", is_flag=True,
               help="exit 3 when any theorem could not be checked (a function the target "
                    "lacks), even if every checked one holds")
@@ -66,7 +71,8 @@ MIN_TIMEOUT = 0.001
 @report_options
 def audit(target: str, baseline: str | None, clauses: tuple[str, ...], json_path: str | None,
           timeout: float, budget: int, jobs: int | None, reproducer_dir: str | None,
-          picture_dir: str | None, quiet: bool, require_complete: bool,
+          picture_dir: str | None, quiet: bool, verbose: bool, catalogue_only: bool,
+          require_complete: bool,
           shard_text: str | None, models: tuple[str, ...],
           geometry_files: tuple[str, ...], bpcs: tuple[int, ...],
           retentions: tuple[str, ...], fail_on: str, baseline_file: str | None,
@@ -157,7 +163,8 @@ def audit(target: str, baseline: str | None, clauses: tuple[str, ...], json_path
             jobs=jobs, reproducer_dir=reproducer_dir, picture_dir=picture_dir, quiet=quiet,
             to_stderr=to_stderr, geometries=scope, only_new=only_new,
             findings_baseline=findings_baseline, write_baseline=write_baseline,
-            require_complete=require_complete, shard=shard,
+            require_complete=require_complete, shard=shard, verbose=verbose,
+            costs=not catalogue_only, report_file=json_path,
         )
     emit_reports(data, pairs)
     sys.exit(int(data["exit_code"]))

@@ -27,6 +27,9 @@ from kvcontract.tools.commands._common import (
               help="draw witnesses of this JSON report (prove or audit)")
 @click.option("--theorem", "theorems", multiple=True, metavar="ID",
               help="the result to draw, e.g. C2/first-run-covers-load (repeatable)")
+@click.option("--defect", "defect_ids", multiple=True, metavar="ID",
+              help="the headline witness of this defect of the report, e.g. D2852527febac "
+                   "(repeatable; the report's summary names each defect's id)")
 @click.option("--all", "draw_all", is_flag=True,
               help="draw every counterexample of the report (the default with --report)")
 @click.option("--impl", "impl_name", default=None,
@@ -54,7 +57,8 @@ from kvcontract.tools.commands._common import (
 @click.option("--out", "out_dir", metavar="DIR",
               help="write NAME.png and NAME.svg per drawn scene into DIR")
 @click.option("--quiet", is_flag=True, help="no terminal rendering")
-def explain(report_path: str | None, theorems: tuple[str, ...], draw_all: bool,
+def explain(report_path: str | None, theorems: tuple[str, ...], defect_ids: tuple[str, ...],
+            draw_all: bool,
             impl_name: str | None, geometry_text: str | None, fa_block: int | None,
             swa_block: int | None, sliding_window: int | None, extra: int, bpc: int,
             eagle: bool, retention: int | None, tokens: int | None, hit: int | None,
@@ -85,12 +89,15 @@ def explain(report_path: str | None, theorems: tuple[str, ...], draw_all: bool,
             "a scenario of your own: give one or the other"
         )
     if not report_path:
-        stray = [name for name, given in (("--theorem", bool(theorems)), ("--all", draw_all),
+        stray = [name for name, given in (("--theorem", bool(theorems)),
+                                          ("--defect", bool(defect_ids)), ("--all", draw_all),
                                           ("--impl", impl_name is not None)) if given]
         if stray:
             raise UsageError(f"{', '.join(stray)}: only with --report FILE (they choose "
                              "which results of a report to draw, and on what)")
     scenes: list[tuple[str, Any]]
+    if report_path and defect_ids:
+        theorems = (*theorems, *defect_theorems(report_path, defect_ids))
     if report_path:
         scenes = _report_scenes(report_path, theorems, impl_name)
         if not scenes:
@@ -114,6 +121,28 @@ def explain(report_path: str | None, theorems: tuple[str, ...], draw_all: bool,
             console.print()
         for picture in written:
             click.echo(f"wrote {picture}")
+
+
+def defect_theorems(report_path: str, defect_ids: tuple[str, ...]) -> list[str]:
+    """The headline theorem of each named defect of a report (``defects``: an audit's, or
+    a prove report's); an input error names an unknown id and the report's ids."""
+    from kvcontract.errors import InputFileError
+
+    data = load_replay_report(report_path)
+    defects = {str(d.get("id")): d for d in data.get("defects") or []
+               if isinstance(d, Mapping)}
+    if not defects:
+        raise InputFileError(report_path, "the report lists no defects (an audit or prove "
+                                          "report with counterexamples has them): use "
+                                          "--theorem ID")
+    found = []
+    for wanted in defect_ids:
+        defect = defects.get(wanted)
+        if defect is None:
+            raise UsageError(f"--defect {wanted}: not a defect of {report_path}; its defects: "
+                             f"{', '.join(defects)}")
+        found.append(str(defect["witness"]["theorem"]))
+    return found
 
 
 def _report_scenes(report_path: str, theorems: tuple[str, ...],

@@ -7,6 +7,7 @@ import sys
 from typing import Any
 
 import click
+from rich.markup import escape
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from kvcontract.errors import UsageError
@@ -142,6 +143,7 @@ def prove(impl_name: str, clauses: tuple[str, ...], json_path: str | None,
                            cache=None if no_cache else ProofCache(cache_dir()),
                            shard=shard, fail_fast=fail_fast)
     data = report.to_json()
+    add_defects(data, impl_name, json_path)
     finish_gate(data, baseline, only_new=only_new, write_baseline=write_baseline)
     data["exit_code"] = gate_exit_code(data["results"], failing, only_new)
     if not quiet:
@@ -150,6 +152,13 @@ def prove(impl_name: str, clauses: tuple[str, ...], json_path: str | None,
             title += " on " + ", ".join(label for label, _ in scope)
         if shard is not None:
             title += f" (shard {shard})"
+        if data.get("defects"):
+            from kvcontract.tools.reports.summary import summary_lines
+
+            for text, style in summary_lines(data):
+                console.print(f"[{style}]{escape(text)}[/]" if style else escape(text),
+                              highlight=False, soft_wrap=True)
+            console.print()
         console.print(results_table(report.results, title))
         for r, row in zip(report.results, data["results"], strict=True):
             if r.verdict is not Verdict.PROVED and not r.verdict.passed:
@@ -176,6 +185,40 @@ def prove(impl_name: str, clauses: tuple[str, ...], json_path: str | None,
         pairs.append(("json", json_path))
     emit_reports(data, pairs)
     sys.exit(int(data["exit_code"]))
+
+
+ROOT_CAUSE_CPU_SECONDS = 600.0
+"""CPU seconds the child that locates the counterexamples' root causes may use (a
+safety net: each is a handful of integer replays)."""
+
+
+def add_defects(data: dict[str, Any], impl_name: str, report_file: str | None = None) -> None:
+    """A prove report's counterexamples grouped into defects by root cause (the fields
+    whose replacement by the reference removes each: ``tools/audit/root_cause``), and
+    its per-clause summary; located in a sandbox child (the implementation's code runs
+    again), nothing when every theorem holds."""
+    from kvcontract.impl.variants import get_implementation
+    from kvcontract.tools.audit.defects import attach_defects
+    from kvcontract.tools.audit.root_cause import replay_root_cause
+    from kvcontract.tools.audit.sandbox import run_jobs
+
+    rows = [r for r in data["results"] if r["verdict"] == Verdict.COUNTEREXAMPLE.value
+            and r.get("witness")]
+    if not rows:
+        return
+    impl = get_implementation(impl_name)
+
+    def job() -> dict[str, Any]:
+        return {"causes": [replay_root_cause(f"{r['clause']}/{r['theorem']}", r["witness"],
+                                             impl) for r in rows]}
+
+    outcome = run_jobs([("root causes", job)], workers=1, job_timeout=ROOT_CAUSE_CPU_SECONDS,
+                       call_timeout=None)["root causes"]
+    if outcome.ok and outcome.value is not None:
+        for row, cause in zip(rows, outcome.value["causes"], strict=True):
+            if cause is not None:
+                row["root_cause"] = cause
+    attach_defects(data, report_file)
 
 
 def _shard_gate(context: click.Context, fail_on: str, baseline_file: str | None,

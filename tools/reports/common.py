@@ -33,3 +33,22 @@ def finding_message(result: Mapping[str, Any]) -> str:
     message = " ".join(str(result.get("message") or "").split())
     impact = result.get("impact")
     return f"[{impact}] {message}" if impact and message else message
+
+
+IMPACT_LEVEL = {"crash": "error", "corruption": "error", "lost-hit": "error",
+                "delay": "warning", "waste": "warning", "latent": "note"}
+"""The severity of a defect by its worst impact (SARIF level; GitHub annotation)."""
+
+
+def defect_message(defect: Mapping[str, Any]) -> str:
+    """A defect in one line: impact, title, cost, clauses and the witness."""
+    from kvcontract.tools.reports.summary import cost_line
+
+    cost = cost_line(defect)
+    parts = [f"[{defect['impact']}] {defect['title']}"]
+    if cost:
+        parts.append(f"cost: {cost}")
+    parts.append(f"breaks {', '.join(defect['clauses'])} ({len(defect['theorems'])} "
+                 "theorems)")
+    parts.append(f"witness: {defect['witness']['line']}")
+    return "; ".join(parts)

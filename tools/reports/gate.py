@@ -54,6 +54,7 @@ NEW, BASELINE = "new", "baseline"
 MESSAGE_LIMIT = 200
 """Characters of a finding's message kept in a baseline entry (one line)."""
 _FINGERPRINT = re.compile(rf"^[0-9a-f]{{{FINGERPRINT_LENGTH}}}$")
+_DEFECT = re.compile(r"^D[0-9a-f]{12}$")
 _MAX_BASELINE_BYTES = 16 * 1024 * 1024
 """A baseline holds one short entry per finding; a larger file is not one."""
 
@@ -65,10 +66,17 @@ class BaselineEntry:
     theorem: str
     impact: str | None
     message: str = ""
+    defect: str | None = None
+    """The id of the audit defect the finding belongs to (``tools/audit/defects``): a
+    finding of an accepted defect stays accepted when its witness changes."""
 
     def to_json(self) -> dict[str, Any]:
-        return {"fingerprint": self.fingerprint, "clause": self.clause,
-                "theorem": self.theorem, "impact": self.impact, "message": self.message}
+        found: dict[str, Any] = {"fingerprint": self.fingerprint, "clause": self.clause,
+                                 "theorem": self.theorem, "impact": self.impact,
+                                 "message": self.message}
+        if self.defect is not None:
+            found["defect"] = self.defect
+        return found
 
     @property
     def id(self) -> str:
@@ -87,6 +95,10 @@ class FindingsBaseline:
     @property
     def fingerprints(self) -> frozenset[str]:
         return frozenset(e.fingerprint for e in self.entries)
+
+    @property
+    def defects(self) -> frozenset[str]:
+        return frozenset(e.defect for e in self.entries if e.defect is not None)
 
 
 # -- reading ----------------------------------------------------------------------------------
@@ -110,7 +122,11 @@ def _entry(raw: Any, index: int, path: str) -> BaselineEntry:
     message = raw.get("message", "")
     if not isinstance(message, str):
         raise InputFileError(path, f"{where}.message must be a string")
-    return BaselineEntry(value, raw["clause"], raw["theorem"], impact, message)
+    defect = raw.get("defect")
+    if defect is not None and (not isinstance(defect, str) or not _DEFECT.match(defect)):
+        raise InputFileError(path, f"{where}.defect must be an audit defect id (D and 12 "
+                                   f"lowercase hex digits), not {defect!r}")
+    return BaselineEntry(value, raw["clause"], raw["theorem"], impact, message, defect)
 
 
 def load_baseline(path: str | os.PathLike[str]) -> FindingsBaseline:
@@ -188,10 +204,17 @@ def report_findings(report: Mapping[str, Any]) -> list[tuple[dict[str, Any], dic
             if norm["status"] == FAIL]
 
 
-def entry_of(row: Mapping[str, Any]) -> BaselineEntry:
-    """The baseline entry of a (normalized) finding."""
+def entry_of(row: Mapping[str, Any], defect: str | None = None) -> BaselineEntry:
+    """The baseline entry of a (normalized) finding (``defect``: its audit defect)."""
     return BaselineEntry(fingerprint(row), str(row["clause"]), str(row["theorem"]),
-                         row.get("impact"), _one_line(str(row.get("message") or "")))
+                         row.get("impact"), _one_line(str(row.get("message") or "")),
+                         defect)
+
+
+def _defect_of(report: Mapping[str, Any]) -> dict[str, str]:
+    """Finding fingerprint -> its defect id, for a report with ``defects`` (an audit)."""
+    return {fp: str(d["id"]) for d in report.get("defects") or ()
+            for fp in d.get("findings", ())}
 
 
 def _clause_order(clause: str) -> tuple[int, str]:
@@ -220,7 +243,9 @@ def target_description(report: Mapping[str, Any]) -> str:
 
 def baseline_document(report: Mapping[str, Any]) -> dict[str, Any]:
     """The baseline file a report's findings make (see the module docstring)."""
-    entries = _sorted(entry_of(norm) for _, norm in report_findings(report))
+    defect_of = _defect_of(report)
+    entries = _sorted(entry_of(norm, defect_of.get(fingerprint(norm)))
+                      for _, norm in report_findings(report))
     return {
         "version": BASELINE_VERSION,
         "kind": BASELINE_KIND,
@@ -269,18 +294,27 @@ def apply_baseline(report: dict[str, Any], baseline: FindingsBaseline | None, *,
         report["findings_baseline"] = section
         return section
     accepted = baseline.fingerprints
+    accepted_defects = baseline.defects
+    defect_of = _defect_of(report)
     current = set()
+    current_defects = set()
     new = matched = 0
     for raw, _ in found:
         current.add(raw["fingerprint"])
-        if raw["fingerprint"] in accepted:
+        defect = defect_of.get(raw["fingerprint"])
+        if defect is not None:
+            current_defects.add(defect)
+        if raw["fingerprint"] in accepted or (defect is not None
+                                              and defect in accepted_defects):
             raw["baseline_state"] = BASELINE
             matched += 1
         else:
             raw["baseline_state"] = NEW
             new += 1
     checked = _checked_theorems(report)
-    gone = [e for e in _sorted(baseline.entries) if e.fingerprint not in current]
+    # An entry is gone when neither its finding nor (for an audit) its defect is found.
+    gone = [e for e in _sorted(baseline.entries) if e.fingerprint not in current
+            and (e.defect is None or e.defect not in current_defects)]
     fixed = [e for e in gone if (e.clause, theorem_identity(e.theorem)) in checked]
     unverified = [e for e in gone if (e.clause, theorem_identity(e.theorem)) not in checked]
     notes = []

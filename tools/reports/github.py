@@ -24,7 +24,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from kvcontract.tools.reports.common import finding_message, witness_text
+from kvcontract.tools.reports.common import defect_message, finding_message, witness_text
 from kvcontract.tools.reports.gate import fail_on_of, fails_run
 from kvcontract.tools.reports.locate import display_path, result_location
 from kvcontract.tools.reports.model import PASS, normalize
@@ -64,13 +64,46 @@ def _level(row: Mapping[str, Any], failing: bool) -> str:
     return "warning"
 
 
+def _defect_lines(report: Mapping[str, Any], normalized: Mapping[str, Any],
+                  defects: list[Any], fail_on: Any, only_new: bool) -> list[str]:
+    """One annotation per defect, at its root cause's line: an error when one of its
+    findings fails the run, a notice when it is latent, else a warning."""
+    rows = {f"{r['clause']}/{r['theorem']}": r for r in normalized["results"]}
+    marks = {str(r.get("fingerprint")): r.get("baseline_state")
+             for r in report.get("results", []) if isinstance(r, Mapping)}
+    lines = []
+    for d in defects:
+        members = [rows[t] for t in d["theorems"] if t in rows]
+        failing = any(fails_run({**r, "baseline_state": marks.get(str(fp))}, fail_on, only_new)
+                      for r, fp in zip(members, d.get("findings", []), strict=False))
+        level = "error" if failing else ("notice" if d["latent"] else "warning")
+        if d.get("locations"):
+            path, line = str(d["locations"][0]["path"]), d["locations"][0].get("line")
+        else:
+            loc = result_location(members[0]) if members else {"path": "", "line": 1}
+            path, line = str(loc["path"]), loc["line"]
+        state = {marks.get(str(fp)) for fp in d.get("findings", [])} - {None}
+        title = f"kvcontract {d['impact']}: {d['title']}"
+        if state:
+            title += " (new)" if "new" in state else " (baseline)"
+        message = defect_message(d) + f"\ntheorems: {', '.join(d['theorems'])}"
+        message += f"\ndefect: {d['id']}"
+        lines.append(command(level, message, file=_path(path), line=line or 1, title=title))
+    return lines
+
+
 def render_github(report: Mapping[str, Any]) -> str:
     normalized = normalize(report)
     fail_on, only_new = fail_on_of(report)
     lines = []
+    defects = report.get("defects")
+    if isinstance(defects, list):
+        lines += _defect_lines(report, normalized, defects, fail_on, only_new)
     for r in normalized["results"]:
         if r["status"] == PASS:
             continue
+        if isinstance(defects, list) and r["verdict"] == "COUNTEREXAMPLE":
+            continue  # annotated once, with its defect
         loc = result_location(r)
         level = _level(r, fails_run(r, fail_on, only_new))
         mark = r.get("baseline_state")

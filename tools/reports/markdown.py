@@ -29,6 +29,32 @@ def _baseline_line(section: Mapping[str, Any]) -> str:
     return text + "." + only
 
 
+def _defects_section(report: Mapping[str, Any], defects: list[Any]) -> list[str]:
+    """The summary's shape (``tools/reports/summary``): how the clauses hold, then a row
+    per defect (latent ones last), then every counterexample of each defect folded."""
+    from kvcontract.tools.reports.summary import clause_lines, cost_line
+
+    out = [f"{line}." for line in clause_lines(report)] + [""]
+    if not defects:
+        return [*out, "No defect.", ""]
+    out += ["| # | impact | defect | cost | clauses | where | witness |",
+            "|---|---|---|---|---|---|---|"]
+    for number, d in enumerate(defects, 1):
+        where = ", ".join(f"`{loc['display']}`" for loc in d.get("locations", [])) or "-"
+        impact = "latent" if d["latent"] else f"**{d['impact']}**"
+        out.append(f"| {number} | {impact} | {_md_cell(d['title'], 120)} `{d['id']}` | "
+                   f"{_md_cell(cost_line(d) or '-', 200)} | {' '.join(d['clauses'])} | "
+                   f"{where} | {_md_cell(d['witness']['line'], 200)} |")
+    out.append("")
+    for d in defects:
+        out += [f"<details><summary>{d['id']}: {len(d['theorems'])} theorems</summary>", ""]
+        out += [f"* `{t}`" for t in d["theorems"]]
+        if d.get("explain"):
+            out += ["", f"`{d['explain']}`"]
+        out += ["", "</details>", ""]
+    return out
+
+
 def render_markdown(report: Mapping[str, Any]) -> str:
     normalized = normalize(report)
     results = normalized["results"]
@@ -57,6 +83,11 @@ def render_markdown(report: Mapping[str, Any]) -> str:
     ]
     if gated:
         out += [_baseline_line(section), ""]
+    defects = report.get("defects")
+    if isinstance(defects, list):
+        out += _defects_section(report, defects)
+        # Each counterexample is in its defect; the theorem table keeps the rest visible.
+        failing = [r for r in failing if r["verdict"] != "COUNTEREXAMPLE"]
     if failing:
         marked = any(r.get("baseline_state") for r in failing)
         extra = (" finding |", "---|") if marked else ("", "")

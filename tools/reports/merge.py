@@ -184,6 +184,9 @@ def _merge_prove(reports: Sequence[tuple[str, Mapping[str, Any]]]) -> dict[str, 
     }
     if first.get("geometries"):
         merged["geometries"] = first["geometries"]
+    from kvcontract.tools.audit.defects import attach_defects
+
+    attach_defects(merged)  # the shards' rows carry their root causes
     if not_run:
         merged["not_run"] = [i for _, i in sorted(not_run)]
     return merged
@@ -271,6 +274,11 @@ def _merge_audit(reports: Sequence[tuple[str, Mapping[str, Any]]]) -> dict[str, 
         "exit_code": finding_exit_code(((Verdict(r["verdict"]), r.get("impact"))
                                         for r in results), fail_on, empty=EXIT_UNKNOWN),
     })
+    from kvcontract.tools.audit.defects import attach_defects
+
+    # Defects group rows alone, so the merge groups all shards' rows; their costs need
+    # the bound code, which a shard does not measure (the unsharded audit does).
+    attach_defects(merged)
     if first.get("geometries"):
         merged["geometries"] = first["geometries"]
     if first.get("require_complete"):
@@ -292,11 +300,20 @@ def fuzz_exit_code(report: Mapping[str, Any]) -> int:
                               for d in report.get("differences", [])), fail_on)
 
 
+DEFECT_RUN_FIELDS = ("explain", "reproduce", "cost")
+"""Fields of a defect that depend on the run, not the rows: left out by :func:`comparable`."""
+
+
 def comparable(report: Mapping[str, Any]) -> dict[str, Any]:
     """``report`` without what may differ between a merged and an unsharded run (its
     ``seconds``, :data:`IGNORED_RESULT_FIELDS`, the ``shard`` object): what tests and
     ``benchmarks/prove_time.py`` compare."""
     data = {k: v for k, v in report.items() if k not in ("seconds", SHARD_KEY)}
+    if isinstance(data.get("defects"), list):
+        # A defect's commands name the report's file, and its preset cost is measured by
+        # an unsharded audit only (it needs the bound code, which the merge does not bind).
+        data["defects"] = [{k: v for k, v in d.items() if k not in DEFECT_RUN_FIELDS}
+                           for d in data["defects"]]
     if isinstance(data.get("results"), list):
         data["results"] = [{k: v for k, v in row.items() if k not in IGNORED_RESULT_FIELDS}
                            for row in data["results"]]

@@ -18,6 +18,11 @@ def render_text(report: Mapping[str, Any]) -> str:
         widths[0] = max(widths[0], len(r["clause"]))
         widths[1] = max(widths[1], len(r["theorem"]))
     lines = [title(normalized), ""]
+    if isinstance(report.get("defects"), list):
+        # The one-screen summary first (tools/reports/summary), then the theorem table.
+        from kvcontract.tools.reports.summary import summary_text
+
+        lines = [*summary_text(report).splitlines(), "", *lines]
     header = ("clause", "theorem", "verdict")
     lines.append("  ".join(f"{h:<{w}}" for h, w in zip(header, widths, strict=True)) + "  domain")
     for r in results:

@@ -34,8 +34,11 @@ def test_counterexample_report_formats(write_module: Callable[..., Path], tmp_pa
     # the line (how a long path is laid out at 80 or 100 columns is not this test's).
     monkeypatch.setenv("COLUMNS", str(len(f"module:{path}") + 100))
     out = tmp_path / "out"
-    # A needless deferral is a delay: it fails the run only when --fail-on names it.
-    assert _run(["audit", "--target", f"module:{path}", *FAST]) == 0
+    # A needless deferral is a delay: it fails the run by default (every impact but
+    # latent), and passes when --fail-on leaves delay out.
+    assert _run(["audit", "--target", f"module:{path}", *FAST]) == 1
+    assert _run(["audit", "--target", f"module:{path}", *FAST, "--fail-on",
+                 "crash,corruption,lost-hit"]) == 0
     code = _run(["audit", "--target", f"module:{path}", *FAST, "--fail-on", "delay,crash",
                  "--json", str(tmp_path / "r.json"),
                  "--output", str(tmp_path / "r.sarif"), "--output", str(tmp_path / "r.xml"),

@@ -1,0 +1,101 @@
+"""What each defect of an audit costs on real models: the audit's costing stage.
+
+After the theorems ran and their counterexamples were grouped into defects
+(:mod:`kvcontract.tools.audit.defects`), each defect on a geometry vLLM builds is
+measured on the model presets in the user's units (:mod:`kvcontract.tools.audit.costs`):
+the bound upstream code against the same code with the defect's root cause replaced by
+the reference, so the cost is the defect's alone, not that of every defect at once. A
+C3 deferral's wait is read from its witness when the defects are grouped.
+
+The measurement re-runs upstream's functions, so it runs in a sandbox child with the
+audit's CPU-time limits; budgets count prompts and geometries, never seconds.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from kvcontract.impl.bundle import Implementation
+from kvcontract.impl.variants import REFERENCE
+from kvcontract.tools.audit.binding import Binding
+from kvcontract.vocabulary import Impact
+
+COSTED = frozenset({Impact.LOST_HIT.value, Impact.WASTE.value})
+"""Impacts measured on the presets (a crash's cost is its condition; a delay's, what it
+waits on)."""
+
+
+def patched_implementation(binding: Binding, cause: Mapping[str, Any]) -> Implementation | None:
+    """The bound implementation with ``cause`` replaced by the reference; None when the
+    root cause is a whole upstream loop (the preset measurement drives kvcontract's loop
+    over upstream's primitives, so it cannot take that loop out)."""
+    from kvcontract.tools.audit.root_cause import REFERENCE_ROLES, rebind
+
+    impl = binding.implementation
+    assert impl is not None
+    how = cause.get("how")
+    roles = [str(f["role"]) for f in cause.get("functions", ())]
+    if how == "rebound" and roles and all(r in REFERENCE_ROLES for r in roles):
+        return rebind(binding, roles).implementation
+    fields = [str(f) for f in cause.get("fields", ())]
+    if how in ("field", "inferred", "unisolated") and fields:
+        return dataclasses.replace(impl, **{f: getattr(REFERENCE, f) for f in fields})
+    return None
+
+
+def _not_costed(defect: Mapping[str, Any]) -> str:
+    cause = defect.get("root_cause") or {}
+    if cause.get("how") == "loop":
+        return ("not measured on the presets: the root cause is upstream's loop itself, "
+                "which the preset measurement does not drive")
+    return "not measured on the presets: no root cause isolated"
+
+
+def _cost_job(binding: Binding, defect: Mapping[str, Any]) -> dict[str, Any]:
+    """One defect's cost (a sandbox child's job)."""
+    from kvcontract.tools.audit.costs import defect_cost
+
+    impl = binding.implementation
+    assert impl is not None
+    patched = patched_implementation(binding, defect.get("root_cause") or {})
+    if patched is None:
+        return {"impact": defect["impact"], "summary": _not_costed(defect), "rows": []}
+    cost = defect_cost(impl, patched, defect["impact"])
+    if defect["impact"] == Impact.WASTE.value and not cost["rows"]:
+        # A final partial segment's waste needs dense retention (no interval): vLLM's
+        # default interval keeps none (tools/audit/costs, caveats).
+        dense = defect_cost(impl, patched, defect["impact"], retention=None)
+        if dense["rows"]:
+            cost = dense
+    return cost
+
+
+def cost_defects(binding: Binding, report: dict[str, Any], options: Any) -> None:
+    """Fill ``cost`` (lost hits or waste on the presets) of every defect of ``report`` on a
+    geometry vLLM builds; a measurement that fails is a note. (A C3 deferral's wait is
+    read from its witness alone: :func:`kvcontract.tools.audit.defects.attach_defects`.)"""
+    from kvcontract.tools.audit.sandbox import run_jobs
+
+    defects = [d for d in report.get("defects", []) if not d["latent"]]
+    costed = [d for d in defects if d["impact"] in COSTED]
+    if not costed:
+        return
+    def job(defect: Mapping[str, Any]) -> Callable[[], dict[str, Any]]:
+        return lambda: _cost_job(binding, defect)
+
+    workers = options.jobs or max(1, min(len(costed), os.cpu_count() or 1))
+    outcomes = run_jobs([(str(d["id"]), job(d)) for d in costed], workers=workers,
+                        job_timeout=options.theorem_timeout, call_timeout=options.call_timeout)
+    for defect in costed:
+        outcome = outcomes[str(defect["id"])]
+        if outcome.ok and outcome.value is not None:
+            defect["cost"] = outcome.value
+        else:
+            report["notes"].append(f"{defect['id']}: cost not measured: "
+                                   + (outcome.error or "no result").splitlines()[0])
+
+
+__all__ = ["COSTED", "cost_defects", "patched_implementation"]

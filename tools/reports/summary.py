@@ -1,0 +1,162 @@
+"""The one-screen summary of a report with defects (an audit), as plain lines.
+
+What a maintainer reads first, in 80 columns and under 50 lines: the target and its
+release, the defects by impact and the exit code, which clauses hold and how (proved,
+exhausted, tested), then a short block per defect on a geometry vLLM builds (its title
+in words, impact and the clauses it breaks, its cost in the user's units, its witness
+in one line, where it is, the command that draws it) and a line per latent defect.
+The terminal (``tools/audit/report.print_summary``), the ``text`` format and the
+Markdown comment print these same lines, so the three never disagree.
+
+Lines that hold a path or a command are never wrapped or cut (a user copies them); the
+others are cut at the width with ``...`` (the JSON report has everything whole).
+"""
+
+from __future__ import annotations
+
+import textwrap
+from collections.abc import Mapping
+from typing import Any
+
+SUMMARY_WIDTH = 80
+"""Columns the summary is laid out for."""
+
+EVIDENCE_WORDS = {"proved": "proved", "proved for domain": "proved for a domain",
+                  "exhausted": "exhausted", "examples": "tested"}
+"""How a clause holds, in the summary's words (``examples``: a bounded search)."""
+
+Line = tuple[str, str]
+"""A line of text and its rich style (empty: none)."""
+
+_SEVERE = ("crash", "corruption", "lost-hit")
+
+
+def fit(text: str, width: int = SUMMARY_WIDTH) -> str:
+    """``text`` cut to ``width`` with ``...``."""
+    return text if len(text) <= width else text[:width - 3] + "..."
+
+
+def wrapped(text: str, indent: str, lines: int = 2, width: int = SUMMARY_WIDTH) -> list[str]:
+    """``text`` in at most ``lines`` lines of ``width``, continued under ``indent``, cut
+    at a word (the last line shortened with ``...``)."""
+    found = textwrap.wrap(text, width=width, subsequent_indent=indent,
+                          break_long_words=False, break_on_hyphens=False)
+    if lines < 2:
+        return [fit(text, width)]
+    if len(found) > lines:
+        rest = " ".join(part.strip() for part in found[lines - 1:])
+        found = [*found[:lines - 1], fit(indent + rest, width)]
+    return found
+
+
+def clause_lines(report: Mapping[str, Any]) -> list[str]:
+    """The clauses that hold and how, then those violated, latent or undecided."""
+    held: dict[str, list[str]] = {}
+    others: dict[str, list[str]] = {}
+    for entry in report.get("summary", []):
+        if entry["status"] == "holds":
+            evidence = str(entry.get("evidence", ""))
+            held.setdefault(EVIDENCE_WORDS.get(evidence, evidence), []).append(entry["clause"])
+        else:
+            others.setdefault(entry["status"], []).append(entry["clause"])
+    lines = ["clauses that hold: " + ("; ".join(f"{' '.join(c)} {word}"
+                                                for word, c in held.items()) or "none")]
+    if others:
+        lines.append("clauses " + "; ".join(f"{status}: {' '.join(c)}"
+                                            for status, c in others.items()))
+    return lines
+
+
+def cost_line(defect: Mapping[str, Any]) -> str:
+    """A defect's cost in the user's units: for a delay, what the deferral waits on and
+    whether that is bounded; otherwise the preset measurement's summary (empty when
+    neither was measured)."""
+    keys = ("delay", "cost") if defect.get("impact") == "delay" else ("cost", "delay")
+    for key in keys:
+        value = defect.get(key)
+        if isinstance(value, Mapping):
+            text = value.get("summary") or value.get("text")
+            if text:
+                return str(text)
+    return ""
+
+
+def _tally(defects: list[Mapping[str, Any]]) -> str:
+    counts: dict[str, int] = {}
+    for defect in defects:
+        counts[defect["impact"]] = counts.get(defect["impact"], 0) + 1
+    from kvcontract.vocabulary import Impact
+
+    order = [i.value for i in Impact]
+    return ", ".join(f"{counts[i]} {i}" for i in order if i in counts)
+
+
+def defect_block(number: int, defect: Mapping[str, Any]) -> list[Line]:
+    """The lines of one defect on a geometry vLLM builds."""
+    also = [i for i in defect["impacts"] if i != defect["impact"]]
+    impact = defect["impact"].upper() + (f" (+{', '.join(also)})" if also else "")
+    theorems = len(defect["theorems"])
+    style = "bold red" if defect["impact"] in _SEVERE else "bold yellow"
+    lines: list[Line] = [
+        (fit(f"[{number}] {defect['title']}"), "bold"),
+        (fit(f"    {impact}; breaks {' '.join(defect['clauses'])} ({theorems} "
+             f"theorem{'s' if theorems != 1 else ''}); {defect['id']}"), style),
+    ]
+    cost = cost_line(defect)
+    if cost:
+        label = "delay" if defect["impact"] == "delay" else "cost"
+        indent = " " * (len(label) + 6)
+        lines += [(line, "") for line in wrapped(f"    {label}: {cost}", indent)]
+    lines += [(line, "") for line in wrapped(f"    witness: {defect['witness']['line']}",
+                                             " " * 13)]
+    lines += [(f"    at {loc['display']}", "") for loc in defect.get("locations", [])[:2]]
+    command = defect.get("explain")
+    if command:
+        lines.append((f"    {command}", ""))
+    return lines
+
+
+def summary_lines(report: Mapping[str, Any]) -> list[Line]:
+    """The summary of a report with ``defects``, as ``(text, style)`` lines."""
+    defects = list(report.get("defects") or [])
+    release = report.get("vllm_version")
+    head = f"kvcontract {report.get('command', 'audit')}: {report['target']}"
+    code = report.get("exit_code", 0)
+    tally = _tally(defects)
+    lines: list[Line] = [
+        (head + (f" (vLLM {release})" if release else ""), "bold"),
+        (f"{len(defects)} defect{'s' if len(defects) != 1 else ''}"
+         + (f" ({tally})" if tally else "") + f"; exit {code}",
+         "bold red" if code == 1 else "bold"),
+        *((fit(line), "") for line in clause_lines(report)),
+    ]
+    real = [d for d in defects if not d["latent"]]
+    if real:
+        lines.append(("", ""))
+    for number, defect in enumerate(real, 1):
+        lines += defect_block(number, defect)
+    latent = [d for d in defects if d["latent"]]
+    if latent:
+        lines += [("", ""), ("latent (geometries vLLM does not build; never fail by "
+                             "default):", "cyan")]
+        lines += [(fit(f"  {' '.join(d['clauses'])} {d['title']} [{d['id']}]"), "")
+                  for d in latent]
+    if report.get("unchecked"):
+        lines.append((f"{len(report['unchecked'])} theorems not checked (--verbose lists "
+                      "them)", "yellow"))
+    if defects and report.get("command") == "audit":
+        lines += [("", ""),
+                  ("reproducers: add --reproducers DIR (a pytest file per finding)", ""),
+                  ("details: --verbose (bindings, theorem table, every witness)", "")]
+    elif defects:
+        lines += [("", ""), ("reproducers: " + str(defects[0].get("reproduce", "")), "")]
+    return lines
+
+
+def summary_text(report: Mapping[str, Any]) -> str:
+    """The summary as plain text (the ``text`` format's first section)."""
+    return "\n".join(text for text, _ in summary_lines(report)) + "\n"
+
+
+__all__ = ["EVIDENCE_WORDS", "SUMMARY_WIDTH", "clause_lines", "cost_line", "defect_block",
+           "fit", "summary_lines", "summary_text", "wrapped"]
