@@ -18,6 +18,7 @@ the model would, so a preset plans into the same number of vLLM groups.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -53,6 +54,9 @@ class BuildOptions:
     async_scheduling: bool = False
     """vLLM's ``AsyncScheduler`` (the CPU platform turns it off; turned back on here)."""
     offload_prompt_only: bool = True
+    accept_other_plan: bool = False
+    """Run even when vLLM plans other block sizes or EAGLE groups than the geometry's
+    (by default that is :class:`Refused`: the run would not be about the geometry)."""
 
 
 @dataclass
@@ -177,14 +181,18 @@ def _spec(group: GroupSpec, unit: int, page_bytes: int, dtype: Any, draft: bool,
           full: Any, sliding: Any, mamba: Any) -> Any:
     heads = unit // group.block_size
     if group.kind is GroupKind.FULL:
-        return full(block_size=group.block_size, num_kv_heads=heads, head_size=HEAD_SIZE,
-                    dtype=dtype, is_draft=draft)
-    if group.kind is GroupKind.SLIDING_WINDOW:
-        return sliding(block_size=group.block_size, num_kv_heads=heads,
-                       head_size=HEAD_SIZE, dtype=dtype, sliding_window=group.sliding_window,
-                       is_draft=draft)
-    return mamba(block_size=group.block_size, shapes=((page_bytes // 4,),),
-                 dtypes=(dtype,), mamba_cache_mode="align", is_draft=draft)
+        cls, kwargs = full, {"num_kv_heads": heads, "head_size": HEAD_SIZE, "dtype": dtype}
+    elif group.kind is GroupKind.SLIDING_WINDOW:
+        cls, kwargs = sliding, {"num_kv_heads": heads, "head_size": HEAD_SIZE,
+                                "dtype": dtype, "sliding_window": group.sliding_window}
+    else:
+        cls, kwargs = mamba, {"shapes": ((page_bytes // 4,),), "dtypes": (dtype,),
+                              "mamba_cache_mode": "align"}
+    # 0.33 marks drafter layers (KVCacheSpec.is_draft); 0.31 has no such field and finds
+    # EAGLE groups by other rules (a spec marker, the trailing MTP layer).
+    if "is_draft" in {f.name for f in dataclasses.fields(cls)}:
+        kwargs["is_draft"] = draft
+    return cls(block_size=group.block_size, **kwargs)
 
 
 def build(geometry: Geometry, options: BuildOptions | None = None) -> LiveEngine | Refused:
@@ -195,13 +203,20 @@ def build(geometry: Geometry, options: BuildOptions | None = None) -> LiveEngine
     if reason is not None:
         return Refused(geometry, reason, by_vllm=False)
     try:
-        return _build(geometry, options)
+        engine = _build(geometry, options)
     except (ValueError, AssertionError, TypeError, NotImplementedError) as exc:
         return Refused(geometry, f"{type(exc).__name__}: {exc}".strip())
     except Exception as exc:  # pydantic's ValidationError and vLLM's own errors
         if type(exc).__name__ in ("ValidationError", "VLLMValidationError"):
             return Refused(geometry, f"{type(exc).__name__}: {exc}".strip())
         raise
+    differs = [note for note in engine.notes if not note.startswith("vLLM hashes")]
+    if differs and not options.accept_other_plan:
+        # vLLM planned another geometry (a block size, an EAGLE group, merged groups):
+        # what runs would not be the geometry asked about.
+        engine.scheduler.shutdown()
+        return Refused(geometry, "vLLM plans another geometry: " + "; ".join(differs))
+    return engine
 
 
 def gpu_blocks(geometry: Geometry, options: BuildOptions) -> int:
@@ -273,7 +288,7 @@ def _build(geometry: Geometry, options: BuildOptions, *, cpu_bytes: int = 1 << 3
     get_hash_fn_by_name = vllm_names("vllm.utils.hashing", "get_hash_fn_by_name")
     resolve_kv_cache_layout = vllm_names("vllm.v1.attention.backends.utils",
                                          "resolve_kv_cache_layout")
-    planning = vllm_names("vllm.v1.core", "kv_cache_planning")
+    planning = _optional_module("vllm.v1.core.kv_cache_planning")
     utils = vllm_names("vllm.v1.core", "kv_cache_utils")
     register_all_kvcache_specs = vllm_names("vllm.v1.core.single_type_kv_cache_manager",
                                             "register_all_kvcache_specs")
@@ -289,10 +304,13 @@ def _build(geometry: Geometry, options: BuildOptions, *, cpu_bytes: int = 1 << 3
         config)
     resolve_kv_cache_layout(config, [[config.cache_config.kv_cache_layout]],
                             list(specs.values()))
-    global_groups = planning.get_global_kv_cache_groups(config, [specs])
-    config.adjust_dcp_kv_cache_interleave_size(global_groups)
     memory = _PLAN_MEMORY
-    configs = planning.get_kv_cache_configs(config, [specs], [memory], global_groups)
+    if planning is not None:  # 0.33: the whole model's groups first, then the configs
+        global_groups = planning.get_global_kv_cache_groups(config, [specs])
+        config.adjust_dcp_kv_cache_interleave_size(global_groups)
+        configs = planning.get_kv_cache_configs(config, [specs], [memory], global_groups)
+    else:  # 0.31: one call groups and sizes
+        configs = utils.get_kv_cache_configs(config, [specs], [memory])
     for kv_config in configs:
         kv_config.kv_cache_layout = config.cache_config.kv_cache_layout
     scheduler_config = utils.generate_scheduler_kv_cache_config(configs)
@@ -305,11 +323,12 @@ def _build(geometry: Geometry, options: BuildOptions, *, cpu_bytes: int = 1 << 3
     utils.update_kv_cache_capacity(config, scheduler_config)
     config.validate_block_size()
     block_size, hash_block_size = utils.resolve_kv_cache_block_sizes(scheduler_config, config)
-    alignment = utils.resolve_cache_hit_alignment_tokens(scheduler_config, config, block_size,
-                                                   hash_block_size)
-    for kv_config in (*configs, scheduler_config):
-        kv_config.hash_block_size = hash_block_size
-        kv_config.cache_hit_alignment_tokens = alignment
+    if hasattr(utils, "resolve_cache_hit_alignment_tokens"):  # 0.33
+        alignment = utils.resolve_cache_hit_alignment_tokens(scheduler_config, config,
+                                                             block_size, hash_block_size)
+        for kv_config in (*configs, scheduler_config):
+            kv_config.hash_block_size = hash_block_size
+            kv_config.cache_hit_alignment_tokens = alignment
     Scheduler = vllm_names("vllm.v1.core.sched.scheduler", "Scheduler")
     scheduler_cls: Any = Scheduler
     if config.scheduler_config.async_scheduling:
@@ -321,8 +340,9 @@ def _build(geometry: Geometry, options: BuildOptions, *, cpu_bytes: int = 1 << 3
         block_size=block_size, hash_block_size=hash_block_size)
     hash_fn = get_hash_fn_by_name(config.cache_config.prefix_caching_hash_algo)
     utils.init_none_hash(hash_fn)
-    hasher = utils.get_request_block_hasher(hash_block_size, hash_fn,
-                                            config.num_hash_lookahead_tokens)
+    lookahead = getattr(config, "num_hash_lookahead_tokens", None)
+    hasher = (utils.get_request_block_hasher(hash_block_size, hash_fn) if lookahead is None
+              else utils.get_request_block_hasher(hash_block_size, hash_fn, lookahead))
     group_of = tuple(owner_of[g.layer_names[0]] for g in groups)
     bpc = geometry.blocks_per_chunk
     tpc = tuple(g.kv_cache_spec.block_size * bpc for g in groups)
@@ -340,6 +360,14 @@ def _build(geometry: Geometry, options: BuildOptions, *, cpu_bytes: int = 1 << 3
                         cpu_bytes=options.cpu_chunks * per_chunk)
         engine.options = options
     return engine
+
+
+def _optional_module(name: str) -> Any:
+    """The module ``name`` of the installed vLLM, None when the release has none."""
+    try:
+        return vllm_names(*name.rsplit(".", 1))
+    except (ImportError, AttributeError):
+        return None
 
 
 def _cpu_capacity(engine: LiveEngine) -> int | None:

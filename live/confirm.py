@@ -12,7 +12,7 @@ spec's (:func:`~kvcontract.spec.properties.end_to_end.promised_hit`, and the GPU
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from kvcontract.live.build import BuildOptions, Refused
@@ -134,10 +134,8 @@ def options_for(case: EndToEndCase, base: BuildOptions | None = None) -> BuildOp
     budget = max(producer.steps) if producer.steps else producer.prompt_len
     longest = max(producer.prompt_len + producer.decode + 8, case.consumer.num_tokens + 8)
     length = max(base.max_model_len, 1 << (longest - 1).bit_length())
-    return BuildOptions(max_num_batched_tokens=budget, max_model_len=length,
-                        max_num_seqs=base.max_num_seqs, gpu_blocks=base.gpu_blocks,
-                        cpu_chunks=base.cpu_chunks, async_scheduling=base.async_scheduling,
-                        offload_prompt_only=producer.prompt_only)
+    return replace(base, max_num_batched_tokens=budget, max_model_len=length,
+                   offload_prompt_only=producer.prompt_only)
 
 
 def confirm_case(case: EndToEndCase, options: BuildOptions | None = None, *,

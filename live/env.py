@@ -19,8 +19,11 @@ import tempfile
 from dataclasses import dataclass, field
 from typing import Any
 
-SUPPORTED_RELEASES = ("0.33.0",)
-"""The vLLM releases the live backend drives (their scheduler and connector APIs)."""
+SUPPORTED_RELEASES = ("0.31.0", "0.33.0")
+"""The vLLM releases the live backend drives (their scheduler and connector APIs). 0.33.0
+is the one installed by ``.ci/install-live``; 0.31.0 plans the KV cache in one call
+(``kv_cache_utils.get_kv_cache_configs``) and marks no drafter layer, so an EAGLE-3
+geometry is refused there (vLLM plans no EAGLE group for it)."""
 
 INSTALL_RECIPE = (
     "pip install -e '.[live]' && pip install --no-deps vllm==0.33.0 "

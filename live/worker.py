@@ -85,7 +85,8 @@ class HostWorker:
             return
         for job_id, job in getattr(metadata, "load_jobs", {}).items():
             due, failed = self._due(False)
-            self.pending[job_id] = _Job(job_id, job.req_id, False, bool(job.sync), due, failed)
+            sync = bool(getattr(job, "sync", False))  # 0.31 has no synchronous loads
+            self.pending[job_id] = _Job(job_id, job.req_id, False, sync, due, failed)
         for job_id, job in getattr(metadata, "store_jobs", {}).items():
             due, failed = self._due(True)
             self.pending[job_id] = _Job(job_id, job.req_id, True, False, due, failed)

@@ -23,3 +23,18 @@ LIVE_REASON = ("the live backend cannot run: " + "; ".join(_FOUND.lines()[2:])
 
 needs_vllm = pytest.mark.skipif(not _FOUND.ok, reason=LIVE_REASON or "vLLM is installed")
 """Skip a test when vLLM's scheduler side is not installed."""
+
+
+def _release() -> str:
+    return _FOUND.vllm_version or ""
+
+
+EAGLE_PLANNED = _release() not in ("0.31.0",)
+"""Whether the installed release plans an EAGLE group for a drafter layer with the
+target's spec: 0.33 marks drafter layers (``KVCacheSpec.is_draft``); 0.31 finds only
+spec-marked and trailing MTP drafters, so an EAGLE(-3) geometry is refused live there
+("vLLM plans another geometry")."""
+
+needs_eagle_planning = pytest.mark.skipif(
+    not EAGLE_PLANNED, reason=f"vLLM {_release()} plans no EAGLE group for an EAGLE-3 "
+    "drafter layer (its geometries are refused live)")

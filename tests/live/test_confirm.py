@@ -16,7 +16,7 @@ from kvcontract.live.run import run_trace
 from kvcontract.live.trace import TraceRequest, producer_consumer, prompt_tokens
 from kvcontract.spec.geometry import Geometry, fa, swa
 from kvcontract.spec.models import get_preset
-from tests.live.conftest import needs_vllm
+from tests.live.conftest import EAGLE_PLANNED, needs_eagle_planning, needs_vllm
 
 pytestmark = [needs_vllm, pytest.mark.live]
 
@@ -66,6 +66,7 @@ def test_command_r7b_resend_loses_its_offloaded_hit() -> None:
     assert found.verdict == "lost-hit" and found.lost_tokens == 4496
 
 
+@needs_eagle_planning
 def test_gpt_oss_eagle3_resend_loses_its_offloaded_hit() -> None:
     """The EAGLE replay boundary at retention 0: the store path keeps P - 1 alone."""
     geometry = get_preset("gpt-oss-20b-eagle3").geometry(1)
@@ -76,6 +77,7 @@ def test_gpt_oss_eagle3_resend_loses_its_offloaded_hit() -> None:
     assert found.verdict == "lost-hit"
 
 
+@needs_eagle_planning
 def test_eagle_replay_lost_hit_small() -> None:
     """docs/CONTRACT.md 9: FA bs 16 + SWA bs 4, sw 8, EAGLE, retention 0, P = 33: hit 0
     instead of 16."""
@@ -137,3 +139,10 @@ def test_observation_is_json() -> None:
     assert isinstance(observation, LiveObservation)
     text = json.dumps(observation.to_json())
     assert '"lookups"' in text and '"HIT"' in text
+
+
+@pytest.mark.skipif(EAGLE_PLANNED, reason="this release plans EAGLE groups")
+def test_an_eagle_geometry_is_refused_where_vllm_plans_no_eagle_group() -> None:
+    refused = build(get_preset("gpt-oss-20b-eagle3").geometry(1))
+    assert isinstance(refused, Refused) and refused.by_vllm
+    assert "not an EAGLE group" in refused.reason
