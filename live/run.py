@@ -49,10 +49,25 @@ class _Recorder:
         get_offload_group_idx = vllm_names("vllm.v1.kv_offload.base", "get_offload_group_idx")
 
         vgroup = int(get_offload_group_idx(key))
-        end = context.get_offload_key_position(key) if context is not None else None
-        tpc = self.engine.tokens_per_chunk[vgroup]
-        chunk = int(end) // tpc - 1 if end is not None else -1
+        position = getattr(context, "get_offload_key_position", None)
+        if position is not None:
+            end = position(key)
+            tpc = self.engine.tokens_per_chunk[vgroup]
+            chunk = int(end) // tpc - 1 if end is not None else -1
+        else:  # 0.30: no positions on the context; the request's own key list
+            chunk = self._key_index(key, context, vgroup)
         return self.engine.group_of[vgroup], vgroup, chunk
+
+    def _key_index(self, key: Any, context: Any, vgroup: int) -> int:
+        state = self.engine.connector_scheduler._req_status.get(
+            str(getattr(context, "req_id", "")))
+        if state is None:
+            return -1
+        for config, group_state in zip(state.config.kv_group_configs, state.group_states,
+                                       strict=False):
+            if config.group_idx == vgroup and key in group_state.offload_keys:
+                return int(group_state.offload_keys.index(key))
+        return -1
 
     def request_of(self, context: Any) -> str:
         rid = str(getattr(context, "req_id", "") or getattr(context, "request_id", ""))
