@@ -6,8 +6,10 @@ Usage: ``python benchmarks/audit_time.py [VERSION] [--jobs N] [--model NAME ...]
 kvcontract cache (only the audited ``.py`` files are unpacked; ``KVCONTRACT_VLLM_CACHE``
 may point at an unpacked tree) and audited as ``kvcontract audit --target vllm:PATH
 --model all`` does (every preset at bpc 1, 4 and 16); ``--model`` names other presets,
-``--catalogue`` audits the built-in catalogues instead (no ``--model``); ``--shard I/N``
-times one shard (``kvcontract audit --shard I/N``).
+``--catalogue`` audits the built-in catalogues instead (no ``--model``), the default
+audit; ``--shard I/N`` times one shard (``kvcontract audit --shard I/N``). The defects'
+costs on the model presets (the default audit's last stage) are measured and timed
+apart unless ``--no-costs``.
 
 Two cores are often shared: the CPU time (user + system, this process and its sandbox
 children) and the load average are printed next to the wall time, since the wall time
@@ -53,6 +55,10 @@ def main() -> None:
                         help="a preset name or 'all' (repeatable; default: all)")
     parser.add_argument("--catalogue", action="store_true",
                         help="audit the built-in catalogues (no --model)")
+    parser.add_argument("--no-costs", action="store_true",
+                        help="skip the defects' preset costs (kvcontract audit "
+                             "--catalogue-only); by default they are measured and timed "
+                             "apart, as the default audit runs them")
     parser.add_argument("--shard", default=None, metavar="I/N",
                         help="time only shard I of N (kvcontract audit --shard I/N)")
     args = parser.parse_args()
@@ -69,6 +75,20 @@ def main() -> None:
     binding = bind(resolve_target(f"vllm:{tree}"))
     run = run_audit(binding, AuditOptions(jobs=args.jobs, geometries=geometries,
                                           shard=shard))
+    theorems_wall = time.perf_counter() - started
+    theorems_cpu = _cpu_seconds() - cpu_started
+    costs = ""
+    if not args.no_costs and shard is None:
+        from kvcontract.tools.audit.cost_stage import cost_defects
+        from kvcontract.tools.audit.report import build_report
+
+        options = AuditOptions(jobs=args.jobs, geometries=geometries)
+        report = build_report(binding, run)
+        cost_defects(binding, report, options)
+        costed = sum(1 for d in report["defects"] if d.get("cost"))
+        costs = (f"; of which {len(report['defects'])} defects' costs ({costed} measured): "
+                 f"wall {time.perf_counter() - started - theorems_wall:.1f}s, CPU "
+                 f"{_cpu_seconds() - cpu_started - theorems_cpu:.1f}s")
     elapsed = time.perf_counter() - started
     cpu = _cpu_seconds() - cpu_started
     summary = ", ".join(f"{e['clause']} {e['status']}"
@@ -82,7 +102,7 @@ def main() -> None:
     print(f"clauses: {summary}")
     print(f"wall {elapsed:.1f}s, CPU {cpu:.1f}s (user + system, children included), peak RSS "
           f"{_peak_rss_mib():.0f} MiB, on {args.jobs or os.cpu_count()} workers; load average "
-          f"{load[0]:.2f} before, {os.getloadavg()[0]:.2f} after")
+          f"{load[0]:.2f} before, {os.getloadavg()[0]:.2f} after{costs}")
     print(f"target < {TARGET_SECONDS:.0f}s wall: {'OK' if elapsed < TARGET_SECONDS else 'MISS'}")
 
 

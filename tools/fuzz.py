@@ -736,9 +736,10 @@ def _run_programs(
                 lines.append(str(text))
 
             # Without local constants: the programs depend on the seed alone, never on
-            # how kvcontract is installed or what else the process loaded.
+            # how kvcontract is installed or what else the process loaded. (Newer
+            # Hypothesis releases type the call: the ignore may be unused there.)
             with with_reporter(collect), deterministic_hypothesis():
-                run_state_machine_as_test(  # type: ignore[no-untyped-call]
+                run_state_machine_as_test(  # type: ignore[no-untyped-call,unused-ignore]
                     machine,
                     settings=settings(
                         max_examples=examples,

@@ -306,6 +306,23 @@ def attach_defects(report: dict[str, Any], report_file: str | None = None) -> No
     report["defects"] = group_defects(rows)
     add_commands(report["defects"], str(report["target"]), report_file, command=command)
     add_delays(report["defects"], rows)
+    add_crashes(report["defects"], rows)
+
+
+def add_crashes(defects: Sequence[dict[str, Any]], rows: Sequence[Mapping[str, Any]]) -> None:
+    """Each crash defect's ``crash``: the condition under which its headline witness
+    fails the request (:func:`kvcontract.tools.audit.costs.crash_of_row`: what is loaded
+    while absent or pending, and vLLM's error)."""
+    from kvcontract.tools.audit.costs import crash_of_row
+
+    by_id = {f"{r['clause']}/{r['theorem']}": r for r in rows}
+    for defect in defects:
+        row = by_id.get(defect["witness"]["theorem"])
+        if defect["impact"] != Impact.CRASH.value or row is None:
+            continue
+        crash = crash_of_row(row)
+        crash["text"] = f"fails the request: {crash['condition']}"
+        defect["crash"] = crash
 
 
 def add_delays(defects: Sequence[dict[str, Any]], rows: Sequence[Mapping[str, Any]]) -> None:
@@ -359,6 +376,7 @@ def compare_defects(baseline: Sequence[Mapping[str, Any]],
 __all__ = [
     "DEFECT_RULE",
     "add_commands",
+    "add_crashes",
     "add_delays",
     "attach_defects",
     "clause_number",

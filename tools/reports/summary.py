@@ -69,9 +69,10 @@ def clause_lines(report: Mapping[str, Any]) -> list[str]:
 
 def cost_line(defect: Mapping[str, Any]) -> str:
     """A defect's cost in the user's units: for a delay, what the deferral waits on and
-    whether that is bounded; otherwise the preset measurement's summary (empty when
-    neither was measured)."""
-    keys = ("delay", "cost") if defect.get("impact") == "delay" else ("cost", "delay")
+    whether that is bounded; for a crash, when the request fails; otherwise the preset
+    measurement's summary (empty when none was measured)."""
+    keys = {"delay": ("delay", "cost"), "crash": ("crash", "cost", "delay")}.get(
+        str(defect.get("impact")), ("cost", "delay"))
     for key in keys:
         value = defect.get(key)
         if isinstance(value, Mapping):
@@ -103,8 +104,11 @@ def defect_block(number: int, defect: Mapping[str, Any]) -> list[Line]:
              f"theorem{'s' if theorems != 1 else ''}); {defect['id']}"), style),
     ]
     cost = cost_line(defect)
+    condition = str((defect.get("crash") or {}).get("condition") or "")
+    if cost and condition and condition in defect["witness"]["line"]:
+        cost = ""  # the witness says it already
     if cost:
-        label = "delay" if defect["impact"] == "delay" else "cost"
+        label = defect["impact"] if defect["impact"] in ("delay", "crash") else "cost"
         indent = " " * (len(label) + 6)
         lines += [(line, "") for line in wrapped(f"    {label}: {cost}", indent)]
     lines += [(line, "") for line in wrapped(f"    witness: {defect['witness']['line']}",
