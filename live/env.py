@@ -49,7 +49,7 @@ PURE_PYTHON_CLOSURE: dict[str, str] = {
     "fastapi": "fastapi", "partial_json_parser": "partial-json-parser",
     "llguidance": "llguidance", "einops": "einops", "cpuinfo": "py-cpuinfo",
     "regex": "regex", "cloudpickle": "cloudpickle", "PIL": "pillow",
-    "pydantic": "pydantic",
+    "pydantic": "pydantic", "requests": "requests", "urllib3": "urllib3",
 }
 
 
