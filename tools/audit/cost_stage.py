@@ -42,8 +42,24 @@ def patched_implementation(binding: Binding, cause: Mapping[str, Any]) -> Implem
         return rebind(binding, roles).implementation
     fields = [str(f) for f in cause.get("fields", ())]
     if how in ("field", "inferred", "unisolated") and fields:
-        return dataclasses.replace(impl, **{f: getattr(REFERENCE, f) for f in fields})
+        # The fixed side is a counterfactual: a field the release could not be bound for
+        # (e.g. a store horizon upstream computes inside _build_store_jobs) is the
+        # reference's there too, so the fixed side can run at all.
+        return dataclasses.replace(_filled(binding), **{f: getattr(REFERENCE, f)
+                                                         for f in fields})
     return None
+
+
+def _filled(binding: Binding) -> Implementation:
+    """The bound implementation with every field the release could not be bound for (a
+    store horizon upstream computes inside ``_build_store_jobs``) the reference's, on
+    both sides of a measurement alike, so they can run at all and differ only in the
+    defect's root cause."""
+    impl = binding.implementation
+    assert impl is not None
+    unbound = {f: getattr(REFERENCE, f) for f in binding.missing_fields
+               if hasattr(REFERENCE, f)}
+    return dataclasses.replace(impl, **unbound) if unbound else impl
 
 
 def _not_costed(defect: Mapping[str, Any]) -> str:
@@ -54,22 +70,53 @@ def _not_costed(defect: Mapping[str, Any]) -> str:
     return "not measured on the presets: no root cause isolated"
 
 
+def _store_runners(binding: Binding, cause: Mapping[str, Any]) -> tuple[Any, Any, str]:
+    """The producers' store paths of the two sides: upstream's executed
+    ``_build_store_jobs`` where the release has every function it calls (for the
+    patched side only when the root cause is rebound in upstream's own signature, so the
+    executed path reads the reference's rule); else kvcontract's store path over the
+    bundle. The third item says which, for the cost's notes."""
+    from kvcontract.tools.audit import store
+    from kvcontract.tools.audit.root_cause import REFERENCE_ROLES, rebind
+
+    # Both sides always run the same store path: a difference between two store paths
+    # (upstream's executed one leaves Mamba groups out) would be measured as the defect.
+    roles = [str(f["role"]) for f in cause.get("functions", ())]
+    if binding.target.kind != "builtin" and not store.missing(binding) and \
+            cause.get("how") == "rebound" and roles and all(r in REFERENCE_ROLES for r in roles):
+        return (store.make_store_runner(binding),
+                store.make_store_runner(rebind(binding, roles)),
+                "store path: upstream's _build_store_jobs, executed on both sides")
+    unbound = sorted(f for f in binding.missing_fields if hasattr(REFERENCE, f))
+    if unbound:
+        return None, None, ("store path: kvcontract's over the bound functions on both "
+                            f"sides, with the reference's {', '.join(unbound)} (not "
+                            "bound from the release) on both")
+    return None, None, "store path: kvcontract's over the bound functions on both sides"
+
+
 def _cost_job(binding: Binding, defect: Mapping[str, Any]) -> dict[str, Any]:
     """One defect's cost (a sandbox child's job)."""
     from kvcontract.tools.audit.costs import defect_cost
 
-    impl = binding.implementation
+    cause = defect.get("root_cause") or {}
+    patched = patched_implementation(binding, cause)
+    bound_store, patched_store, path = _store_runners(binding, cause)
+    impl = binding.implementation if bound_store is not None else _filled(binding)
     assert impl is not None
-    patched = patched_implementation(binding, defect.get("root_cause") or {})
     if patched is None:
         return {"impact": defect["impact"], "summary": _not_costed(defect), "rows": []}
-    cost = defect_cost(impl, patched, defect["impact"])
+    runners = {"bound_store": bound_store, "patched_store": patched_store}
+    cost = defect_cost(impl, patched, defect["impact"], **runners)
     if defect["impact"] == Impact.WASTE.value and not cost["rows"]:
         # A final partial segment's waste needs dense retention (no interval): vLLM's
         # default interval keeps none (tools/audit/costs, caveats).
-        dense = defect_cost(impl, patched, defect["impact"], retention=None)
+        dense = defect_cost(impl, patched, defect["impact"], retention=None, **runners)
         if dense["rows"]:
             cost = dense
+    cost.setdefault("notes", []).append(path)
+    if not cost.get("checked") and cost.get("skipped"):
+        cost["summary"] = "not measured on the presets: " + str(cost["skipped"][0])
     return cost
 
 

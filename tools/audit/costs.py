@@ -166,7 +166,18 @@ and the first live block of ``group_first_live_block``): when bound and patched 
 them all, the producer's run is the same and is computed once."""
 
 
+StoreRunner = Callable[[StoreCase], StoreRun]
+"""A producer's store path run as a whole (upstream's executed ``_build_store_jobs``:
+``tools/audit/store.make_store_runner``) instead of kvcontract's over the bundle."""
+
+_RUNNERS: dict[int, StoreRunner] = {}
+"""The store path each side of the measurement in progress runs (:func:`defect_cost`'s
+``bound_store``/``patched_store``), by the side's implementation."""
+
+
 def _same_store_path(bound: Implementation, patched: Implementation) -> bool:
+    if _RUNNERS.get(id(bound)) is not _RUNNERS.get(id(patched)):
+        return False
     return all(getattr(bound, name) is getattr(patched, name) for name in STORE_PATH_FIELDS)
 
 
@@ -194,6 +205,11 @@ def _excluded(reasons: list[str]) -> dict[str, Any]:
 
 def _point(case: EndToEndCase, impl: Implementation,
            run: StoreRun | None = None) -> ResendPoint | str:
+    if run is None and id(impl) in _RUNNERS:
+        found = _store(case.producer, impl)
+        if isinstance(found, str):
+            return found
+        run = found
     try:
         return resend_point(case, impl, run)
     except Exception as exc:  # an implementation's failure is a reason, not a crash here
@@ -364,8 +380,9 @@ def _producers(target: _Target, prompt: int) -> list[StoreCase]:
 
 
 def _store(case: StoreCase, impl: Implementation) -> StoreRun | str:
+    runner = _RUNNERS.get(id(impl))
     try:
-        return simulate_store_case(case, impl)
+        return runner(case) if runner is not None else simulate_store_case(case, impl)
     except Exception as exc:  # an implementation's failure is a reason, not waste
         return f"{impl.name} raises {type(exc).__name__}: {exc}"
 
@@ -730,9 +747,15 @@ def _summary(impact: Impact, rows: list[dict[str, Any]], checked: int,
 def defect_cost(bound: Implementation, patched: Implementation, impact: str, *,
                 presets: Sequence[str] | None = None, lengths: int = DEFAULT_LENGTHS,
                 retention: int | None = 0,
-                budget: CostBudget | None = None) -> dict[str, Any]:
+                budget: CostBudget | None = None,
+                bound_store: StoreRunner | None = None,
+                patched_store: StoreRunner | None = None) -> dict[str, Any]:
     """What ``bound`` does worse than ``patched`` on the model presets, for a defect of
     ``impact`` (a :class:`~kvcontract.vocabulary.Impact` value).
+
+    ``bound_store``/``patched_store``: the producer's store path of that side run as a
+    whole (upstream's executed ``_build_store_jobs``), instead of kvcontract's store path
+    over the side's bundle; the consumer's lookup is the side's bundle either way.
 
     ``presets``: preset names (default every one); ``lengths``: prompt lengths per
     geometry, spread over ``[FIRST_PROMPT, LAST_PROMPT]`` by ``prompt_lengths`` (its odd
@@ -780,21 +803,27 @@ def defect_cost(bound: Implementation, patched: Implementation, impact: str, *,
     rows: list[dict[str, Any]] = []
     unaffected: list[str] = []
     checked = 0
-    same = bound == patched
+    same = bound == patched and bound_store is patched_store
     bound, patched = _remembered_pair(bound, patched)
-    for target in targets:
-        if same:
-            row: dict[str, Any] | str = {rate: 0.0}
-        else:
-            row = measure(target, bound, patched, prompts, retention)
-        if isinstance(row, str):
-            skipped.append(row)
-            continue
-        checked += 1
-        if row[rate] > 0:
-            rows.append(row)
-        else:
-            unaffected.append(target.label)
+    for side, runner in ((bound, bound_store), (patched, patched_store)):
+        if runner is not None:
+            _RUNNERS[id(side)] = runner
+    try:
+        for target in targets:
+            if same:
+                row: dict[str, Any] | str = {rate: 0.0}
+            else:
+                row = measure(target, bound, patched, prompts, retention)
+            if isinstance(row, str):
+                skipped.append(row)
+                continue
+            checked += 1
+            if row[rate] > 0:
+                rows.append(row)
+            else:
+                unaffected.append(target.label)
+    finally:
+        _RUNNERS.clear()
     rows.sort(key=lambda r: tuple(-x for x in _WORST[kind](r)))
     affected = {r["preset"] for r in rows}
     measured_presets = {t.preset for t in targets}
