@@ -116,14 +116,18 @@ def test_shared_store_run_changes_nothing() -> None:
 
 def test_released_window_formula() -> None:
     from kvcontract.tools.audit.binding import bind
+    from kvcontract.tools.audit.cost_stage import _cost_job
     from kvcontract.tools.audit.targets import resolve_target
 
-    bound = bind(resolve_target(f"vllm:{release_tree('0.33.0')}")).implementation
-    assert bound is not None
-    cost = defect_cost(bound, _window_patched(bound), "lost-hit",
-                       presets=["command-r7b", "gpt-oss-20b"], lengths=4)
+    binding = bind(resolve_target(f"vllm:{release_tree('0.33.0')}"))
+    # The audit's costing of the window formula's defect (root cause rebound: upstream's
+    # W replaced in its own signature; upstream's store path executed on both sides).
+    defect = {"impact": "lost-hit", "root_cause": {"how": "rebound", "functions": [
+        {"role": "window", "qualname": "get_sliding_window_size_in_chunks"}]}}
+    cost = _cost_job(binding, defect)
     assert {row["preset"] for row in cost["rows"]} == {"command-r7b"}
     assert all(row["lost_rate"] > 0.5 for row in cost["rows"])
+    assert "executed on both sides" in cost["notes"][-1]
 
 
 # -- the measurement the benchmark shares -------------------------------------------------
