@@ -133,6 +133,22 @@ def describe(binding: Binding, roles: Sequence[str], how: str,
     return found
 
 
+def _runs(theorem: Property, impl: Any, witness: Any) -> bool:
+    """Whether the witness can be judged on ``impl`` at all: a field the release could
+    not be bound for (:class:`~kvcontract.tools.audit.binding.MissingRole`) makes every
+    replacement look like a fix, so such a check proves nothing."""
+    from kvcontract.tools.audit.binding import MissingRole
+
+    try:
+        if isinstance(theorem, CaseProperty):
+            theorem.check(witness, impl)
+        return True
+    except MissingRole:
+        return False
+    except Exception:
+        return True
+
+
 def _fails(theorem: Property, binding: Binding, witness: Any) -> bool:
     from kvcontract.tools.audit.engine import _fails as engine_fails
 
@@ -149,6 +165,8 @@ def _field_cause(theorem: Property, binding: Binding, witness: Any,
     assert impl is not None
     from kvcontract.tools.audit.engine import _fails as engine_fails
 
+    # A field the release lacks is no root cause: replacing it only fills the gap.
+    fields = [f for f in fields if f not in binding.missing_fields]
     for size in (1, 2):
         for names in itertools.combinations(fields, size):
             patched = dataclasses.replace(impl, **{n: getattr(REFERENCE, n) for n in names})
@@ -205,7 +223,9 @@ def find_root_cause(theorem: Property, witness: Any, binding: Binding,
     if base is not None:
         # An upstream-* theorem: does kvcontract's driver over the same primitives fail too?
         try:
-            driver_fails = _fails(base, binding, witness)
+            assert binding.implementation is not None
+            driver_fails = _runs(base, binding.implementation, witness) and \
+                _fails(base, binding, witness)
         except Exception:
             driver_fails = False
         if driver_fails:
@@ -219,7 +239,7 @@ def find_root_cause(theorem: Property, witness: Any, binding: Binding,
             assert isinstance(theorem, CaseProperty)
             loop_role = store_blame(theorem, witness)[1]
         return describe(binding, [loop_role], "loop")
-    fields = list(theorem_fields(theorem))
+    fields = [f for f in theorem_fields(theorem) if f not in binding.missing_fields]
     names = _field_cause(theorem, binding, witness, fields)
     if names is not None:
         return describe(binding, _roles_of_fields(binding, names), "field", names)

@@ -186,7 +186,8 @@ def scenario_root_cause(binding: Binding, scenario: Scenario, clause: str,
     assert impl is not None
     # One field of the clause's side, then a pair (an unaligned boundary needs both the
     # load window and the scanner's initial window), in a fixed order: a counted budget.
-    side = [f for f in FIELD_ROLES if f in _clause_fields(clause)]
+    side = [f for f in FIELD_ROLES if f in _clause_fields(clause)
+            and f not in binding.missing_fields]
     for size in (1, 2):
         for names in itertools.combinations(side, size):
             patched = dataclasses.replace(impl, **{n: getattr(REFERENCE, n) for n in names})
