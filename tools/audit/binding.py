@@ -43,7 +43,7 @@ from kvcontract.impl.bundle import Implementation
 from kvcontract.impl.variants import REFERENCE, VARIANTS
 from kvcontract.proofs import symbolic
 from kvcontract.tools.audit.targets import MANAGER, OFFLOAD_CONFIG, SCHEDULER, Target
-from kvcontract.vocabulary import ENDED_STATUSES, LookupResult
+from kvcontract.vocabulary import LookupResult
 
 SCHED_CLS = "OffloadingConnectorScheduler"
 SWM_CLS = "SlidingWindowManager"
@@ -126,8 +126,107 @@ class UpstreamTimeout(UpstreamError):
     """An upstream call exceeded the per-case time limit."""
 
 
+class StandInGap(UpstreamError):
+    """Upstream's code read something a kvcontract stand-in lacks, or kvcontract called
+    upstream with a calling convention it does not take (:func:`stand_in_gap`): the
+    tool's gap, never the code's defect. The theorem is UNKNOWN, naming the piece."""
+
+
 class MissingRole(Exception):
     """A role the theorem needs was not bound (the engine skips such theorems)."""
+
+
+_SIGNATURE_ERROR = re.compile(
+    r"(takes \d+ positional arguments? but \d+ (were|was) given|takes from \d+ to \d+ "
+    r"positional|missing \d+ required (positional|keyword-only) arguments?|got an unexpected "
+    r"keyword argument|got multiple values for argument|takes no arguments|"
+    r"got some positional-only arguments passed as keyword)")
+_NAMED_TYPE = re.compile(r"^(?:type object )?'(?P<type>[\w.]+)' object|^type object "
+                         r"'(?P<cls>[\w.]+)'|^(?P<fn>[\w.]+)\(\) ")
+
+
+def _is_kvcontract_module(name: object) -> bool:
+    return isinstance(name, str) and (name == "kvcontract" or name.startswith("kvcontract."))
+
+
+def _is_stand_in(obj: Any) -> bool:
+    """A kvcontract stand-in: a ``types.SimpleNamespace`` (the fake ``self``, configs,
+    request states), an instance of a class kvcontract defines (``GroupConfig``, the spec
+    classes, the store path's request, manager and records, ``LookupResult``), or such a
+    class itself (the manager classes the audit builds)."""
+    if isinstance(obj, types.SimpleNamespace):
+        return True
+    cls = obj if isinstance(obj, type) else type(obj)
+    return cls is not type and _is_kvcontract_module(getattr(cls, "__module__", None))
+
+
+def _stand_in_names() -> set[str]:
+    """Names of the stand-in classes and functions an error message may name."""
+    names = {"SimpleNamespace", "types.SimpleNamespace", SWM_CLS, "FullAttentionManager"}
+    from kvcontract.tools.audit import lookup, store
+
+    for module in (__import__(__name__, fromlist=["_"]), store, lookup):
+        for name, value in vars(module).items():
+            if isinstance(value, type) and _is_kvcontract_module(value.__module__):
+                names.add(name)
+                names.add(value.__qualname__)
+    return names - {"UpstreamError", "UpstreamTimeout", "StandInGap", "MissingRole"}
+
+
+def _innermost_frame(exc: BaseException) -> types.FrameType | None:
+    tb = exc.__traceback__
+    frame = None
+    while tb is not None:
+        frame, tb = tb.tb_frame, tb.tb_next
+    return frame
+
+
+def stand_in_gap(exc: BaseException) -> str | None:
+    """What kvcontract's stand-ins lack, when ``exc`` is the tool's gap; else None.
+
+    The rule (issue 20): every object upstream's code touches here is a kvcontract
+    stand-in or a plain value (an int, a list, None...). So
+
+    * an ``AttributeError`` on a stand-in (:func:`_is_stand_in`: ``exc.obj``, or the type
+      its message names) is the stand-in lacking what upstream reads: a gap naming the
+      attribute and the object;
+    * a ``TypeError`` whose message names a stand-in class or its method (``'GroupConfig'
+      object is not subscriptable``, ``_StoreManager.prepare_store() takes 2 positional
+      arguments``) is a gap: the stand-in does not answer as upstream's object does;
+    * a ``TypeError`` of argument binding (``takes 3 positional arguments but 4 were
+      given``, ``unexpected keyword argument``...) raised in a frame of kvcontract's own
+      code is kvcontract's calling convention that upstream's function does not take
+      (the body never started): a gap naming the function and the message.
+
+    Everything else stays upstream's: an ``assert``, ``IndexError``, ``KeyError``,
+    ``ZeroDivisionError``, a ``ValueError`` of its own, an ``AttributeError`` or
+    ``TypeError`` on a plain value (``'NoneType' object has no attribute``, ``'int'
+    object is not iterable``) or from upstream calling upstream with a signature it does
+    not take (the innermost frame is upstream's): a crash finding, as before."""
+    if isinstance(exc, AttributeError):
+        obj = getattr(exc, "obj", None)
+        name = getattr(exc, "name", None)
+        if obj is not None and _is_stand_in(obj):
+            shown = obj.__name__ if isinstance(obj, type) else type(obj).__name__
+            return (f"the stand-in {shown} has no attribute {name!r} (upstream's code reads "
+                    f"it; kvcontract does not model it): AttributeError: {exc}")
+        match = _NAMED_TYPE.match(str(exc))
+        if match and (match.group("type") or match.group("cls")) in _stand_in_names():
+            return f"a kvcontract stand-in lacks what upstream's code reads: AttributeError: {exc}"
+        return None
+    if isinstance(exc, TypeError):
+        message = str(exc)
+        match = _NAMED_TYPE.match(message)
+        named = match and (match.group("type") or match.group("cls") or match.group("fn"))
+        if named and (named in _stand_in_names()
+                      or named.split(".", 1)[0] in _stand_in_names()):
+            return f"a kvcontract stand-in does not answer as upstream's object: TypeError: {exc}"
+        frame = _innermost_frame(exc)
+        if frame is not None and _SIGNATURE_ERROR.search(message) and \
+                _is_kvcontract_module(frame.f_globals.get("__name__")):
+            return (f"kvcontract's calling convention does not fit upstream's function "
+                    f"(the audit called it as an earlier or later release does): TypeError: {exc}")
+    return None
 
 
 _CALL_TIMEOUT: list[float | None] = [None]
@@ -418,8 +517,8 @@ class RoleBinding:
 
     role: str
     status: str
-    """``found``, ``missing``, ``derived`` (composed from found functions), ``inferred``
-    (modelled from the shape of upstream code that is not executed) or ``error``."""
+    """``found``, ``missing``, ``derived`` (composed from found functions) or ``error``.
+    Nothing is ``inferred``: no behaviour of upstream is modelled from its source text."""
     what: str
     qualname: str | None = None
     path: str | None = None
@@ -427,6 +526,9 @@ class RoleBinding:
     signature: str | None = None
     shape: str | None = None
     note: str = ""
+    source: str | None = None
+    """Where a found role's definition came from: ``patch`` (the ``module:`` file),
+    ``base`` (the base release it is laid over) or ``target`` (the tree's own file)."""
 
     def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -488,6 +590,9 @@ def _guarded(what: str, fn: Callable[..., Any]) -> Callable[..., Any]:
         except BaseException as exc:
             if _passthrough(exc) or not isinstance(exc, Exception):
                 raise
+            gap = stand_in_gap(exc)
+            if gap is not None:
+                raise StandInGap(f"{what}: {gap}") from exc
             raise UpstreamError(f"{what} raised {type(exc).__name__}: {exc}") from exc
 
     return call
@@ -555,10 +660,8 @@ def _build_adapters(binding: Binding) -> None:
     _adapt_sw_scan(binding, fields)
     _adapt_prefix_scan(binding, fields)
     _adapt_reachability(binding, fields)
-    # store horizon (inferred from the shape of the store-job builder)
-    horizon = _infer_store_horizon(binding)
-    if horizon is not None:
-        fields["store_final_segment_end"] = horizon
+    # No store horizon: never inferred from the builder's text (_no_store_horizon).
+    binding.missing_fields["store_final_segment_end"] = _no_store_horizon(binding)
     fields["store_replay_boundaries"] = _upstream_replay_boundaries
     binding.implementation = _assemble_implementation(binding, fields)
 
@@ -864,6 +967,9 @@ def _reach_via_block_mask(binding: Binding, manager_cls: Any) -> Callable[..., A
             except Exception as exc:
                 if _passthrough(exc):
                     raise
+                gap = stand_in_gap(exc)
+                if gap is not None:
+                    raise StandInGap(f"{mask_where}: {gap}") from exc
                 raise UpstreamError(f"{mask_where} raised {type(exc).__name__}: {exc}") \
                     from exc
         return _mask_value(mask, mask_where)
@@ -891,7 +997,7 @@ def _role_display(binding: Binding, role: str) -> str:
         return ("store reachability (_reachable_store_block_mask + reachable_block_mask, "
                 "or is_store_reachable_swa_chunk)")
     if role == "store_horizon":
-        return "the store horizon (_build_store_jobs or is_store_reachable_swa_chunk)"
+        return "the store horizon (executed only as part of _build_store_jobs)"
     spec = ROLE_BY_NAME.get(role)
     return spec.qualnames[0] if spec else role
 
@@ -902,26 +1008,6 @@ def _missing_field(name: str, reason: str) -> Callable[..., Any]:
 
     missing.__name__ = f"missing_{name}"
     return missing
-
-
-def _prompt_horizon(status: str, prompt_horizon_chunks: int, current_chunks: int,
-                    retention_interval: int | None) -> int:
-    if status in ENDED_STATUSES:
-        return current_chunks
-    return prompt_horizon_chunks
-
-
-def _dense_prompt_horizon(status: str, prompt_horizon_chunks: int, current_chunks: int,
-                          retention_interval: int | None) -> int | None:
-    # 0.30+: ``store_horizon_chunks = None`` when a retention interval is configured.
-    if retention_interval is not None:
-        return None
-    return _prompt_horizon(status, prompt_horizon_chunks, current_chunks, retention_interval)
-
-
-def _frontier_horizon(status: str, prompt_horizon_chunks: int, current_chunks: int,
-                      retention_interval: int | None) -> int:
-    return current_chunks
 
 
 def _upstream_replay_boundaries(prompt_len: int, alignment_tokens: int | None,
@@ -937,59 +1023,63 @@ def _upstream_replay_boundaries(prompt_len: int, alignment_tokens: int | None,
     return (prompt_len - 1,)
 
 
-# 0.30+: ``if <...>retention_interval is not None<...>: store_horizon_chunks = None``.
-_NO_HORIZON_UNDER_RETENTION = re.compile(
-    r"if [^\n]*retention_interval is not None[^\n]*:\n\s*store_horizon_chunks = None")
+STORE_HORIZON_EXECUTED = (
+    "the store horizon is not modelled from _build_store_jobs' source text; upstream's "
+    "store path is checked as executed by the Cn/upstream-store-* theorems (and "
+    "C12/upstream-no-lost-hits)")
 
 
-def _infer_store_horizon(binding: Binding) -> Callable[..., int | None] | None:
-    """Which chunk count closes the final segment of a store job, read off the shape.
+def _no_store_horizon(binding: Binding) -> str:
+    """Why ``store_final_segment_end`` is not bound: kvcontract's StoreTracker over a
+    horizon read off the builder's text would be a model of upstream presented as
+    upstream's. Where the builder can run, its theorems are the executed ones."""
+    from kvcontract.tools.audit.store import missing
 
-    ``_build_store_jobs`` drives a scheduler, a request table and a transfer pipeline;
-    executing it would need most of vLLM. Its horizon choice is a syntactic fact: the
-    0.30+ builder passes ``final_segment_end_chunk_idx`` (the prompt horizon while
-    prefilling, the real one on finish/abort); the 0.28/0.29 builder calls
-    ``is_store_reachable_swa_chunk`` with this step's storable count (every frontier).
-    """
-    node = binding.nodes.get("store_jobs")
-    source = ast.unparse(node) if node is not None else ""
-    rb = RoleBinding("store_horizon", "inferred", "final-segment horizon of a store job")
-    if source and "final_segment_end_chunk_idx" in source:
-        rb.note = ("_build_store_jobs passes final_segment_end_chunk_idx: the prompt horizon "
-                   "while prefilling, the real horizon on finish/abort (modelled, not executed)")
-        if "prompt_horizon" not in source:
-            rb.note = ("_build_store_jobs passes final_segment_end_chunk_idx without a prompt "
-                       "horizon: the current frontier closes the segment (modelled)")
-            binding.roles["store_horizon"] = rb
-            return _frontier_horizon
-        if _NO_HORIZON_UNDER_RETENTION.search(source):
-            rb.note = ("_build_store_jobs passes final_segment_end_chunk_idx: the prompt "
-                       "horizon while prefilling, the real horizon on finish/abort, none "
-                       "under a retention interval (modelled, not executed)")
-            binding.roles["store_horizon"] = rb
-            return _dense_prompt_horizon
-        binding.roles["store_horizon"] = rb
-        return _prompt_horizon
-    if "store_predicate" in binding.functions:
-        rb.note = ("is_store_reachable_swa_chunk takes this step's storable chunk count: every "
-                   "intermediate frontier closes a final segment (modelled, not executed)")
-        binding.roles["store_horizon"] = rb
-        return _frontier_horizon
+    absent = missing(binding) if binding.target.kind != "builtin" else []
     binding.roles["store_horizon"] = RoleBinding(
         "store_horizon", "missing", "final-segment horizon of a store job",
-        note="neither _build_store_jobs (with final_segment_end_chunk_idx) nor "
-             "is_store_reachable_swa_chunk was found")
-    return None
+        note=STORE_HORIZON_EXECUTED if not absent else
+        "not modelled from source text, and upstream's store path cannot run: it needs "
+        + ", ".join(absent))
+    if absent:
+        return ("the store horizon is not modelled from source text, and upstream's store "
+                "path cannot run (it needs " + ", ".join(absent) + ")")
+    return STORE_HORIZON_EXECUTED
 
 
 # -- entry point ----------------------------------------------------------------------------
 def _candidates(target: Target, spec: RoleSpec) -> list[tuple[Path, str]]:
+    """Where the role may be defined, in search order: the patch (any class), else the
+    base release's own files; a tree's files, else the base's for a file it lacks."""
     if target.kind == "module":
         path = target.files[0]
-        return [(path, q) for q in spec.qualnames] + \
+        own = [(path, q) for q in spec.qualnames] + \
             [(path, q.rsplit(".", 1)[-1]) for q in spec.qualnames]
+    else:
+        assert target.package_dir is not None
+        own = [(target.package_dir / rel, q) for rel in spec.files for q in spec.qualnames]
+    if target.base is None:
+        return own
+    base_dir = target.base.package_dir
+    assert base_dir is not None
+    if target.kind == "module":
+        return own + [(base_dir / rel, q) for rel in spec.files for q in spec.qualnames]
+    # A partial tree: a file it has is its own (a function it lacks there is its
+    # release's shape); a file it lacks is the base's.
     assert target.package_dir is not None
-    return [(target.package_dir / rel, q) for rel in spec.files for q in spec.qualnames]
+    return [(target.package_dir / rel if (target.package_dir / rel).is_file()
+             else base_dir / rel, q) for rel in spec.files for q in spec.qualnames]
+
+
+def _source_of(target: Target, path: Path) -> str:
+    """``patch`` (a ``module:`` file), ``target`` (a tree's own file) or ``base``."""
+    if target.kind == "module" and path == target.files[0]:
+        return "patch"
+    base_dir = target.base.package_dir if target.base is not None else None
+    if base_dir is not None and path.is_relative_to(base_dir) and not (
+            target.package_dir is not None and path.is_relative_to(target.package_dir)):
+        return "base"
+    return "target"
 
 
 def bind(target: Target) -> Binding:
@@ -1026,7 +1116,8 @@ def _locate(target: Target, spec: RoleSpec, index: _FunctionIndex) -> Located | 
     for path, qualname in _candidates(target, spec):
         if not path.is_file():
             continue
-        hit = index.find(path, qualname, any_class=target.kind == "module")
+        patch = target.kind == "module" and path == target.files[0]
+        hit = index.find(path, qualname, any_class=patch)
         if hit is not None:
             return hit
     return None
@@ -1034,16 +1125,21 @@ def _locate(target: Target, spec: RoleSpec, index: _FunctionIndex) -> Located | 
 
 def _not_found(target: Target, spec: RoleSpec) -> RoleBinding:
     """The record of a role none of whose candidates exists (it names the files searched)."""
-    return RoleBinding(spec.role, "missing", spec.what,
-                       note="not found in " + ", ".join(
-                           sorted({str(p) for p, _ in _candidates(target, spec)})))
+    note = "not found in " + ", ".join(sorted({str(p) for p, _ in _candidates(target, spec)}))
+    if target.base is None and target.kind == "module":
+        note += ("; no base release (--base): a function the patch does not define is "
+                 "not bound")
+        if target.notes:
+            note += f" ({target.notes[-1]})"
+    return RoleBinding(spec.role, "missing", spec.what, note=note)
 
 
 def _bind_located(binding: Binding, spec: RoleSpec, located: Located) -> None:
     """Compile a located definition among the stand-ins and record the role; a definition
     that cannot even be created is recorded with status ``error`` (a finding)."""
     rb = RoleBinding(spec.role, "found", spec.what, qualname=located.qualname,
-                     path=str(located.path), line=located.line)
+                     path=str(located.path), line=located.line,
+                     source=_source_of(binding.target, located.path))
     try:
         fn = _compile(located)
         rb.signature = f"{located.node.name}{inspect.signature(fn)}"

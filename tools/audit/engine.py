@@ -17,7 +17,11 @@ For every theorem whose functions are bound (:mod:`.binding`), in a sandbox chil
 
 A failure is a minimal witness re-executed on the upstream code, blamed on the bound
 function whose replacement by the reference makes it disappear (its file:line becomes
-the report's location). A call that raises, hangs or returns garbage is such a failure.
+the report's location). A call that raises, hangs or returns garbage is such a failure,
+except where the exception is the tool's gap (:func:`~.binding.stand_in_gap`: upstream
+read what a kvcontract stand-in lacks, or kvcontract called upstream in a convention it
+does not take): that theorem is UNKNOWN, naming the missing piece, never a crash finding
+(:func:`_undecided`). A hang (a CPU-time limit) is UNKNOWN likewise.
 """
 
 from __future__ import annotations
@@ -46,8 +50,11 @@ from kvcontract.spec.properties.base import HYPOTHESES_ONLY, latent_reason, rais
 from kvcontract.tools.audit.binding import (
     FIELD_ROLES,
     Binding,
+    MissingRole,
+    StandInGap,
     UpstreamError,
     UpstreamTimeout,
+    stand_in_gap,
 )
 from kvcontract.tools.audit.sandbox import Outcome, run_jobs
 from kvcontract.tools.hypothesis_runs import deterministic_hypothesis
@@ -206,8 +213,12 @@ def plan(binding: Binding, options: AuditOptions) -> tuple[list[int], list[dict[
         if is_spec_only(theorem) or is_kvcontract_only(theorem, binding):
             continue
         missing = [f for f in theorem_fields(theorem) if f in binding.missing_fields]
+        reasons = sorted({binding.missing_fields[f] for f in missing})
+        if theorem.name in GPU_RETENTION_THEOREMS and \
+                "get_num_skipped_tokens" in binding.missing_fields:
+            missing.append("get_num_skipped_tokens")
+            reasons.append(GPU_RETENTION_NOTE + binding.missing_fields["get_num_skipped_tokens"])
         if missing:
-            reasons = sorted({binding.missing_fields[f] for f in missing})
             unchecked.append({
                 "clause": theorem.clause, "theorem": theorem.name,
                 "reason": "; ".join(reasons),
@@ -221,6 +232,15 @@ def plan(binding: Binding, options: AuditOptions) -> tuple[list[int], list[dict[
                       + "; ".join(sorted(set(binding.missing_fields.values()))),
         })
     return indices, unchecked
+
+
+GPU_RETENTION_THEOREMS = frozenset({"allocation-bound", "load-window-exact", "window-exact"})
+"""Theorems whose statement reads what the GPU manager retains (the spec's ``Ret``/
+``Load`` with ``e``) next to the bound window functions: without upstream's manager
+(``SlidingWindowManager.get_num_skipped_tokens``) they would present the spec's own
+retention as upstream's, so they are left unchecked (issue 20)."""
+GPU_RETENTION_NOTE = ("the GPU manager's retention is not bound (the spec's own retention "
+                      "would be presented as upstream's): ")
 
 
 def _role_names(binding: Binding, roles: list[str]) -> list[str]:
@@ -244,16 +264,35 @@ def _violation(
     try:
         _, goal = theorem.statement(Env(values), impl)
         holds = bool(goal)
-    except UpstreamTimeout:
+    except (UpstreamTimeout, StandInGap):
         raise  # decides nothing: the theorem becomes UNKNOWN (_concrete_z3_theorem)
     except UpstreamError as exc:
         return str(exc)
     except Exception as exc:  # the adapters turn upstream errors into UpstreamError
+        gap = stand_in_gap(exc)
+        if gap is not None:
+            raise StandInGap(gap) from exc
         return f"the implementation raised {type(exc).__name__}: {exc}"
     if holds:
         return None
     shown = ", ".join(f"{k}={v}" for k, v in values.items())
     return f"{theorem.description} fails for {shown}"
+
+
+def _undecided(exc: BaseException) -> BaseException | None:
+    """``exc`` as what decides nothing about the code (a CPU-time limit, a stand-in gap),
+    or None when it is upstream's own failure (a finding)."""
+    if isinstance(exc, (UpstreamTimeout, StandInGap)):
+        return exc
+    gap = stand_in_gap(exc) if isinstance(exc, Exception) else None
+    return StandInGap(gap) if gap is not None else None
+
+
+def _gap_message(exc: BaseException) -> str:
+    if isinstance(exc, UpstreamTimeout):
+        return _timeout_message(exc)
+    return (f"not decided, the audit's gap rather than the code's: {exc}; the live backend "
+            "(real vLLM objects) answers instead")
 
 
 def _timeout_message(exc: UpstreamTimeout) -> str:
@@ -362,9 +401,9 @@ def _concrete_z3_theorem(theorem: FormulaProperty, impl: Implementation, options
                            description=theorem.description)
     try:
         return _concrete_search(theorem, impl, options, why, result, started)
-    except UpstreamTimeout as exc:
+    except (UpstreamTimeout, StandInGap) as exc:
         result.verdict = Verdict.UNKNOWN
-        result.message = _timeout_message(exc)
+        result.message = _gap_message(exc)
         result.domain = theorem.domain
         result.seconds = time.perf_counter() - started
         return result
@@ -449,7 +488,8 @@ def _scan_hypothesis(theorem: CaseProperty, impl: Implementation, examples: int)
         try:
             violation = theorem.check(case, impl)
         except Exception as exc:
-            violation = raised(exc)
+            # A stand-in gap decides nothing: not a failure of the longer sequence.
+            violation = None if _undecided(exc) is not None else raised(exc)
         if violation is not None:
             failing.append(case)
             raise AssertionError(violation)
@@ -562,20 +602,24 @@ def _check_case(state: _Pass, case: Any, impl: Implementation) -> None:
         begun = clock()
         try:
             violation = theorem.check(case, impl)
-        except UpstreamTimeout as exc:
-            # A wall-clock limit decides nothing about the code: the theorem is
-            # UNKNOWN (never a crash finding that machine load could produce).
-            if witnesses[j] is None or latent[j] is not None:
-                results[j].verdict = Verdict.UNKNOWN
-                results[j].message = _timeout_message(exc)
-                results[j].witness = {"kind": "exhaustive", "theorem": theorem.theorem_id,
-                                      **theorem.space.to_json(case)}
-                results[j].impact = results[j].latent = None
-                witnesses[j] = case
-            state.open_.remove(j)
-            continue
         except Exception as exc:
-            violation = raised(exc)
+            undecided = _undecided(exc)
+            if undecided is None:
+                violation = raised(exc)
+            else:
+                # A CPU-time limit, or a stand-in that lacks what upstream reads, decides
+                # nothing about the code: the theorem is UNKNOWN, naming why (never a
+                # crash finding that machine load or kvcontract's stand-ins produced).
+                if witnesses[j] is None or latent[j] is not None:
+                    results[j].verdict = Verdict.UNKNOWN
+                    results[j].message = _gap_message(undecided)
+                    results[j].witness = {"kind": "exhaustive",
+                                          "theorem": theorem.theorem_id,
+                                          **theorem.space.to_json(case)}
+                    results[j].impact = results[j].latent = None
+                    witnesses[j] = case
+                state.open_.remove(j)
+                continue
         state.spent[j] += clock() - begun
         state.counts[j] += 1
         if violation is None:
@@ -716,7 +760,11 @@ def _fails(theorem: Property, impl: Implementation, witness: Any) -> bool:
         return _admissible(theorem, witness) and _violation(theorem, impl, witness) is not None
     try:
         return theorem.check(witness, impl) is not None
-    except Exception:
+    except MissingRole:
+        raise  # an unbound field decides nothing (a root cause must not name it)
+    except Exception as exc:
+        if _undecided(exc) is not None:
+            raise  # a stand-in gap or a CPU-time limit decides nothing either
         return True
 
 

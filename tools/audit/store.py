@@ -1,9 +1,11 @@
 """Upstream's own store path (``_build_store_jobs``), driven by stand-ins, and the
 end-to-end check (C12) of upstream's store path composed with upstream's lookup.
 
-The catalogue's store theorems run kvcontract's :class:`~kvcontract.impl.scheduler.StoreTracker`
-over the bound primitives (block mask, a horizon inferred from the shape of
-``_build_store_jobs``, the replay boundaries restated as ``P - 1``). This module runs
+The catalogue's store theorems would run kvcontract's
+:class:`~kvcontract.impl.scheduler.StoreTracker` over the bound primitives; on upstream
+code they need a store horizon, which no binding models from ``_build_store_jobs``' text
+(issue 20): they are left unchecked, named, and this module's theorems are upstream's
+store path as executed. This module runs
 *upstream's* store-job builder itself, step after step of a store case, with what it
 calls bound from the same release and executed too: ``_calc_num_offloadable_tokens``,
 ``RequestOffloadState.storable_chunks`` and ``advance_stored_idx``,
@@ -87,6 +89,7 @@ from kvcontract.tools.audit import lookup
 from kvcontract.tools.audit.binding import (
     Binding,
     GroupConfig,
+    StandInGap,
     UpstreamError,
     UpstreamRequestStatus,
     _EventsTracker,
@@ -97,6 +100,7 @@ from kvcontract.tools.audit.binding import (
     _Record,
     cdiv,
     spec_stand_in,
+    stand_in_gap,
 )
 from kvcontract.vocabulary import RequestStatus
 
@@ -519,7 +523,11 @@ def upstream_end_to_end_theorems(binding: Binding,
         try:
             outcome = lookup_run(case.geometry, case.consumer.num_tokens, 0,
                                  lambda g, k: manager_state(observation, g, k))
+        except StandInGap:
+            raise  # the tool's gap, not the lookup's: the theorem is UNKNOWN
         except Exception as exc:
+            if stand_in_gap(exc) is not None:
+                raise StandInGap(stand_in_gap(exc) or "") from exc
             shown = str(exc) if isinstance(exc, UpstreamError) else \
                 f"the consumer's lookup raised {type(exc).__name__}: {exc}"
             raise ConsumerError(shown) from exc

@@ -10,11 +10,23 @@ Accepted forms:
   upstream names;
 * ``builtin:NAME`` or a plain registered name - the reference or a historic variant.
 
+A patch (``module:FILE.py``) and a partial tree (a ``vllm:PATH`` lacking some of
+:data:`KNOWN_FILES`) are audited laid over a *base release* (``resolve_target(spec,
+base=...)``, the audit's ``--base``): every function the patch does not define, every
+file the partial tree lacks, is bound from the base's own files, so the release's code is
+what runs there. ``base`` is ``vllm:PATH``, ``vllm:installed``, a release version
+(``0.33.0``: :func:`~kvcontract.tools.audit.wheels.fetch_release`), ``none`` (the patch
+alone, as before) or :data:`AUTO` (the installed vLLM when one is importable, else the
+newest of ``wheels.RELEASES`` fetched, else none, with a note saying so). The resolved
+base is part of the target's ``spec`` (``module:FILE.py@base=vllm:ROOT``), so a report's
+target binds again to the same code (reproducers, ``explain``, ``merge``).
+
 Nothing here imports vLLM: a target is only ever read as text.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import re
 from dataclasses import dataclass, field
@@ -32,6 +44,12 @@ MANAGER = "v1/core/single_type_kv_cache_manager.py"
 KNOWN_FILES = (SCHEDULER, OFFLOAD_CONFIG, MANAGER)
 
 TARGET_FORMS = ["vllm:PATH", "vllm:installed", "module:FILE.py", "builtin:NAME"]
+
+BASE_FORMS = ["vllm:PATH", "vllm:installed", "VERSION", "none"]
+AUTO = "auto"
+"""``base=AUTO``: the installed vLLM, else the newest release fetched, else none."""
+BASE_MARK = "@base="
+"""Separates a target from the base it is laid over in a target's ``spec``."""
 
 
 @dataclass(frozen=True)
@@ -51,13 +69,19 @@ class Target:
     version: str | None = None
     builtin: str | None = None
     notes: list[str] = field(default_factory=list)
+    base: Target | None = None
+    """The release the target is laid over (a patch or a partial tree), kind ``vllm``."""
 
     def display(self) -> str:
         if self.kind == "builtin":
             return f"builtin:{self.builtin}"
         if self.kind == "module":
-            return f"module:{self.files[0]}"
-        return f"vllm {self.version or '(version unknown)'} at {self.package_dir}"
+            own = f"module:{self.files[0]}"
+        else:
+            own = f"vllm {self.version or '(version unknown)'} at {self.package_dir}"
+        if self.base is not None:
+            return f"{own} over base {self.base.display()}"
+        return own
 
 
 def _version_of(package_dir: Path) -> str | None:
@@ -112,9 +136,101 @@ def _resolve_vllm(spec: str, where: str) -> Target:
                   package_dir=package, files=files, version=version)
 
 
-def resolve_target(spec: str) -> Target:
-    """Parse and validate a target string; a clear one-line error if it names nothing."""
+def needs_base(target: Target) -> bool:
+    """A patch, or a tree that lacks some of the audited files."""
+    if target.kind == "module":
+        return True
+    return target.kind == "vllm" and len(target.files) < len(KNOWN_FILES)
+
+
+def resolve_base(spec: str) -> Target | None:
+    """The base release ``spec`` names (:data:`BASE_FORMS`, or :data:`AUTO`); None for
+    ``none``, or for :data:`AUTO` when no release can be found."""
     text = spec.strip()
+    if text in ("", "none"):
+        return None
+    if text == AUTO:
+        return _auto_base()
+    if text.startswith("vllm:"):
+        base = _resolve_vllm(text, text[len("vllm:"):])
+    elif re.fullmatch(r"v?\d+\.\d+\.\d+\S*", text):
+        from kvcontract.tools.audit.wheels import FetchError, fetch_release
+
+        try:
+            root = fetch_release(text.lstrip("v"))
+        except FetchError as exc:
+            raise InputFileError(f"--base {text}", str(exc)) from None
+        base = _resolve_vllm(f"vllm:{root}", str(root))
+    else:
+        raise UnknownTargetError(spec, BASE_FORMS)
+    if len(base.files) < len(KNOWN_FILES):
+        raise InputFileError(base.spec, "a base release must hold every audited file; "
+                                        "missing vllm/" + ", vllm/".join(
+                                            rel for rel in KNOWN_FILES
+                                            if base.package_dir is None
+                                            or not (base.package_dir / rel).is_file()))
+    return base
+
+
+_AUTO_NOTE: list[str] = []
+
+
+def _auto_base() -> Target | None:
+    """The installed vLLM (located, never imported), else the newest release fetched."""
+    _AUTO_NOTE.clear()
+    found = importlib.util.find_spec("vllm")
+    if found is not None and found.submodule_search_locations:
+        try:
+            base = _resolve_vllm("vllm:installed", "installed")
+            if len(base.files) == len(KNOWN_FILES):
+                return base
+        except InputFileError:
+            pass
+    from kvcontract.tools.audit.wheels import RELEASES, FetchError, fetch_release
+
+    newest = RELEASES[-1]
+    try:
+        root = fetch_release(newest)
+    except FetchError as exc:
+        _AUTO_NOTE.append(f"no base release: vLLM is not installed and {newest} could not "
+                          f"be fetched ({exc}); every function the target does not define "
+                          "is left unbound")
+        return None
+    return _resolve_vllm(f"vllm:{root}", str(root))
+
+
+def _with_base(target: Target, base: Target | None) -> Target:
+    if base is None:
+        if _AUTO_NOTE:
+            target.notes.extend(_AUTO_NOTE)
+        return target
+    assert base.package_dir is not None
+    root = base.package_dir.parent if base.package_dir.name == "vllm" else base.package_dir
+    spec = f"{target.spec}{BASE_MARK}vllm:{root}"
+    return dataclasses.replace(target, spec=spec, base=base, notes=[
+        *target.notes, f"laid over base {base.display()}: every function "
+                       + ("the patch" if target.kind == "module" else "of a file the tree")
+                       + " does not define is the base release's own code"])
+
+
+def resolve_target(spec: str, base: str | None = None) -> Target:
+    """Parse and validate a target string; a clear one-line error if it names nothing.
+
+    A patch or a partial tree is laid over ``base`` (:func:`resolve_base`), or over the
+    base its spec names (``...@base=vllm:ROOT``); ``base=None`` and no such mark: alone."""
+    text = spec.strip()
+    own, mark, named = text.partition(BASE_MARK)
+    if mark:
+        text = own
+        if base is None or base == AUTO:
+            base = named
+    target = _resolve_one(spec, text)
+    if base is None or not needs_base(target):
+        return target
+    return _with_base(target, resolve_base(base))
+
+
+def _resolve_one(spec: str, text: str) -> Target:
     if not text:
         raise UnknownTargetError(spec, [*TARGET_FORMS, *VARIANTS])
     kind, sep, rest = text.partition(":")

@@ -34,6 +34,12 @@ MIN_TIMEOUT = 0.001
 @click.option("--target", required=True, metavar="TARGET",
               help="vllm:PATH (checkout, unpacked wheel, site-packages), vllm:installed, "
                    "module:FILE.py, or builtin:NAME / a registered implementation")
+@click.option("--base", "base_release", metavar="vllm:PATH|vllm:installed|VERSION|none",
+              default=None,
+              help="the release a module:FILE.py patch (or a tree lacking some audited "
+                   "files) is laid over: every function it does not define is the base's "
+                   "own code [default: the installed vLLM, else the newest release "
+                   "fetched, else none]")
 @click.option("--baseline", metavar="TARGET|git:REF", default=None,
               help="a second target, or git:REF (the target's own files at git revision "
                    "REF of the repository that holds them); classify each clause as fixed, "
@@ -69,7 +75,8 @@ MIN_TIMEOUT = 0.001
 @gate_fail_on_option
 @baseline_file_options
 @report_options
-def audit(target: str, baseline: str | None, clauses: tuple[str, ...], json_path: str | None,
+def audit(target: str, base_release: str | None, baseline: str | None,
+          clauses: tuple[str, ...], json_path: str | None,
           timeout: float, budget: int, jobs: int | None, reproducer_dir: str | None,
           picture_dir: str | None, quiet: bool, verbose: bool, catalogue_only: bool,
           require_complete: bool,
@@ -94,7 +101,7 @@ def audit(target: str, baseline: str | None, clauses: tuple[str, ...], json_path
     from kvcontract.proofs.shards import parse_shard
     from kvcontract.tools.audit.baseline import git_baseline_target, is_git_baseline
     from kvcontract.tools.audit.command import THEOREM_TIMEOUT, run_audit_command
-    from kvcontract.tools.audit.targets import resolve_target
+    from kvcontract.tools.audit.targets import AUTO, resolve_target
     from kvcontract.tools.commands.prove import _shard_gate
     from kvcontract.tools.config import apply_config
     from kvcontract.tools.reports import pair_outputs
@@ -118,9 +125,14 @@ def audit(target: str, baseline: str | None, clauses: tuple[str, ...], json_path
         if baseline is not None:
             raise UsageError("--baseline compares whole audits clause by clause, not one "
                              "--shard: run the baseline comparison unsharded")
-    resolved = resolve_target(target)
+    resolved = resolve_target(target, base=AUTO if base_release is None else base_release)
+    target = resolved.spec  # names the base it is laid over (``...@base=vllm:ROOT``)
+    for note in resolved.notes:
+        click.echo(f"note: {note}", err=True)
     if baseline is not None and not is_git_baseline(baseline):
-        resolve_target(baseline)
+        # A baseline patch is laid over the same base as the target.
+        baseline = resolve_target(baseline, base=(
+            resolved.base.spec if resolved.base is not None else "none")).spec
     check_clauses(clauses)
     check_float("--timeout", timeout, low=0.0, high=THEOREM_TIMEOUT, unit="seconds")
     if timeout < MIN_TIMEOUT:

@@ -25,9 +25,10 @@ from kvcontract.tools.reports.merge import comparable
 SELECTION = ["--clause", "C1", "--clause", "C8", "--clause", "C10", "--clause", "C11",
              "--clause", "C12"]
 """On 0.33.0: three proved formula theorems, C8's concretely searched mask theorem, the
-store walk (the store family and upstream's, walked together), the C12 walk (both
-families), and the system's seed scenarios, whose rows land in C4 and C11. Violations
-in C4, C8 and C12; about 10 s unsharded on two cores."""
+store walk and the C12 walk (upstream's executed store path; the StoreTracker theorems
+and the system's seed scenarios, which need a store horizon the audit no longer models
+from source text, are unchecked lines: issue 20). Violations in C8 and C12; about 10 s
+unsharded on two cores."""
 
 
 def invoke(args: list[str]) -> Result:
@@ -61,7 +62,7 @@ def unsharded(tmp_path_factory: pytest.TempPathFactory) -> tuple[int, dict[str, 
 def test_merged_audit_shards_equal_the_unsharded_audit(
         tmp_path: Path, count: int, unsharded: tuple[int, dict[str, Any]]) -> None:
     code, whole = unsharded
-    assert code == 1 and {"C4", "C8", "C12"} <= {
+    assert code == 1 and {"C8", "C12"} <= {
         r["clause"] for r in whole["results"] if r["verdict"] == "COUNTEREXAMPLE"}
     paths = []
     for index in range(1, count + 1):
@@ -89,7 +90,9 @@ def test_merged_shards_keep_the_unchecked_theorems_and_require_complete(
     lists them; merged, the unchecked list and --require-complete's exit 3 are the
     unsharded audit's."""
     target = f"module:{write_module('scan.py', FIXED_SCAN)}"
-    args = ["audit", "--target", target, "--clause", "C3", "--budget", "1000",
+    # --base none: the file alone (by default a patch is laid over a base release).
+    args = ["audit", "--target", target, "--base", "none", "--clause", "C3", "--budget",
+            "1000",
             "--require-complete", "--quiet", "--jobs", "2"]
     whole = tmp_path / "whole.json"
     assert invoke([*args, "--json", str(whole)]).exit_code == 3
@@ -153,15 +156,15 @@ def test_the_units_keep_shared_walks_whole_and_cover_the_audit() -> None:
     # Every planned theorem in exactly one unit, every seed scenario once.
     assert sorted(i for u in units for i in u.theorems) == sorted(indices)
     scenarios = [u.scenario for u in units if u.scenario is not None]
+    # (No seed scenario on upstream code: they need a store horizon, which the audit no
+    # longer models from source text, issue 20; they are one unchecked line.)
     assert scenarios == list(range(len(engine.system_scenarios(binding, options))))
-    assert scenarios
     # Families walked in one pass stay in one unit (the store family and upstream's;
     # the lookup family and upstream's; C12's two).
     unit_of = {theorems[i].name: n for n, u in enumerate(units) for i in u.theorems}
-    for ours, theirs in (("offered-at-most-once", "upstream-store-offered-at-most-once"),
-                         ("lookup-is-maximal", "upstream-lookup-is-maximal"),
-                         ("no-lost-hits", "upstream-no-lost-hits"),
-                         ("stores-well-formed", "store-horizon")):
+    for ours, theirs in (("lookup-is-maximal", "upstream-lookup-is-maximal"),
+                         ("upstream-store-stores-well-formed",
+                          "upstream-store-store-horizon")):
         assert unit_of[ours] == unit_of[theirs], (ours, theirs)
     for unit in units:
         members = [theorems[i] for i in unit.theorems]
@@ -200,7 +203,6 @@ def test_a_shard_runs_only_its_units() -> None:
     found = {r["theorem"] if r["theorem"].startswith("system[")
              else f"{r['clause']}/{r['theorem']}" for r in run.rows}
     assert found == expected
-    assert any(name.startswith("system[") for name in expected)
     assert len(run.shard["row_keys"]) == len(run.rows)
 
 

@@ -29,10 +29,9 @@ def test_upstream_loop_on_a_preset_geometry() -> None:
         assert row["witness"]["geometry"]["groups"][0]["sliding_window"] == 4097
         assert "command-r7b bpc=1" in row["domain"]
     assert rows["load-window-exact"]["witness"]["values"]["sw"] == 4097
-    # the executable system's seed scenarios run on the preset too (C11 asks for them)
+    # The executable system's scenarios need a store horizon, which the audit no longer
+    # models from _build_store_jobs' text (issue 20): unchecked on upstream code, named.
     system = run_audit(binding, AuditOptions(clauses=["C11"], jobs=1, geometries=COMMAND_R))
-    names = {r["theorem"] for r in system.rows}
-    assert "system[command-r7b bpc=1 P=4113 resend]" in names
-    assert all(name.startswith("system[command-r7b bpc=1 ") for name in names)
-    lost = [r for r in system.rows if r["clause"] == "C4"]
-    assert lost and lost[0]["verdict"] == "COUNTEREXAMPLE"
+    assert not system.rows
+    unchecked = {u["theorem"]: u["reason"] for u in system.unchecked}
+    assert "store horizon is not modelled" in unchecked["system[seed scenarios]"]

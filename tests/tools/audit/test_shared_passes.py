@@ -97,9 +97,12 @@ def test_units_fuse_the_families_that_share_cases() -> None:
     units = engine._units(theorems, indices)
     families = [sorted({str(getattr(theorems[i], "family", "")) for i in unit})
                 for unit in units]
-    assert ["store", "upstream-store"] in families
+    # The store family over kvcontract's StoreTracker (and its C12 driver) needs a store
+    # horizon, never modelled from source text (issue 20): unchecked on upstream code,
+    # so upstream's executed store path is walked on its own.
+    assert ["upstream-store"] in families
     assert ["lookup", "upstream-lookup"] in families
-    assert ["end-to-end", "upstream-end-to-end"] in families
+    assert ["upstream-end-to-end"] in families
     assert sorted(i for unit in units for i in unit) == sorted(indices)
 
 
