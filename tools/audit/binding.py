@@ -84,7 +84,7 @@ ROLES: tuple[RoleSpec, ...] = (
              "multi-group lookup with convergence"),
     RoleSpec("store_jobs", (f"{SCHED_CLS}._build_store_jobs",), (SCHEDULER,),
              "store-job builder (executed by the upstream store path, tools/audit/store.py; "
-             "inspected for the catalogue's horizon)"),
+             "never read for a modelled horizon)"),
     RoleSpec("mamba_align", ("resolve_mamba_align_size",), (SCHEDULER,),
              "the Mamba alignment of the hit window (align cache mode)"),
     # What upstream's store path (_build_store_jobs) calls; executed by tools/audit/store.py.
