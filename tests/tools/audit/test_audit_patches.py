@@ -220,3 +220,24 @@ def test_upstream_bug_stays_a_crash(tmp_path: Path) -> None:
     assert {r["theorem"] for r in crashes} == {r["theorem"] for r in rows}
     assert all("IndexError" in r["message"] for r in crashes)
     assert any(r["impact"] == "crash" for r in crashes)
+
+
+def test_store_path_reading_what_group_config_lacks_is_unknown(
+        tmp_path: Path, release_033: Path) -> None:
+    """A fork's ``_build_store_jobs`` reads ``GroupConfig.is_scratch_group``, which the
+    stand-in lacks: the executed store path's theorems are UNKNOWN naming it, no crash."""
+    def scratch(qualname: str, text: str) -> str:
+        if not qualname.endswith("._build_store_jobs"):
+            return text
+        head, sep, body = text.partition(":\n")
+        return (head + sep + "    for scratch_config in self.config.kv_group_configs:\n"
+                "        if scratch_config.is_scratch_group:\n"
+                "            return {}\n" + body)
+
+    patch = restate_release(release_033 / "vllm", tmp_path / "scratch.py", scratch)
+    report = _audit(f"module:{patch}@base=vllm:{release_033}", ("C9",))
+    rows = [r for r in report["results"] if r["theorem"].startswith("upstream-store-")]
+    assert rows and all(r["verdict"] == "UNKNOWN" for r in rows), rows
+    assert all("GroupConfig" in r["message"] and "is_scratch_group" in r["message"]
+               for r in rows)
+    assert not [r for r in report["results"] if r.get("impact") == "crash"]
