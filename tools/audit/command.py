@@ -138,6 +138,7 @@ def run_audit_command(
     verbose: bool = False,
     costs: bool = True,
     report_file: str | None = None,
+    live: bool = False,
 ) -> dict[str, Any]:
     """Bind, check, compare and print; returns the versioned report (with ``exit_code``).
 
@@ -156,7 +157,8 @@ def run_audit_command(
     compare a whole run, so they are refused with it. ``verbose`` prints the bindings and
     the theorem table after the summary; ``costs`` measures each defect on the model
     presets (``--catalogue-only`` turns it off); ``report_file`` is the JSON report's
-    path, which the defects' commands name."""
+    path, which the defects' commands name; ``live`` replays each defect's lost hits on
+    the installed vLLM (:mod:`kvcontract.tools.audit.live_stage`)."""
     if shard is not None:
         _check_shard_options(baseline, only_new, findings_baseline, write_baseline)
     options = _options(clauses, call_timeout, budget, jobs, geometries, shard)
@@ -171,7 +173,7 @@ def run_audit_command(
                       picture_dir=picture_dir, only_new=only_new,
                       findings_baseline=findings_baseline, write_baseline=write_baseline,
                       require_complete=require_complete, verbose=verbose, costs=costs,
-                      report_file=report_file)
+                      report_file=report_file, live=live)
 
 
 def _check_shard_options(baseline: str | Target | None, only_new: bool,
@@ -209,7 +211,7 @@ def _audit(console: Console, resolved: Target, resolved_baseline: Target | None,
            reproducer_dir: str | None, picture_dir: str | None, only_new: bool,
            findings_baseline: FindingsBaseline | None, write_baseline: str | None,
            require_complete: bool, verbose: bool = False, costs: bool = True,
-           report_file: str | None = None) -> dict[str, Any]:
+           report_file: str | None = None, live: bool = False) -> dict[str, Any]:
     binding = bind(resolved)
     if verbose and not quiet:
         print_bindings(console, build_report(binding, AuditRun([], [], 0.0)))
@@ -237,6 +239,10 @@ def _audit(console: Console, resolved: Target, resolved_baseline: Target | None,
         cost_defects(binding, report, options)
     elif not costs:
         report["notes"].append("defects not costed on the model presets (--catalogue-only)")
+    if live:
+        from kvcontract.tools.audit.live_stage import confirm_defects
+
+        confirm_defects(report, options)
     apply_gate(report, fail_on, only_new, findings_baseline, write_baseline,
                require_complete)
     if options.geometries:

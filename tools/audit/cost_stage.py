@@ -51,15 +51,12 @@ def patched_implementation(binding: Binding, cause: Mapping[str, Any]) -> Implem
 
 
 def _filled(binding: Binding) -> Implementation:
-    """The bound implementation with every field the release could not be bound for (a
-    store horizon upstream computes inside ``_build_store_jobs``) the reference's, on
-    both sides of a measurement alike, so they can run at all and differ only in the
-    defect's root cause."""
-    impl = binding.implementation
-    assert impl is not None
-    unbound = {f: getattr(REFERENCE, f) for f in binding.missing_fields
-               if hasattr(REFERENCE, f)}
-    return dataclasses.replace(impl, **unbound) if unbound else impl
+    """:func:`~kvcontract.tools.audit.root_cause.filled_implementation`: both sides of a
+    measurement alike, so they can run at all and differ only in the root cause."""
+    from kvcontract.tools.audit.root_cause import filled_implementation
+
+    filled: Implementation = filled_implementation(binding)
+    return filled
 
 
 def _not_costed(defect: Mapping[str, Any]) -> str:

@@ -286,6 +286,7 @@ def _lost_hit_row(target: _Target, bound: Implementation, patched: Implementatio
     tokens_lost = hit_bound = hit_patched = promised = prompt_sum = 0
     excluded: list[str] = []
     measured = 0
+    first_lost: dict[str, int] | None = None
     shared = _same_store_path(bound, patched)
     for prompt in lengths:
         case = resend_case(target.label, target.geometry, prompt)
@@ -301,6 +302,8 @@ def _lost_hit_row(target: _Target, bound: Implementation, patched: Implementatio
             continue
         measured += 1
         lost += bad.hit < good.hit
+        if bad.hit < good.hit and first_lost is None:
+            first_lost = {"prompt": prompt, "hit_bound": bad.hit, "hit_patched": good.hit}
         tokens_lost += max(0, good.hit - bad.hit)
         hit_bound += bad.hit
         hit_patched += good.hit
@@ -317,6 +320,10 @@ def _lost_hit_row(target: _Target, bound: Implementation, patched: Implementatio
         "mean_promised": promised / measured,
         "share_of_hit_lost": tokens_lost / hit_patched if hit_patched else 0.0,
         "mean_prompt": prompt_sum / measured,
+        # The first resend that loses, with its geometry: what `audit --live` replays
+        # on vLLM itself.
+        "example": ({**first_lost, "geometry": target.geometry.to_dict()}
+                    if first_lost else None),
         **_excluded(excluded),
     })
     return row

@@ -61,6 +61,10 @@ MIN_TIMEOUT = 0.001
 @click.option("--quiet", is_flag=True, help="no tables, only the summary line")
 @click.option("--verbose", "-v", is_flag=True,
               help="after the summary, the bindings, the theorem table and every witness")
+@click.option("--live", is_flag=True,
+              help="replay each defect's lost hits on the installed vLLM's own scheduler "
+                   "and connector (confirmed / not reproduced / not replayable; needs the "
+                   "[live] extra and vLLM: `kvcontract live --check`)")
 @click.option("--catalogue-only", "catalogue_only", is_flag=True,
               help="do not measure each defect's cost on the model presets (the fast path: "
                    "the catalogue's theorems only)")
@@ -78,7 +82,8 @@ MIN_TIMEOUT = 0.001
 def audit(target: str, base_release: str | None, baseline: str | None,
           clauses: tuple[str, ...], json_path: str | None,
           timeout: float, budget: int, jobs: int | None, reproducer_dir: str | None,
-          picture_dir: str | None, quiet: bool, verbose: bool, catalogue_only: bool,
+          picture_dir: str | None, quiet: bool, verbose: bool, live: bool,
+          catalogue_only: bool,
           require_complete: bool,
           shard_text: str | None, models: tuple[str, ...],
           geometry_files: tuple[str, ...], bpcs: tuple[int, ...],
@@ -176,7 +181,7 @@ def audit(target: str, base_release: str | None, baseline: str | None,
             to_stderr=to_stderr, geometries=scope, only_new=only_new,
             findings_baseline=findings_baseline, write_baseline=write_baseline,
             require_complete=require_complete, shard=shard, verbose=verbose,
-            costs=not catalogue_only, report_file=json_path,
+            costs=not catalogue_only, report_file=json_path, live=live,
         )
     emit_reports(data, pairs)
     sys.exit(int(data["exit_code"]))

@@ -42,6 +42,9 @@ def _defects_section(report: Mapping[str, Any], defects: list[Any]) -> list[str]
     for number, d in enumerate(defects, 1):
         where = ", ".join(f"`{loc['display']}`" for loc in d.get("locations", [])) or "-"
         impact = "latent" if d["latent"] else f"**{d['impact']}**"
+        live = d.get("live")
+        if isinstance(live, Mapping):
+            impact += f" (live: {live['status']})"
         out.append(f"| {number} | {impact} | {_md_cell(d['title'], 120)} `{d['id']}` | "
                    f"{_md_cell(cost_line(d) or '-', 200)} | {' '.join(d['clauses'])} | "
                    f"{where} | {_md_cell(d['witness']['line'], 200)} |")

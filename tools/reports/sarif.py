@@ -63,7 +63,7 @@ def _defect_results(report: Mapping[str, Any], normalized: Mapping[str, Any],
             "clauses": defect["clauses"], "witness": defect["witness"],
             "findings": defect["findings"],
         }
-        for key in ("cost", "delay"):
+        for key in ("cost", "delay", "crash", "live"):
             if defect.get(key):
                 properties[key] = defect[key]
         result: dict[str, Any] = {

@@ -113,6 +113,15 @@ def defect_block(number: int, defect: Mapping[str, Any]) -> list[Line]:
         lines += [(line, "") for line in wrapped(f"    {label}: {cost}", indent)]
     lines += [(line, "") for line in wrapped(f"    witness: {defect['witness']['line']}",
                                              " " * 13)]
+    live = defect.get("live")
+    if isinstance(live, Mapping):
+        text = f"    live: {live['status']}"
+        detail = live.get("text") or live.get("why")
+        if detail:
+            text += f" on vLLM {live['vllm']}: {detail}" if live.get("vllm") else f": {detail}"
+        style = {"confirmed": "bold red", "not reproduced": "bold yellow"}.get(
+            str(live["status"]), "")
+        lines += [(line, style) for line in wrapped(text, " " * 10)]
     lines += [(f"    at {loc['display']}", "") for loc in defect.get("locations", [])[:2]]
     command = defect.get("explain")
     if command:
