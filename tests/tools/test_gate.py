@@ -462,19 +462,29 @@ def get_sliding_window_size_in_chunks(kv_cache_spec, tokens_per_chunk):
                     tokens_per_chunk)
     return None
 '''
-FAST_AUDIT = ["--clause", "C4", "--budget", "1000", "--jobs", "2", "--quiet"]
+FAST = ["--clause", "C4", "--budget", "1000", "--jobs", "2", "--quiet"]
+FAST_AUDIT = [*FAST, "--base", "0.33.0"]
+"""A patch laid over the 0.33.0 release: every function it does not define is 0.33.0's."""
 
 
 def test_require_complete(tmp_path: Path) -> None:
-    """A patch that defines one function checks one of C4's theorems: it passes, unless
-    --require-complete asks for every theorem (exit 3; a finding still wins, exit 1)."""
+    """A patch that defines one function, alone (``--base none``), checks nothing of C4:
+    the other functions its theorems read are not upstream code anyone gave (exit 3).
+    Over its base release every C4 theorem runs: the exact window passes, with or
+    without --require-complete; upstream's first window term alone fails (exit 1)."""
     exact = tmp_path / "exact.py"
     exact.write_text(WINDOW_EXACT)
+    _ok(invoke(["audit", "--target", f"module:{exact}", *FAST, "--base", "none",
+                "--json", str(tmp_path / "alone.json")]), 3)
+    alone = json.loads((tmp_path / "alone.json").read_text())
+    assert alone["results"] == [] and alone["unchecked"]
     _ok(invoke(["audit", "--target", f"module:{exact}", *FAST_AUDIT,
                 "--json", str(tmp_path / "r.json")]), 0)
     report = json.loads((tmp_path / "r.json").read_text())
-    assert len(report["results"]) == 1 and report["unchecked"]
-    _ok(invoke(["audit", "--target", f"module:{exact}", *FAST_AUDIT, "--require-complete"]), 3)
+    verdicts = {r["theorem"]: r["verdict"] for r in report["results"]}
+    assert verdicts["window-exact"] == verdicts["load-window-exact"] == "PROVED"
+    assert report["unchecked"] == []
+    _ok(invoke(["audit", "--target", f"module:{exact}", *FAST_AUDIT, "--require-complete"]), 0)
     wrong = tmp_path / "wrong.py"
     wrong.write_text(WINDOW_IGNORING_E)
     _ok(invoke(["audit", "--target", f"module:{wrong}", *FAST_AUDIT, "--require-complete"]), 1)

@@ -438,7 +438,8 @@ def git_baseline_target(spec: str, target: Target, into: Path) -> GitTarget:
             if shown.returncode == 0:
                 (package_dir / "_version.py").write_bytes(shown.stdout)
                 version = _version_of(package_dir)
+    # A patch laid over a base release is compared with its revision over the same base.
     return GitTarget(spec=f"{GIT_PREFIX}{ref}", kind=target.kind,
                      name=f"{target.name}@{ref}", package_dir=package_dir,
                      files=tuple(written), version=version, ref=ref, commit=commit,
-                     original=target.display())
+                     original=target.display(), base=target.base)

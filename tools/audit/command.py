@@ -233,12 +233,17 @@ def _audit(console: Console, resolved: Target, resolved_baseline: Target | None,
     from kvcontract.tools.audit.defects import add_commands
 
     add_commands(report["defects"], report["target"], report_file)  # name the JSON file
-    if costs and options.shard is None:
+    if costs and options.shard is None and resolved.kind != "builtin":
         from kvcontract.tools.audit.cost_stage import cost_defects
 
         cost_defects(binding, report, options)
     elif not costs:
         report["notes"].append("defects not costed on the model presets (--catalogue-only)")
+    elif resolved.kind == "builtin":
+        # As `prove` on the same implementation: the costs are upstream code's, on the
+        # presets (`benchmarks/lost_hits.py` measures the built-in ones).
+        report["notes"].append("defects of a built-in implementation are not costed on "
+                               "the model presets (benchmarks/lost_hits.py measures them)")
     if live:
         from kvcontract.tools.audit.live_stage import confirm_defects
 

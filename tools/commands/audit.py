@@ -132,8 +132,6 @@ def audit(target: str, base_release: str | None, baseline: str | None,
                              "--shard: run the baseline comparison unsharded")
     resolved = resolve_target(target, base=AUTO if base_release is None else base_release)
     target = resolved.spec  # names the base it is laid over (``...@base=vllm:ROOT``)
-    for note in resolved.notes:
-        click.echo(f"note: {note}", err=True)
     if baseline is not None and not is_git_baseline(baseline):
         # A baseline patch is laid over the same base as the target.
         baseline = resolve_target(baseline, base=(
@@ -166,6 +164,9 @@ def audit(target: str, base_release: str | None, baseline: str | None,
             tree = Path(stack.enter_context(
                 tempfile.TemporaryDirectory(prefix="kvcontract-git-")))
             base = git_baseline_target(baseline, resolved, tree)
+        # Every input is valid: what the target is laid over (a usage error stays one line).
+        for note in resolved.notes:
+            click.echo(f"note: {note}", err=True)
         to_stderr = any(path is None for _, path in pairs)
         if scope and not quiet:
             from kvcontract.tools.commands._common import make_console

@@ -158,9 +158,8 @@ def summary_lines(report: Mapping[str, Any]) -> list[Line]:
         lines.append((f"{len(report['unchecked'])} theorems not checked (--verbose lists "
                       "them)", "yellow"))
     if defects and report.get("command") == "audit":
-        lines += [("", ""),
-                  ("reproducers: add --reproducers DIR (a pytest file per finding)", ""),
-                  ("details: --verbose (bindings, theorem table, every witness)", "")]
+        lines.append(("details: --verbose; a pytest reproducer per finding: --reproducers "
+                      "DIR", ""))
     elif defects:
         lines += [("", ""), ("reproducers: " + str(defects[0].get("reproduce", "")), "")]
     return lines
