@@ -207,7 +207,7 @@ def audit_reproducers(report: Mapping[str, Any], bound: Any
     own reproducer (:func:`kvcontract.api.replay_audit` on the upstream functions; the
     ``KVCONTRACT_AUDIT_TARGET`` environment variable re-points it), with this module's
     marker first so that ``gen-tests`` replaces it on the next run."""
-    from kvcontract.tools.audit.reproduce import find_theorem, reproducer_source
+    from kvcontract.tools.audit.reproduce import decoded_theorem, reproducer_source
     from kvcontract.tools.reports import normalize
 
     normalized = normalize(report)
@@ -230,11 +230,7 @@ def audit_reproducers(report: Mapping[str, Any], bound: Any
                 "system, not one check: rerun `kvcontract audit` to replay it")))
             continue
         try:
-            theorem = find_theorem(theorem_id, bound)
-            if isinstance(theorem, FormulaProperty):
-                theorem.decode(witness)
-            else:
-                theorem.space.decode(witness)
+            decoded_theorem(theorem_id, witness, bound)
         except (UsageError, WitnessError, UnknownPropertyError) as exc:
             skipped.append(Skipped(theorem_id, f"cannot be replayed on {report['target']}: "
                                                f"{exc}"))

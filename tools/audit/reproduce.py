@@ -43,6 +43,22 @@ def find_theorem(theorem_id: str, bound: binding_mod.Binding | None = None) -> P
     raise UsageError(f"unknown theorem {theorem_id!r}")
 
 
+def decoded_theorem(theorem_id: str, witness: Any,
+                    bound: binding_mod.Binding | None = None) -> Property:
+    """The audit's theorem of that id on ``bound`` code (:func:`find_theorem`), once its
+    codec has decoded ``witness``: what ``gen-tests`` and ``explain`` check before they
+    replay an audit report. Raises ``UsageError``, ``WitnessError`` or
+    ``UnknownPropertyError`` naming what does not fit."""
+    from kvcontract.spec.properties import FormulaProperty
+
+    theorem = find_theorem(theorem_id, bound)
+    if isinstance(theorem, FormulaProperty):
+        theorem.decode(witness)
+    else:
+        theorem.space.decode(witness)
+    return theorem
+
+
 def case_from_json(theorem: CaseProperty, witness: dict[str, Any]) -> Any:
     """Rebuild a case property's case from the witness of a report (its space's codec)."""
     return theorem.space.decode(witness)

@@ -234,7 +234,6 @@ def _check_upstream_witnesses(report_path: str, rows: list[Mapping[str, Any]],
     """Each witness of an audit report of upstream code is one of the audit's theorems
     on that code and decodes (else an input error naming the file and the theorem)."""
     from kvcontract.errors import InputFileError, UnknownPropertyError, WitnessError
-    from kvcontract.spec.properties import FormulaProperty
 
     for row in rows:
         witness = row.get("witness")
@@ -243,11 +242,9 @@ def _check_upstream_witnesses(report_path: str, rows: list[Mapping[str, Any]],
                 "arith", "exhaustive"):
             continue  # scene_from_result says why it has no picture
         try:
-            theorem = _theorem(theorem_id, bound)
-            if isinstance(theorem, FormulaProperty):
-                theorem.decode(witness)
-            else:
-                theorem.space.decode(witness)
+            from kvcontract.tools.audit.reproduce import decoded_theorem
+
+            decoded_theorem(theorem_id, witness, bound)
         except (UsageError, WitnessError, UnknownPropertyError) as exc:
             raise InputFileError(report_path, f"{theorem_id}: cannot be replayed on "
                                               f"{bound.target.spec}: {exc}") from None
