@@ -35,7 +35,7 @@ import json
 import pprint
 import re
 import textwrap
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -165,14 +165,13 @@ def _replayable(theorem_id: str, witness: Mapping[str, Any]) -> str | None:
 
 
 # -- public API -------------------------------------------------------------------------
-def reproducers(report: Mapping[str, Any]) -> tuple[list[GeneratedTest], list[Skipped]]:
-    """One test per COUNTEREXAMPLE of a ``prove`` report (normalized by tools/reports)."""
-    from kvcontract.tools.reports import normalize
-
-    normalized = normalize(report)
-    target = normalized["target"]
-    tests: list[GeneratedTest] = []
-    skipped: list[Skipped] = []
+def _checks(normalized: Mapping[str, Any], skipped: list[Skipped],
+            one_check: Callable[[Any], bool], how: str,
+            ) -> Iterator[tuple[Mapping[str, Any], str, Mapping[str, Any]]]:
+    """``(result, theorem id, witness)`` of each counterexample of a normalized report
+    that can become one test; a result without a witness, or whose witness kind is a
+    program of the executable system (``one_check`` false), goes to ``skipped`` saying
+    ``how`` to replay it instead."""
     for result in normalized["results"]:
         if result["verdict"] != "COUNTEREXAMPLE":
             continue
@@ -181,12 +180,25 @@ def reproducers(report: Mapping[str, Any]) -> tuple[list[GeneratedTest], list[Sk
         if not witness:
             skipped.append(Skipped(theorem_id, "the result carries no witness"))
             continue
-        if witness.get("kind") in ("fuzz", "system"):
+        if not one_check(witness.get("kind")):
             skipped.append(Skipped(theorem_id, (
                 f"a witness of kind {witness.get('kind')!r} is a program of the executable "
-                "system, not one check: replay it with `kvcontract fuzz` (or rerun the "
-                "audit)")))
+                f"system, not one check: {how}")))
             continue
+        yield result, theorem_id, witness
+
+
+def reproducers(report: Mapping[str, Any]) -> tuple[list[GeneratedTest], list[Skipped]]:
+    """One test per COUNTEREXAMPLE of a ``prove`` report (normalized by tools/reports)."""
+    from kvcontract.tools.reports import normalize
+
+    normalized = normalize(report)
+    target = normalized["target"]
+    tests: list[GeneratedTest] = []
+    skipped: list[Skipped] = []
+    for result, theorem_id, witness in _checks(
+            normalized, skipped, lambda kind: kind not in ("fuzz", "system"),
+            "replay it with `kvcontract fuzz` (or rerun the audit)"):
         reason = _replayable(theorem_id, witness)
         if reason is not None:
             skipped.append(Skipped(theorem_id, reason))
@@ -216,19 +228,9 @@ def audit_reproducers(report: Mapping[str, Any], bound: Any
             or report["target"]}
     tests: list[GeneratedTest] = []
     skipped: list[Skipped] = []
-    for result in normalized["results"]:
-        if result["verdict"] != "COUNTEREXAMPLE":
-            continue
-        theorem_id = result["id"]
-        witness = result["witness"]
-        if not witness:
-            skipped.append(Skipped(theorem_id, "the result carries no witness"))
-            continue
-        if witness.get("kind") not in ("arith", "exhaustive"):
-            skipped.append(Skipped(theorem_id, (
-                f"a witness of kind {witness.get('kind')!r} is a program of the executable "
-                "system, not one check: rerun `kvcontract audit` to replay it")))
-            continue
+    for result, theorem_id, witness in _checks(
+            normalized, skipped, lambda kind: kind in ("arith", "exhaustive"),
+            "rerun `kvcontract audit` to replay it"):
         try:
             decoded_theorem(theorem_id, witness, bound)
         except (UsageError, WitnessError, UnknownPropertyError) as exc:
