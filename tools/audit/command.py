@@ -229,10 +229,7 @@ def _audit(console: Console, resolved: Target, resolved_baseline: Target | None,
 
         comparison["defects"] = compare_defects(group_defects(base_run.rows),
                                                 group_defects(run.rows))
-    report: dict[str, Any] = build_report(binding, run, comparison, fail_on)
-    from kvcontract.tools.audit.defects import add_commands
-
-    add_commands(report["defects"], report["target"], report_file)  # name the JSON file
+    report: dict[str, Any] = build_report(binding, run, comparison, fail_on, report_file)
     if costs and options.shard is None and resolved.kind != "builtin":
         from kvcontract.tools.audit.cost_stage import cost_defects
 

@@ -21,6 +21,7 @@ from typing import Any
 from kvcontract.impl.bundle import Implementation
 from kvcontract.impl.variants import REFERENCE
 from kvcontract.tools.audit.binding import Binding
+from kvcontract.tools.audit.root_cause import filled_implementation
 from kvcontract.vocabulary import Impact
 
 COSTED = frozenset({Impact.LOST_HIT.value, Impact.WASTE.value})
@@ -45,18 +46,9 @@ def patched_implementation(binding: Binding, cause: Mapping[str, Any]) -> Implem
         # The fixed side is a counterfactual: a field the release could not be bound for
         # (e.g. a store horizon upstream computes inside _build_store_jobs) is the
         # reference's there too, so the fixed side can run at all.
-        return dataclasses.replace(_filled(binding), **{f: getattr(REFERENCE, f)
+        return dataclasses.replace(filled_implementation(binding), **{f: getattr(REFERENCE, f)
                                                          for f in fields})
     return None
-
-
-def _filled(binding: Binding) -> Implementation:
-    """:func:`~kvcontract.tools.audit.root_cause.filled_implementation`: both sides of a
-    measurement alike, so they can run at all and differ only in the root cause."""
-    from kvcontract.tools.audit.root_cause import filled_implementation
-
-    filled: Implementation = filled_implementation(binding)
-    return filled
 
 
 def _not_costed(defect: Mapping[str, Any]) -> str:
@@ -99,7 +91,7 @@ def _cost_job(binding: Binding, defect: Mapping[str, Any]) -> dict[str, Any]:
     cause = defect.get("root_cause") or {}
     patched = patched_implementation(binding, cause)
     bound_store, patched_store, path = _store_runners(binding, cause)
-    impl = binding.implementation if bound_store is not None else _filled(binding)
+    impl = binding.implementation if bound_store is not None else filled_implementation(binding)
     assert impl is not None
     if patched is None:
         return {"impact": defect["impact"], "summary": _not_costed(defect), "rows": []}

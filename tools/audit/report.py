@@ -43,7 +43,8 @@ def exit_code(report: dict[str, Any],
 
 def build_report(binding: Binding, run: AuditRun,
                  comparison: dict[str, Any] | None = None,
-                 fail_on: frozenset[Impact] = DEFAULT_FAIL_ON) -> dict[str, Any]:
+                 fail_on: frozenset[Impact] = DEFAULT_FAIL_ON,
+                 report_file: str | None = None) -> dict[str, Any]:
     target = binding.target
     report: dict[str, Any] = {
         "version": 1,
@@ -67,7 +68,7 @@ def build_report(binding: Binding, run: AuditRun,
     }
     from kvcontract.tools.audit.defects import attach_defects
 
-    attach_defects(report)
+    attach_defects(report, report_file)  # the defects' commands name the JSON file
     if comparison is not None:
         report["comparison"] = comparison
     if run.shard is not None:

@@ -35,6 +35,7 @@ import itertools
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from kvcontract.impl.bundle import Implementation
 from kvcontract.impl.variants import REFERENCE
 from kvcontract.spec.properties import CaseProperty, Property
 from kvcontract.tools.audit.binding import (
@@ -157,7 +158,7 @@ def _fails(theorem: Property, binding: Binding, witness: Any) -> bool:
     return engine_fails(theorem, impl, witness)
 
 
-def filled_implementation(binding: Binding) -> Any:
+def filled_implementation(binding: Binding) -> Implementation:
     """The bound implementation with every field the release could not be bound for (a
     store horizon upstream computes inside ``_build_store_jobs``) the reference's: what
     lets kvcontract's drivers run over the release's primitives at all. Used only to
