@@ -170,18 +170,24 @@ StoreRunner = Callable[[StoreCase], StoreRun]
 """A producer's store path run as a whole (upstream's executed ``_build_store_jobs``:
 ``tools/audit/store.make_store_runner``) instead of kvcontract's over the bundle."""
 
-_RUNNERS: dict[int, StoreRunner] = {}
-"""The store path each side of the measurement in progress runs (:func:`defect_cost`'s
-``bound_store``/``patched_store``), by the side's implementation."""
+@dataclass(frozen=True)
+class _Side:
+    """One side of a measurement: its bundle and, when given, the store path its
+    producer runs as a whole (:data:`StoreRunner`) instead of kvcontract's over the
+    bundle; the consumer's lookup is the bundle's either way."""
+
+    impl: Implementation
+    store: StoreRunner | None = None
 
 
-def _same_store_path(bound: Implementation, patched: Implementation) -> bool:
-    if _RUNNERS.get(id(bound)) is not _RUNNERS.get(id(patched)):
+def _same_store_path(bound: _Side, patched: _Side) -> bool:
+    if bound.store is not patched.store:
         return False
-    return all(getattr(bound, name) is getattr(patched, name) for name in STORE_PATH_FIELDS)
+    return all(getattr(bound.impl, name) is getattr(patched.impl, name)
+               for name in STORE_PATH_FIELDS)
 
 
-def _points(case: EndToEndCase, bound: Implementation, patched: Implementation,
+def _points(case: EndToEndCase, bound: _Side, patched: _Side,
             shared: bool) -> tuple[ResendPoint | str, ResendPoint | str]:
     """The resend on ``patched`` and on ``bound`` (a failure as its reason); with
     ``shared`` (:func:`_same_store_path`) one run of the producer serves both."""
@@ -203,17 +209,17 @@ def _excluded(reasons: list[str]) -> dict[str, Any]:
     return {"excluded": len(reasons), "excluded_reasons": reasons[:EXCLUDED_SHOWN]}
 
 
-def _point(case: EndToEndCase, impl: Implementation,
+def _point(case: EndToEndCase, side: _Side,
            run: StoreRun | None = None) -> ResendPoint | str:
-    if run is None and id(impl) in _RUNNERS:
-        found = _store(case.producer, impl)
+    if run is None and side.store is not None:
+        found = _store(case.producer, side)
         if isinstance(found, str):
             return found
         run = found
     try:
-        return resend_point(case, impl, run)
+        return resend_point(case, side.impl, run)
     except Exception as exc:  # an implementation's failure is a reason, not a crash here
-        return f"{impl.name} raises {type(exc).__name__}: {exc}"
+        return f"{side.impl.name} raises {type(exc).__name__}: {exc}"
 
 
 # -- one memo for both sides -------------------------------------------------------------
@@ -280,7 +286,7 @@ def _remembered_pair(bound: Implementation,
 
 
 # -- lost hits ----------------------------------------------------------------------------
-def _lost_hit_row(target: _Target, bound: Implementation, patched: Implementation,
+def _lost_hit_row(target: _Target, bound: _Side, patched: _Side,
                   lengths: Sequence[int], retention: int | None) -> dict[str, Any] | str:
     lost = 0
     tokens_lost = hit_bound = hit_patched = promised = prompt_sum = 0
@@ -386,15 +392,15 @@ def _producers(target: _Target, prompt: int) -> list[StoreCase]:
     return found
 
 
-def _store(case: StoreCase, impl: Implementation) -> StoreRun | str:
-    runner = _RUNNERS.get(id(impl))
+def _store(case: StoreCase, side: _Side) -> StoreRun | str:
     try:
-        return runner(case) if runner is not None else simulate_store_case(case, impl)
+        return (side.store(case) if side.store is not None
+                else simulate_store_case(case, side.impl))
     except Exception as exc:  # an implementation's failure is a reason, not waste
-        return f"{impl.name} raises {type(exc).__name__}: {exc}"
+        return f"{side.impl.name} raises {type(exc).__name__}: {exc}"
 
 
-def _waste_row(target: _Target, bound: Implementation, patched: Implementation,
+def _waste_row(target: _Target, bound: _Side, patched: _Side,
                lengths: Sequence[int], retention: int | None) -> dict[str, Any] | str:
     geometry = target.geometry
     counts = list(geometry.extra.get("group_counts") or [1] * len(geometry.groups))
@@ -454,12 +460,13 @@ def _waste_phrases(row: Mapping[str, Any]) -> list[str]:
 
 
 # -- delay --------------------------------------------------------------------------------
-def _pending_lookup(case: StoreCase, impl: Implementation) -> int | str | None:
+def _pending_lookup(case: StoreCase, side: _Side) -> int | str | None:
     """The resend's hit while ``impl``'s last store of the producer is in flight (its
     last non-empty offer per group HIT_PENDING, earlier offers HIT); None: deferred."""
-    run = _store(case, impl)
+    run = _store(case, side)
     if isinstance(run, str):
         return run
+    impl = side.impl
     states: list[dict[int, LookupResult]] = []
     for tracker in run.trackers:
         group: dict[int, LookupResult] = {k: HIT for k in offered_chunks(tracker)}
@@ -478,7 +485,7 @@ def _pending_lookup(case: StoreCase, impl: Implementation) -> int | str | None:
     return hit
 
 
-def _delay_row(target: _Target, bound: Implementation, patched: Implementation,
+def _delay_row(target: _Target, bound: _Side, patched: _Side,
                lengths: Sequence[int], retention: int | None) -> dict[str, Any] | str:
     requests = deferred = 0
     served = 0
@@ -652,7 +659,7 @@ def crash_of_row(row: Mapping[str, Any]) -> dict[str, Any]:
             "error": error, "tokens": tokens}
 
 
-def _crash_row(target: _Target, bound: Implementation, patched: Implementation,
+def _crash_row(target: _Target, bound: _Side, patched: _Side,
                lengths: Sequence[int], retention: int | None) -> dict[str, Any] | str:
     crashes = 0
     measured = 0
@@ -692,7 +699,7 @@ def _crash_phrases(row: Mapping[str, Any]) -> list[str]:
 
 
 # -- the entry point ----------------------------------------------------------------------
-_Measure = Callable[[_Target, Implementation, Implementation, Sequence[int], int | None],
+_Measure = Callable[[_Target, _Side, _Side, Sequence[int], int | None],
                     dict[str, Any] | str]
 _MEASURES: dict[Impact, tuple[_Measure, str, Callable[[Mapping[str, Any]], list[str]]]] = {
     Impact.LOST_HIT: (_lost_hit_row, "lost_rate", _lost_hit_phrases),
@@ -811,26 +818,22 @@ def defect_cost(bound: Implementation, patched: Implementation, impact: str, *,
     unaffected: list[str] = []
     checked = 0
     same = bound == patched and bound_store is patched_store
-    bound, patched = _remembered_pair(bound, patched)
-    for side, runner in ((bound, bound_store), (patched, patched_store)):
-        if runner is not None:
-            _RUNNERS[id(side)] = runner
-    try:
-        for target in targets:
-            if same:
-                row: dict[str, Any] | str = {rate: 0.0}
-            else:
-                row = measure(target, bound, patched, prompts, retention)
-            if isinstance(row, str):
-                skipped.append(row)
-                continue
-            checked += 1
-            if row[rate] > 0:
-                rows.append(row)
-            else:
-                unaffected.append(target.label)
-    finally:
-        _RUNNERS.clear()
+    remembered_bound, remembered_patched = _remembered_pair(bound, patched)
+    bound_side = _Side(remembered_bound, bound_store)
+    patched_side = _Side(remembered_patched, patched_store)
+    for target in targets:
+        if same:
+            row: dict[str, Any] | str = {rate: 0.0}
+        else:
+            row = measure(target, bound_side, patched_side, prompts, retention)
+        if isinstance(row, str):
+            skipped.append(row)
+            continue
+        checked += 1
+        if row[rate] > 0:
+            rows.append(row)
+        else:
+            unaffected.append(target.label)
     rows.sort(key=lambda r: tuple(-x for x in _WORST[kind](r)))
     affected = {r["preset"] for r in rows}
     measured_presets = {t.preset for t in targets}

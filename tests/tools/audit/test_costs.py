@@ -23,6 +23,7 @@ from kvcontract.tools.audit.costs import (
     SUMMARY_WIDTH,
     CostBudget,
     _points,
+    _Side,
     block_bytes,
     crash_of_row,
     defect_cost,
@@ -110,8 +111,8 @@ def test_shared_store_run_changes_nothing() -> None:
     patched = _window_patched(UPSTREAM)
     for prompt in prompt_lengths(4096, 12000, 4):
         case = resend_case("command-r7b bpc=4", geometry, prompt)
-        assert _points(case, UPSTREAM, patched, True) == _points(case, UPSTREAM, patched,
-                                                                  False)
+        bound, fixed = _Side(UPSTREAM), _Side(patched)
+        assert _points(case, bound, fixed, True) == _points(case, bound, fixed, False)
 
 
 def test_released_window_formula() -> None:
