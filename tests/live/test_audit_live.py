@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from conftest import _FOUND, needs_eagle_planning, needs_vllm
+from tests.live.conftest import _FOUND, needs_eagle_planning, needs_vllm
 
 from kvcontract.spec.geometry import Geometry, GroupSpec
 from kvcontract.spec.properties.end_to_end import resend_case

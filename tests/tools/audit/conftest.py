@@ -16,123 +16,21 @@ from pathlib import Path
 
 import pytest
 
-from kvcontract.tools.audit.wheels import FetchError, fetch_release
-
-DEFAULT_RELEASES = ("0.29.0", "0.33.0")
-SLOW_RELEASES = ("0.28.0", "0.30.0", "0.31.0", "0.32.0")
-
-_TREES: dict[str, Path | str] = {}
-
-
-def release_tree(version: str) -> Path:
-    """The unpacked tree of a release, or skip the test saying why it is unavailable."""
-    if version not in _TREES:
-        try:
-            _TREES[version] = fetch_release(version)
-        except FetchError as exc:
-            _TREES[version] = str(exc)
-    found = _TREES[version]
-    if isinstance(found, str):
-        pytest.skip(f"vLLM {version} is not available (registry unreachable?): {found}")
-    return found
-
-
-def release_params() -> list[object]:
-    return [*DEFAULT_RELEASES,
-            *(pytest.param(v, marks=pytest.mark.slow) for v in SLOW_RELEASES)]
-
-
-# -- small files with upstream names (our own code, written from the documented logic) --
-STALE_PENDING_SCAN = '''
-def _sliding_window_lookup(self, keys, sliding_window_size, req_context):
-    """Right-to-left run search whose pending mark survives a MISS (the old defect)."""
-    deferred = False
-    run = 0
-    for position in reversed(range(len(keys))):
-        state = self.manager.lookup(keys[position], req_context)
-        if state == LookupResult.MISS:
-            run = 0
-            continue
-        if state == LookupResult.RETRY:
-            deferred = True
-            run = 0
-            continue
-        if state == LookupResult.HIT_PENDING:
-            deferred = True
-        run += 1
-        if run == sliding_window_size:
-            return None if deferred else position + run
-    return None if deferred else run
-'''
-
-FIXED_SCAN = '''
-def _sliding_window_lookup(self, keys, sliding_window_size, req_context,
-                           initial_window_size=None):
-    """Right-to-left run search; a pending mark belongs to its run only."""
-    sticky_defer = False
-    run_pending = False
-    run = 0
-    needed = initial_window_size or sliding_window_size
-    for position in reversed(range(len(keys))):
-        state = self.manager.lookup(keys[position], req_context)
-        if state in (LookupResult.MISS, LookupResult.RETRY):
-            sticky_defer = sticky_defer or state == LookupResult.RETRY
-            run = 0
-            run_pending = False
-            needed = sliding_window_size
-            continue
-        run_pending = run_pending or state == LookupResult.HIT_PENDING
-        run += 1
-        if run == needed:
-            return None if sticky_defer or run_pending else position + needed
-    return None if sticky_defer or run_pending else run
-'''
-
-HANGING_SCAN = '''
-def _sliding_window_lookup(self, keys, sliding_window_size, req_context,
-                           initial_window_size=None):
-    while True:
-        pass
-'''
-
-RAISING_SCAN = '''
-def _sliding_window_lookup(self, keys, sliding_window_size, req_context,
-                           initial_window_size=None):
-    raise RuntimeError("scanner exploded")
-'''
-
-GARBAGE_SCAN = '''
-def _sliding_window_lookup(self, keys, sliding_window_size, req_context,
-                           initial_window_size=None):
-    return "seven"
-'''
-
-STUBBORN_SCAN = '''
-def _sliding_window_lookup(self, keys, sliding_window_size, req_context,
-                           initial_window_size=None):
-    import signal
-
-    signal.signal(signal.SIGALRM, signal.SIG_IGN)
-    signal.signal(signal.SIGPROF, signal.SIG_IGN)
-    while True:
-        pass
-'''
-"""Ignores the per-call alarm: only the per-theorem CPU limit stops it."""
-
-E_IGNORING_WINDOW = '''
-def get_sliding_window_size_in_chunks(kv_cache_spec, tokens_per_chunk):
-    if isinstance(kv_cache_spec, SlidingWindowSpec):
-        return cdiv(kv_cache_spec.sliding_window, tokens_per_chunk)
-    return None
-'''
-
-EXACT_WINDOW = '''
-def get_sliding_window_size_in_chunks(kv_cache_spec, tokens_per_chunk):
-    if isinstance(kv_cache_spec, SlidingWindowSpec):
-        return cdiv(kv_cache_spec.sliding_window - 1 + kv_cache_spec.extra_retained_tokens,
-                    tokens_per_chunk)
-    return None
-'''
+# Re-exported for tests that still import them from here.
+from audit_releases import (  # noqa: F401
+    DEFAULT_RELEASES,
+    E_IGNORING_WINDOW,
+    EXACT_WINDOW,
+    FIXED_SCAN,
+    GARBAGE_SCAN,
+    HANGING_SCAN,
+    RAISING_SCAN,
+    SLOW_RELEASES,
+    STALE_PENDING_SCAN,
+    STUBBORN_SCAN,
+    release_params,
+    release_tree,
+)
 
 
 @pytest.fixture

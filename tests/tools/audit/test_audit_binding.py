@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from conftest import release_params, release_tree
+from audit_releases import release_params, release_tree
 
 from kvcontract.spec.lookup import LookupResult
 from kvcontract.tools.audit.binding import Binding, bind

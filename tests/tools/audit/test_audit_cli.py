@@ -11,7 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from conftest import FIXED_SCAN, STALE_PENDING_SCAN
+from audit_releases import FIXED_SCAN, STALE_PENDING_SCAN
 
 from kvcontract.tools.cli import main
 

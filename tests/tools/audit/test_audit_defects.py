@@ -8,7 +8,7 @@ import copy
 from typing import Any
 
 import pytest
-from conftest import release_tree
+from audit_releases import release_tree
 from test_audit_engine import CLAUSES, _audit
 
 from kvcontract.tools.audit.defects import (

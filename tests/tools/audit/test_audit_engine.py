@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from conftest import release_tree
+from audit_releases import release_tree
 
 from kvcontract.tools.audit.baseline import compare
 from kvcontract.tools.audit.binding import Binding, bind

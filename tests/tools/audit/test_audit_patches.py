@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import release_tree
+from audit_releases import release_tree
 
 from kvcontract.tools.audit.binding import ROLES, bind
 from kvcontract.tools.audit.command import run_audit_command

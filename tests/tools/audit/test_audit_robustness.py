@@ -7,7 +7,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from conftest import (
+from audit_releases import (
     E_IGNORING_WINDOW,
     EXACT_WINDOW,
     FIXED_SCAN,

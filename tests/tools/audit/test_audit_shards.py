@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from audit_releases import FIXED_SCAN, release_tree
 from click.testing import CliRunner, Result
-from conftest import FIXED_SCAN, release_tree
 
 from kvcontract.proofs.shards import Shard, partition
 from kvcontract.spec.properties import CaseProperty

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import FIXED_SCAN, release_tree
+from audit_releases import FIXED_SCAN, release_tree
 
 from kvcontract.spec.properties import CaseProperty
 from kvcontract.spec.properties.base import raised

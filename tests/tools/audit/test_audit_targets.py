@@ -9,7 +9,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from conftest import STALE_PENDING_SCAN, release_tree
+from audit_releases import STALE_PENDING_SCAN, release_tree
 
 from kvcontract.errors import InputFileError, UnknownTargetError, UsageError
 from kvcontract.tools.audit.binding import bind

@@ -6,7 +6,7 @@ import dataclasses
 import itertools
 
 import pytest
-from conftest import release_tree
+from audit_releases import release_tree
 
 from kvcontract.errors import UsageError
 from kvcontract.impl.bundle import Implementation

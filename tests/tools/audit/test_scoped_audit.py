@@ -4,7 +4,7 @@ space's cases (Command R7B, ``sw 4097``: upstream's window bound loses the hit).
 
 from __future__ import annotations
 
-from conftest import release_tree
+from audit_releases import release_tree
 
 from kvcontract.spec.models import get_preset
 from kvcontract.tools.audit.binding import bind

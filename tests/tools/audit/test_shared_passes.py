@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from conftest import release_tree
+from audit_releases import release_tree
 
 from kvcontract.spec.models import preset_geometries
 from kvcontract.spec.properties import CaseProperty
