@@ -8,7 +8,7 @@ Every enum that names an outcome or a state lives here, and nowhere else:
 * :class:`Verdict` - the outcome of one theorem (or fuzzed clause), with whether it
   passes, its exit code, its labels, and the exit-code policy for a list of verdicts;
 * :class:`Outcome` - how a verdict counts in a test report (pass, fail, error);
-* :class:`Impact` - what a finding does to a serving system (not wired yet).
+* :class:`Impact` - what a finding does to a serving system, most severe first.
 
 The exit codes (``EXIT_*``) and the policy that folds verdicts into one exit code
 (:func:`exit_code_for`, :func:`worst_exit_code`) are here too; commands call them.
@@ -251,6 +251,9 @@ class Impact(str, enum.Enum):
     """Wrong KV bytes are attended to: the output silently differs (C11)."""
     LOST_HIT = "lost-hit"
     """A prefix that is stored is not used: its tokens are recomputed."""
+    STALL = "stall"
+    """A request is deferred without end (a job it waits on never completes and no
+    deadline decides it): it waits until the client gives up (C13)."""
     DELAY = "delay"
     """A request is deferred for a bounded time (e.g. behind a pending store)."""
     WASTE = "waste"

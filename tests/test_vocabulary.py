@@ -10,6 +10,7 @@ import pytest
 
 from kvcontract import vocabulary as v
 from kvcontract.vocabulary import (
+    DEFAULT_FAIL_ON,
     EXIT_COUNTEREXAMPLE,
     EXIT_INTERNAL,
     EXIT_INTERRUPTED,
@@ -146,10 +147,16 @@ def test_impact_values() -> None:
         "CRASH": "crash",
         "CORRUPTION": "corruption",
         "LOST_HIT": "lost-hit",
+        "STALL": "stall",
         "DELAY": "delay",
         "WASTE": "waste",
         "LATENT": "latent",
     }
+    # Most severe first: an unbounded deferral (C13) ranks between a lost hit and a
+    # bounded delay, and fails a run by default.
+    order = [i.value for i in Impact]
+    assert order.index("lost-hit") < order.index("stall") < order.index("delay")
+    assert Impact.STALL in DEFAULT_FAIL_ON
 
 
 def test_old_locations_reexport_the_same_objects() -> None:

@@ -35,7 +35,7 @@ def finding_message(result: Mapping[str, Any]) -> str:
     return f"[{impact}] {message}" if impact and message else message
 
 
-IMPACT_LEVEL = {"crash": "error", "corruption": "error", "lost-hit": "error",
+IMPACT_LEVEL = {"crash": "error", "corruption": "error", "lost-hit": "error", "stall": "error",
                 "delay": "warning", "waste": "warning", "latent": "note"}
 """The severity of a defect by its worst impact (SARIF level; GitHub annotation)."""
 

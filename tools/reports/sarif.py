@@ -33,7 +33,7 @@ def _physical(path: str, line: Any) -> dict[str, Any]:
 def _defect_results(report: Mapping[str, Any], normalized: Mapping[str, Any],
                     defects: list[Any], index: Mapping[str, int]) -> list[dict[str, Any]]:
     """One SARIF result per audit defect: its level by its worst impact (crash,
-    corruption, lost-hit an error; delay, waste a warning; latent a note), its root
+    corruption, lost-hit, stall an error; delay, waste a warning; latent a note), its root
     cause's location, and a related location per theorem it breaks."""
     rows = {f"{r['clause']}/{r['theorem']}": r for r in normalized["results"]}
     states = {str(r.get("fingerprint")): r.get("baseline_state")

@@ -28,7 +28,7 @@ EVIDENCE_WORDS = {"proved": "proved", "proved for domain": "proved for a domain"
 Line = tuple[str, str]
 """A line of text and its rich style (empty: none)."""
 
-_SEVERE = ("crash", "corruption", "lost-hit")
+_SEVERE = ("crash", "corruption", "lost-hit", "stall")
 
 
 def fit(text: str, width: int = SUMMARY_WIDTH) -> str:

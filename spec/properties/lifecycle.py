@@ -1,0 +1,402 @@
+"""C13-C15 as judges of a :class:`~kvcontract.spec.lifecycle.LifecycleTrace`.
+
+Contract: every judge here is a pure function ``judge(trace, geometry) -> list of
+Violation`` (empty: the clause holds on the trace), reading nothing but the trace's
+records and the spec (:mod:`kvcontract.spec.lifecycle` for the states, the transitions
+and the deferral bound, :mod:`kvcontract.spec.retention` for what an SWA group needs on
+the GPU). Each violation carries its impact: an unbounded deferral is ``stall``, a
+bounded one past ``D`` is ``delay``, an exception ``crash``, a store from a freed or
+reused block and a run over missing KV ``corruption``. The same judges judge the
+executable system (the case space :data:`LIFECYCLE_SPACE` in
+:mod:`kvcontract.spec.properties.lifecycle_space`) and vLLM's own scheduler through
+the live backend: a backend maps its run to the trace, never the other way round.
+
+What a trace cannot show is not a pass: a judge whose records are absent (a backend
+that does not observe jobs, say) returns no violation, and the backend names the gap
+in ``trace.notes``; :func:`unobserved` lists them for the reports.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections import defaultdict
+from collections.abc import Callable, Iterable
+
+from kvcontract.spec.geometry import Geometry, GroupSpec
+from kvcontract.spec.lifecycle import (
+    DEFAULT_DEFERRAL_BOUND,
+    ENDED_STATES,
+    JOB_ENDINGS,
+    DeferCause,
+    JobEvent,
+    JobKind,
+    LifecycleTrace,
+    LookupRecord,
+    RequestState,
+    deferral_age,
+    transition_allowed,
+    within_deferral_bound,
+)
+from kvcontract.spec.properties.base import Violation
+from kvcontract.spec.retention import skipped_tokens
+from kvcontract.vocabulary import GroupKind, Impact, RequestStatus
+
+TraceJudge = Callable[[LifecycleTrace, Geometry], list[Violation]]
+"""``judge(trace, geometry) -> violations`` (empty when the clause holds on the trace)."""
+
+
+def bound_of(trace: LifecycleTrace) -> int:
+    """The ``D`` a trace is judged by: its own, else the contract's default."""
+    return DEFAULT_DEFERRAL_BOUND if trace.deferral_bound is None else trace.deferral_bound
+
+
+# -- C13 bounded deferral -------------------------------------------------------------
+def deferral_has_cause(trace: LifecycleTrace, geometry: Geometry) -> list[Violation]:
+    """C13: every deferral names its cause, and a cause other than RETRY or the request's
+    own transfers names the chunks it waits on."""
+    del geometry
+    found: list[Violation] = []
+    for record in trace.lookups:
+        if record.answer is not None:
+            continue
+        if not record.causes:
+            found.append(Violation(
+                f"step {record.step}: {record.request}'s lookup deferred with no cause "
+                "(neither RETRY, a pending chunk in its window, a chunk loading elsewhere "
+                "nor its own transfer)", Impact.DELAY))
+            continue
+        for cause in record.causes:
+            if cause in (DeferCause.RETRY, DeferCause.OWN_TRANSFER):
+                continue
+            if not any(w.cause is cause for w in record.waited_on):
+                found.append(Violation(
+                    f"step {record.step}: {record.request} deferred for {cause.value} but "
+                    "names no chunk it waits on", Impact.DELAY))
+    return found
+
+
+def _episodes(lookups: Iterable[LookupRecord]) -> list[tuple[int, LookupRecord | None,
+                                                              list[LookupRecord]]]:
+    """A request's deferral episodes: ``(first deferred step, deciding lookup or None,
+    the deferred lookups)``; an episode ends at the first lookup that decides."""
+    episodes: list[tuple[int, LookupRecord | None, list[LookupRecord]]] = []
+    current: list[LookupRecord] = []
+    for record in lookups:
+        if record.answer is None:
+            current.append(record)
+            continue
+        if current:
+            episodes.append((current[0].step, record, current))
+            current = []
+    if current:
+        episodes.append((current[0].step, None, current))
+    return episodes
+
+
+def _ended_at(trace: LifecycleTrace, request: str) -> int | None:
+    for record in trace.states_of(request):
+        if record.state in ENDED_STATES:
+            return record.step
+    return None
+
+
+def _waited_text(deferred: list[LookupRecord]) -> str:
+    keys = sorted({f"g{w.group} chunk {w.chunk} ({w.cause.value})"
+                   for r in deferred for w in r.waited_on})
+    causes = sorted({c.value for r in deferred for c in r.causes})
+    shown = ", ".join(keys[:4]) + (", ..." if len(keys) > 4 else "")
+    return shown or ", ".join(causes) or "nothing named"
+
+
+def deferral_is_bounded(trace: LifecycleTrace, geometry: Geometry) -> list[Violation]:
+    """C13: a request first deferred at step ``s`` is decided (or ended) by step
+    ``s + D``. Decided later: ``delay``; still deferred when the trace ends, past ``D``,
+    with nothing that would decide it: ``stall`` (it waits until the client gives up)."""
+    del geometry
+    bound = bound_of(trace)
+    found: list[Violation] = []
+    for request in trace.requests():
+        ended = _ended_at(trace, request)
+        for first, decided, deferred in _episodes(trace.lookups_of(request)):
+            if decided is not None:
+                if not within_deferral_bound(first, decided.step, bound):
+                    found.append(Violation(
+                        f"{request} first deferred at step {first} was decided at step "
+                        f"{decided.step}: {deferral_age(first, decided.step)} steps, past "
+                        f"the bound D = {bound} (waiting on {_waited_text(deferred)})",
+                        Impact.DELAY))
+                continue
+            last = deferred[-1].step if ended is None else min(ended, trace.steps)
+            if ended is not None and within_deferral_bound(first, ended, bound):
+                continue  # aborted (or finished) while still within the bound
+            end = trace.steps if ended is None else ended
+            if within_deferral_bound(first, end, bound):
+                continue  # the trace ended before the bound: nothing to say
+            found.append(Violation(
+                f"{request} deferred from step {first} to step {last} "
+                f"({len(deferred)} lookups, {deferral_age(first, end)} steps; bound D = "
+                f"{bound}) and never decided: waiting on {_waited_text(deferred)}",
+                Impact.STALL))
+    return found
+
+
+def decides_once_ready(trace: LifecycleTrace, geometry: Geometry) -> list[Violation]:
+    """C13: once the stores a deferral waited on have ended (completed or failed) and
+    none was submitted again, the request's next lookup does not wait on them."""
+    del geometry
+    ended_at: dict[str, int] = {}
+    for job in trace.jobs:
+        if job.kind is not JobKind.STORE:
+            continue
+        for key in job.keys:
+            if job.event in JOB_ENDINGS:
+                ended_at[key] = job.step
+            elif job.event is JobEvent.SUBMITTED:
+                ended_at.pop(key, None)
+    found: list[Violation] = []
+    for request in trace.requests():
+        lookups = trace.lookups_of(request)
+        for before, after in itertools.pairwise(lookups):
+            if before.answer is not None or after.answer is not None:
+                continue
+            waited = {w.key for w in before.waited_on if w.cause is DeferCause.HIT_PENDING}
+            stale = sorted(k for k in waited & {w.key for w in after.waited_on
+                                                 if w.cause is DeferCause.HIT_PENDING}
+                           if k in ended_at and ended_at[k] <= after.step)
+            if stale:
+                found.append(Violation(
+                    f"step {after.step}: {request} still waits on {stale[0]}, whose store "
+                    f"ended at step {ended_at[stale[0]]}", Impact.DELAY))
+    return found
+
+
+# -- C14 lifecycle safety ----------------------------------------------------------------
+def raises_nothing(trace: LifecycleTrace, geometry: Geometry) -> list[Violation]:
+    """C14: no operation of the scheduler or the connector raises, at any point."""
+    del geometry
+    return [Violation(f"step {e.step}: {e.where} of {e.request or 'the step'} raised "
+                      f"{e.type_name}: {e.message}", Impact.CRASH) for e in trace.exceptions]
+
+
+def follows_transitions(trace: LifecycleTrace, geometry: Geometry) -> list[Violation]:
+    """C14: each request starts waiting and moves only as
+    :data:`~kvcontract.spec.lifecycle.TRANSITIONS` allows."""
+    del geometry
+    found: list[Violation] = []
+    for request in trace.requests():
+        states = trace.states_of(request)
+        if not states:
+            continue
+        if states[0].state is not RequestState.WAITING:
+            found.append(Violation(f"{request} starts {states[0].state.value}, not waiting",
+                                   Impact.CRASH))
+        for before, after in itertools.pairwise(states):
+            if not transition_allowed(before.state, after.state):
+                found.append(Violation(
+                    f"step {after.step}: {request} moved {before.state.value} -> "
+                    f"{after.state.value}, which the lifecycle does not allow", Impact.CRASH))
+    return found
+
+
+def jobs_end_once(trace: LifecycleTrace, geometry: Geometry) -> list[Violation]:
+    """C14: every job is submitted once and ends exactly once (completed, failed or
+    cancelled); a job the environment stalls may stay open, any other may not."""
+    del geometry
+    lines: dict[int, list[JobEvent]] = defaultdict(list)
+    first: dict[int, str] = {}
+    keys: dict[int, tuple[str, ...]] = {}
+    for job in trace.jobs:
+        lines[job.job_id].append(job.event)
+        first.setdefault(job.job_id, f"{job.kind.value} job {job.job_id} of {job.request}")
+        keys.setdefault(job.job_id, job.keys)
+    stalled = set(trace.stalled_keys)
+    found: list[Violation] = []
+    for job_id, events in lines.items():
+        submitted = events.count(JobEvent.SUBMITTED)
+        endings = [e for e in events if e in JOB_ENDINGS]
+        if submitted != 1:
+            found.append(Violation(f"{first[job_id]} submitted {submitted} times",
+                                   Impact.CRASH))
+        if len(endings) > 1:
+            found.append(Violation(
+                f"{first[job_id]} ended {len(endings)} times "
+                f"({', '.join(e.value for e in endings)})", Impact.CRASH))
+        if not endings and not (set(keys[job_id]) & stalled):
+            found.append(Violation(f"{first[job_id]} never ended", Impact.STALL))
+    return found
+
+
+def nothing_left_pending(trace: LifecycleTrace, geometry: Geometry) -> list[Violation]:
+    """C14: at the end no chunk stays HIT_PENDING (but those of a stalled job), no
+    request stays counted as loading, no key stays referenced by a load."""
+    del geometry
+    stalled = set(trace.stalled_keys)
+    final = trace.final
+    found: list[Violation] = []
+    pending = sorted(set(final.pending_keys) - stalled)
+    if pending:
+        found.append(Violation(f"{len(pending)} chunk(s) stay HIT_PENDING forever "
+                               f"(first {pending[0]}): every later lookup of them defers",
+                               Impact.STALL))
+    for request in final.loading_requests:
+        found.append(Violation(f"{request} stays counted as loading after its end",
+                               Impact.STALL))
+    if final.loading_keys:
+        found.append(Violation(f"{len(final.loading_keys)} key(s) stay counted as being "
+                               f"loaded (first {final.loading_keys[0]})", Impact.STALL))
+    if final.referenced_keys:
+        found.append(Violation(f"{len(final.referenced_keys)} key(s) keep a load reference "
+                               f"(first {final.referenced_keys[0]}): never evictable",
+                               Impact.WASTE))
+    return found
+
+
+def stores_only_live_blocks(trace: LifecycleTrace, geometry: Geometry) -> list[Violation]:
+    """C14: nothing is stored from a GPU block that was freed or handed to another
+    request before the store captured it."""
+    del geometry
+    return [Violation(f"step {s.step}: store job {s.job_id} of {s.request} reads group "
+                      f"{s.group}'s block {s.block}, already {s.reason.value}",
+                      Impact.CORRUPTION) for s in trace.final.stale_stores]
+
+
+def ended_store_horizon(trace: LifecycleTrace, geometry: Geometry) -> list[Violation]:
+    """C14 (with C9): the store step of a request that ended offers no chunk past the
+    tokens it had computed: an abort before scheduling offers nothing."""
+    found: list[Violation] = []
+    for offer in trace.offers:
+        if offer.status not in (RequestStatus.ABORTED.value, RequestStatus.FINISHED.value):
+            continue
+        spec = geometry.groups[offer.group]
+        tpc = geometry.chunk_tokens(spec)
+        past = [c for c in offer.offered if (c + 1) * tpc > offer.num_computed]
+        if past:
+            found.append(Violation(
+                f"step {offer.step}: {offer.request} {offer.status} with "
+                f"{offer.num_computed} tokens computed, but group {offer.group} offered "
+                f"chunk {past[0]} (tokens {past[0] * tpc}-{(past[0] + 1) * tpc}): no KV "
+                "was computed for it", Impact.CORRUPTION))
+    return found
+
+
+# -- C15 load-failure recovery -----------------------------------------------------------
+def needed_chunks(geometry: Geometry, group: GroupSpec, boundary: int) -> range:
+    """The chunks of ``group`` whose KV a request with ``boundary`` tokens computed must
+    hold on the GPU: every chunk below it (full attention), the chunks of its retained
+    window ``Ret(boundary)`` (sliding window: the whole window of the new boundary), the
+    chunk of its state (Mamba)."""
+    tpc = geometry.chunk_tokens(group)
+    end = -(-boundary // tpc)
+    if group.kind is GroupKind.SLIDING_WINDOW:
+        assert group.sliding_window is not None
+        first = int(skipped_tokens(boundary, group.sliding_window,
+                                   group.extra_retained_tokens)) // tpc
+        return range(first, end)
+    if group.kind is GroupKind.MAMBA:
+        return range(max(0, end - 1), end)
+    return range(0, end)
+
+
+def recovers_from_failed_load(trace: LifecycleTrace, geometry: Geometry) -> list[Violation]:
+    """C15: after a failed or cancelled load the request resumes at a boundary every
+    group's needed KV of which is on the GPU: no failed chunk is needed unless loaded
+    again from a store that completed after the failure; a later hit never loads a
+    failed chunk still in the manager from before."""
+    found: list[Violation] = []
+    stored_after: dict[str, int] = {}
+    for job in trace.jobs:
+        if job.kind is JobKind.STORE and job.event is JobEvent.COMPLETED:
+            for key in job.keys:
+                stored_after[key] = max(stored_after.get(key, -1), job.step)
+    for rec in trace.recoveries:
+        if rec.resumed_at is None:
+            continue
+        failed = set(rec.failed)
+        refilled = dict(rec.resumed_load_ranges)
+        for g, spec in enumerate(geometry.groups):
+            lo, hi = refilled.get(g, (0, 0))
+            for chunk in needed_chunks(geometry, spec, rec.resumed_at):
+                if (g, chunk) not in failed:
+                    continue
+                if lo <= chunk < hi:
+                    continue  # loaded again by the resumed hit (checked below)
+                found.append(Violation(
+                    f"step {rec.step}: {rec.request}'s load of group {g} chunk {chunk} "
+                    f"failed, but it resumed at {rec.resumed_at} tokens, which needs that "
+                    "chunk's KV on the GPU: it runs on missing KV", Impact.CORRUPTION))
+                break
+        reloaded = set(rec.resumed_keys) & set(rec.failed_keys)
+        for key in sorted(reloaded):
+            if stored_after.get(key, -1) > rec.step:
+                continue
+            found.append(Violation(
+                f"step {rec.step}: {rec.request}'s load of {key} failed, and its next hit "
+                "loads the same chunk again from the manager's unchanged state",
+                Impact.CRASH))
+    return found
+
+
+def failed_load_state_consistent(trace: LifecycleTrace,
+                                 geometry: Geometry) -> list[Violation]:
+    """C15: a failed or cancelled load leaves no key referenced or counted as loading
+    (the manager's state for the failed chunks is consistent afterwards)."""
+    del geometry
+    failed = {key for rec in trace.recoveries for key in rec.failed_keys}
+    final = trace.final
+    found: list[Violation] = []
+    for key in sorted(failed & set(final.referenced_keys)):
+        found.append(Violation(f"{key}'s failed load left a reference: never evictable",
+                               Impact.WASTE))
+    for key in sorted(failed & set(final.loading_keys)):
+        found.append(Violation(f"{key}'s failed load still counts it as being loaded: "
+                               "every later lookup of it defers", Impact.STALL))
+    return found
+
+
+def unobserved(trace: LifecycleTrace) -> tuple[str, ...]:
+    """What the trace's backend could not observe (so an absent record is not a pass)."""
+    return trace.notes
+
+
+JUDGES: tuple[tuple[str, str, str, TraceJudge], ...] = (
+    ("C13", "deferral-has-cause",
+     "every deferral is caused by a RETRY, a pending chunk in its window, a chunk loading "
+     "elsewhere or its own transfer, and names what it waits on", deferral_has_cause),
+    ("C13", "deferral-bounded",
+     "a deferred request is decided within D scheduler steps of its first deferral",
+     deferral_is_bounded),
+    ("C13", "decides-once-ready",
+     "once the stores a deferral waits on have ended, the next lookup does not wait on "
+     "them", decides_once_ready),
+    ("C14", "raises-nothing",
+     "abort, preemption, re-admission and cache reset at every point raise nothing",
+     raises_nothing),
+    ("C14", "follows-transitions", "each request moves only as the lifecycle allows",
+     follows_transitions),
+    ("C14", "jobs-end-once", "every job is submitted once and ends exactly once",
+     jobs_end_once),
+    ("C14", "nothing-left-pending",
+     "no chunk stays pending, no request or key stays counted as loading",
+     nothing_left_pending),
+    ("C14", "stores-only-live-blocks", "nothing is stored from a freed or reused block",
+     stores_only_live_blocks),
+    ("C14", "ended-store-horizon",
+     "an ended request's store step offers no chunk past its computed tokens",
+     ended_store_horizon),
+    ("C15", "resumes-on-present-kv",
+     "after a failed load the request resumes where every needed chunk is on the GPU",
+     recovers_from_failed_load),
+    ("C15", "failed-load-state-consistent",
+     "a failed load leaves no reference and no loading count behind",
+     failed_load_state_consistent),
+)
+"""Every lifecycle judge: ``(clause, name, description, judge)``, in clause order."""
+
+
+def judge_trace(trace: LifecycleTrace, geometry: Geometry,
+                clauses: Iterable[str] = ("C13", "C14", "C15")) -> dict[str, list[Violation]]:
+    """Every judge of the named clauses on one trace: ``{"C13/deferral-bounded": [...]}``
+    (the live backend's entry point)."""
+    wanted = set(clauses)
+    return {f"{clause}/{name}": judge(trace, geometry)
+            for clause, name, _, judge in JUDGES if clause in wanted}
