@@ -19,12 +19,13 @@ import tempfile
 from dataclasses import dataclass, field
 from typing import Any
 
-SUPPORTED_RELEASES = ("0.30.0", "0.31.0", "0.33.0")
+SUPPORTED_RELEASES = ("0.30.0", "0.31.0", "0.32.0", "0.33.0")
 """The vLLM releases the live backend drives (their scheduler and connector APIs). 0.33.0
-is the one installed by ``.ci/install-live``; 0.30.0 and 0.31.0 plan the KV cache in one
-call (``kv_cache_utils.get_kv_cache_configs``) and mark no drafter layer, so an EAGLE-3
-geometry is refused there (vLLM plans no EAGLE group for it); 0.30.0's request context
-has no key positions (chunks are found in the request's own key list)."""
+is the one installed by ``.ci/install-live``; 0.30.0, 0.31.0 and 0.32.0 plan the KV cache
+in one call (``kv_cache_utils.get_kv_cache_configs``) and mark no drafter layer, so an
+EAGLE-3 geometry is refused there (vLLM plans no EAGLE group for it); 0.30.0's request
+context has no key positions (chunks are found in the request's own key list). 0.28 and
+0.29 plan the KV cache another way and are not driven."""
 
 INSTALL_RECIPE = (
     "pip install -e '.[live]' && pip install --no-deps vllm==0.33.0 "

@@ -29,9 +29,9 @@ def _release() -> str:
     return _FOUND.vllm_version or ""
 
 
-EAGLE_PLANNED = _release() not in ("0.30.0", "0.31.0")
+EAGLE_PLANNED = _release() not in ("0.30.0", "0.31.0", "0.32.0")
 """Whether the installed release plans an EAGLE group for a drafter layer with the
-target's spec: 0.33 marks drafter layers (``KVCacheSpec.is_draft``); 0.31 finds only
+target's spec: 0.33 marks drafter layers (``KVCacheSpec.is_draft``); 0.30-0.32 find only
 spec-marked and trailing MTP drafters, so an EAGLE(-3) geometry is refused live there
 ("vLLM plans another geometry")."""
 
