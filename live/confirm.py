@@ -8,6 +8,13 @@ jobs complete, the GPU prefix cache is reset (the offloaded tier kept), and the 
 arrives: the hit its lookup accepts is the offloaded tier's alone. The promise is the
 spec's (:func:`~kvcontract.spec.properties.end_to_end.promised_hit`, and the GPU floor
 ``gpu_promise``); the judge is C12's: below the floor is a lost hit.
+
+:func:`replay_store_case` runs a store-schedule case (a
+:class:`~kvcontract.spec.properties.store.StoreCase`: C8-C10's witnesses) the same way,
+producer alone, and returns vLLM's own store offers per geometry group and per step of
+the case's schedule (:func:`~kvcontract.spec.properties.store.schedule_steps`), for the
+store family's judges to read; a schedule vLLM's scheduler does not make under the
+case's budget is said so, never forced.
 """
 
 from __future__ import annotations
@@ -19,6 +26,8 @@ from kvcontract.live.build import BuildOptions, Refused
 from kvcontract.live.observation import LiveObservation
 from kvcontract.live.run import run_trace
 from kvcontract.live.trace import (
+    Phase,
+    Trace,
     TraceRequest,
     divergent_tokens,
     producer_consumer,
@@ -35,7 +44,7 @@ from kvcontract.spec.properties.end_to_end import (
     producer_end,
     promised_hit,
 )
-from kvcontract.spec.properties.store import StoreCase
+from kvcontract.spec.properties.store import StoreCase, schedule_steps
 
 VERDICTS = ("lost-hit", "as-promised", "more-than-promised", "crash", "deferred",
             "refused")
@@ -172,6 +181,70 @@ def confirm_case(case: EndToEndCase, options: BuildOptions | None = None, *,
         else ()
     return Confirmation(case.to_json(), observed, reused, promised, floor, raised, None,
                         verdict, schedule, result if keep_observation else None)
+
+
+@dataclass(frozen=True)
+class StoreReplay:
+    """A store-schedule case's producer run live: what vLLM offered ``prepare_store``."""
+
+    case: dict[str, Any]
+    offers: tuple[tuple[tuple[int, ...], ...], ...]
+    """Per geometry group, per step of the case's schedule, the chunks offered (those
+    offered after the producer's last scheduled step belong to its ending step)."""
+    scheduled: tuple[int, ...]
+    """Tokens vLLM scheduled the producer per step."""
+    expected_schedule: tuple[int, ...]
+    """Tokens the case's schedule gives per step (prefill, then decode)."""
+    raised: str | None
+    refused: str | None
+
+    @property
+    def schedule_differs(self) -> bool:
+        """vLLM scheduled the producer otherwise than the case (its budget makes another
+        chunked prefill): the offers are not those of the case's steps."""
+        return self.refused is None and self.raised is None and \
+            self.scheduled != self.expected_schedule
+
+    def to_json(self) -> dict[str, Any]:
+        return {"case": self.case, "offers": [[list(o) for o in g] for g in self.offers],
+                "scheduled": list(self.scheduled),
+                "expected_schedule": list(self.expected_schedule),
+                "raised": self.raised, "refused": self.refused}
+
+
+def replay_store_case(case: StoreCase, options: BuildOptions | None = None, *,
+                      timing: Timing | None = None) -> StoreReplay:
+    """Run the producer of ``case`` alone on vLLM (its prefill budget the largest of its
+    steps, finished after its decode steps or aborted after its prefill steps) and
+    collect the store offers step by step."""
+    if case.start_hit:
+        raise ValueError("a store case with a cached prefix (start_hit) is not replayed "
+                         "live: the producer would need a first request to hit")
+    steps = schedule_steps(case)
+    running = [s.num_scheduled for s in steps if s.num_scheduled]
+    groups = len(case.geometry.groups)
+    e2e = EndToEndCase(case, Consumer("resend", case.prompt_len, case.prompt_len))
+    producer, _ = _traces(e2e)
+    trace = Trace((Phase((producer,), max_steps=4 * len(steps) + 50),), timing or Timing())
+    result = run_trace(case.geometry, trace, options_for(e2e, options))
+    if isinstance(result, Refused):
+        return StoreReplay(case.to_json(), (), (), tuple(running), None, result.reason)
+    raised = (f"{result.exceptions[0].type}: {result.exceptions[0].message}"
+              if result.exceptions else None)
+    outcome = result.requests.get("producer")
+    first = outcome.first_compute_step if outcome is not None and \
+        outcome.first_compute_step is not None else 0
+    offers: list[list[set[int]]] = [[set() for _ in steps] for _ in range(groups)]
+    for offer in result.stores:
+        if offer.request != "producer":
+            continue
+        index = min(max(offer.step - first, 0), len(steps) - 1)
+        for g, chunks in offer.offered.items():
+            offers[g][index].update(chunks)
+    scheduled = tuple(outcome.scheduled) if outcome is not None else ()
+    return StoreReplay(case.to_json(),
+                       tuple(tuple(tuple(sorted(s)) for s in group) for group in offers),
+                       scheduled, tuple(running), raised, None)
 
 
 def confirm(geometry: Geometry, prompt_len: int, consumer: str = "resend", *,
