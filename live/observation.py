@@ -100,6 +100,174 @@ class RequestOutcome:
 
 
 @dataclass
+class JobRecord:
+    """One transfer job of the connector, from its submission in a step's
+    ``OffloadingConnectorMetadata`` to what became of it (steps of the trace)."""
+
+    job_id: int
+    request: str
+    kind: str
+    """``load`` or ``store``."""
+    submitted: int
+    blocks: tuple[int, ...]
+    """GPU block ids: a store's sources, a load's destinations."""
+    keys: int
+    """Offload keys (chunks) it moves."""
+    sync: bool = False
+    chunks: dict[int, tuple[int, ...]] = field(default_factory=dict)
+    """Per geometry group, the request's chunk indices it moves."""
+    key_texts: tuple[str, ...] = ()
+    """The manager's offload keys it moves (hex)."""
+    group_blocks: dict[int, tuple[int, ...]] = field(default_factory=dict)
+    """Per geometry group, its GPU blocks (``blocks`` split by ``group_sizes``)."""
+    reported: list[int] = field(default_factory=list)
+    """Steps at which the worker reported it done (``completed_jobs``)."""
+    completed: int | None = None
+    """Step at which the connector took the report (the job left its ``_jobs``)."""
+    failed: int | None = None
+    """Step at which the worker reported its failure (``failed_recving``)."""
+    flushed: list[int] = field(default_factory=list)
+    """Steps whose ``jobs_to_flush`` named it."""
+    dropped: int | None = None
+    """Step at which the connector discarded it without a completion (a cache reset:
+    the job is cancelled, its late report ignored as stale)."""
+    reused_blocks: list[tuple[int, int]] = field(default_factory=list)
+    """``(step, block)``: a source block of this store allocated again while the store
+    was in flight, in a step that did not flush it (its bytes may be overwritten
+    before they are stored)."""
+
+    @property
+    def ended(self) -> bool:
+        return self.completed is not None or self.dropped is not None
+
+
+@dataclass(frozen=True)
+class LookupDecision:
+    """One answer of the connector's ``get_num_new_matched_tokens`` and what a deferral
+    (``answer`` None) waited on, read from the connector's own state during the call."""
+
+    step: int
+    request: str
+    local_hit: int
+    answer: int | None
+    own_jobs: tuple[int, ...]
+    """The request's in-flight transfer jobs (``transfer_jobs``): it waits on them."""
+    pending_chunks: int
+    """Manager lookups of this call answered HIT_PENDING."""
+    retry_chunks: int
+    """Manager lookups of this call answered RETRY."""
+    others_loading: bool
+    """Deferred with every lookup a hit while chunks were being loaded by another
+    request (``_chunks_being_loaded``)."""
+    clock_started: bool
+    """``deferred_lookup_start_time`` is set after the call (vLLM measures the wait)."""
+    waited: tuple[tuple[int, int, str, str], ...] = ()
+    """``(group, chunk, key hex, cause)`` of each chunk the call waited on: ``hit-pending``
+    and ``retry`` manager answers, ``loading-elsewhere`` keys of the request counted as
+    being loaded."""
+
+    @property
+    def deferred(self) -> bool:
+        return self.answer is None
+
+
+@dataclass(frozen=True)
+class RequestSnapshot:
+    """A request's state at the end of a step (after ``update_from_output``)."""
+
+    step: int
+    request: str
+    status: str
+    """vLLM's ``RequestStatus`` name."""
+    num_computed: int
+    num_prompt: int
+
+
+@dataclass(frozen=True)
+class StoreStepOffer:
+    """One ``prepare_store`` with the request's status and computed tokens the store
+    step ran with (an ended request's are what it computed)."""
+
+    step: int
+    request: str
+    status: str
+    """vLLM's ``RequestStatus`` name."""
+    num_computed: int
+    num_prompt: int
+    offered: dict[int, tuple[int, ...]]
+
+
+@dataclass(frozen=True)
+class LoadFailure:
+    """A load the worker reported failed and what the scheduler did with its request."""
+
+    step: int
+    request: str
+    num_computed_before: int
+    num_computed_after: int
+    status_after: str
+
+
+@dataclass(frozen=True)
+class RequestEnd:
+    """A request's state when the trace ended."""
+
+    name: str
+    status: str
+    num_computed: int
+    transfer_jobs: tuple[int, ...]
+    """Jobs the connector still counts in flight for it."""
+    tracked: bool
+    """The connector still holds its ``_req_status``."""
+
+
+@dataclass
+class LifecycleEnd:
+    """The engine's state when the trace ended."""
+
+    step: int
+    open_jobs: tuple[int, ...]
+    """Job ids still in the connector's ``_jobs`` (neither completed nor cancelled)."""
+    write_pending_chunks: int | None
+    """Chunks the manager still holds HIT_PENDING (an in-flight store), where the
+    manager counts them."""
+    chunks_being_loaded: int
+    """Keys the connector still counts as being loaded."""
+    waiting_for_remote_kv: tuple[str, ...]
+    """Requests still waiting for a load."""
+    requests: dict[str, RequestEnd] = field(default_factory=dict)
+    worker_stalled: tuple[int, ...] = ()
+    pending_keys: tuple[str, ...] = ()
+    """The manager's HIT_PENDING keys (hex), where its policy lists its chunks."""
+    referenced_keys: tuple[str, ...] = ()
+    """Keys whose manager reference count is above 0 (a load not released)."""
+    loading_keys: tuple[str, ...] = ()
+    """The keys the connector counts as being loaded (hex)."""
+    """Jobs the worker will never report (Timing ``never``)."""
+
+
+@dataclass
+class LifecycleLog:
+    """What the lifecycle clauses (C13-C15) judge, recorded from vLLM's own objects
+    during a trace (:mod:`kvcontract.live.lifecycle`)."""
+
+    jobs: dict[int, JobRecord] = field(default_factory=dict)
+    decisions: list[LookupDecision] = field(default_factory=list)
+    load_failures: list[LoadFailure] = field(default_factory=list)
+    snapshots: list[RequestSnapshot] = field(default_factory=list)
+    offers: list[StoreStepOffer] = field(default_factory=list)
+    cancelled_by_reset: list[tuple[int, tuple[int, ...]]] = field(default_factory=list)
+    """``(step, job ids)`` a cache reset discarded."""
+    raised_in: list[str] = field(default_factory=list)
+    """Where the release's worker raised on a failed transfer (``file:line function``)."""
+    end: LifecycleEnd | None = None
+
+    def deferred_steps(self, request: str) -> list[int]:
+        """Steps at which ``request``'s lookup was deferred."""
+        return sorted({d.step for d in self.decisions if d.request == request and d.deferred})
+
+
+@dataclass
 class LiveObservation:
     """Everything one trace did on the live engine."""
 
@@ -119,6 +287,9 @@ class LiveObservation:
     failed_loads: int = 0
     cpu_chunks: int | None = None
     notes: list[str] = field(default_factory=list)
+    lifecycle: LifecycleLog | None = None
+    """The lifecycle record, when the trace ran through
+    :func:`kvcontract.live.lifecycle.run_lifecycle`."""
 
     @property
     def crashed(self) -> bool:

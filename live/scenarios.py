@@ -15,20 +15,29 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kvcontract.live.build import BuildOptions, Refused
-from kvcontract.live.confirm import Confirmation, confirm, confirm_case, end_to_end_case
+from kvcontract.live.confirm import (
+    Confirmation,
+    _traces,
+    confirm,
+    confirm_case,
+    end_to_end_case,
+    options_for,
+)
+from kvcontract.live.lifecycle import judge, run_lifecycle
 from kvcontract.live.observation import LiveObservation
-from kvcontract.live.run import run_trace
 from kvcontract.live.trace import (
     Phase,
     Trace,
     TraceEvent,
     TraceRequest,
+    producer_consumer,
     prompt_tokens,
 )
 from kvcontract.live.worker import Timing
 from kvcontract.spec.geometry import Geometry, fa, swa
 from kvcontract.spec.models import get_preset
 from kvcontract.spec.properties.end_to_end import gpu_hit_unit, promised_hit
+from kvcontract.vocabulary import Impact, Verdict
 
 LIFECYCLE_GEOMETRY = Geometry((fa(16), swa(4, 8)))
 """FA bs 16 + SWA bs 4 (sw 8), retention None: a tail at every alignment boundary, so
@@ -47,6 +56,54 @@ class Check:
     ok: bool
 
 
+@dataclass(frozen=True)
+class ClauseVerdict:
+    """One lifecycle clause on one live run: ``TESTED`` (no judge found a violation on
+    this trace: evidence, not a proof), ``COUNTEREXAMPLE`` (the judges' findings, worst
+    impact first) or ``UNKNOWN`` (the run could not be judged: ``reason``)."""
+
+    clause: str
+    verdict: Verdict
+    impact: Impact | None = None
+    findings: tuple[str, ...] = ()
+    """``judge: message`` of each violation."""
+    reason: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return {"clause": self.clause, "verdict": self.verdict.value,
+                "impact": None if self.impact is None else self.impact.value,
+                "findings": list(self.findings), "reason": self.reason}
+
+
+LIFECYCLE_CLAUSES = ("C13", "C14", "C15")
+
+
+def judge_lifecycle(result: LiveObservation | Refused, geometry: Geometry,
+                    ) -> list[ClauseVerdict]:
+    """C13-C15's judges (:mod:`kvcontract.spec.properties.lifecycle`) on a run recorded
+    by :func:`~kvcontract.live.lifecycle.run_lifecycle`; UNKNOWN naming why when it
+    cannot be judged."""
+    if isinstance(result, Refused):
+        return [ClauseVerdict(c, Verdict.UNKNOWN, reason=f"vLLM refused the geometry: "
+                              f"{result.reason}") for c in LIFECYCLE_CLAUSES]
+    if result.lifecycle is None:
+        return [ClauseVerdict(c, Verdict.UNKNOWN, reason="the run has no lifecycle record")
+                for c in LIFECYCLE_CLAUSES]
+    found = judge(result, geometry)
+    verdicts: list[ClauseVerdict] = []
+    order = list(Impact)
+    for clause in LIFECYCLE_CLAUSES:
+        violations = [(name.split("/", 1)[1], v) for name, vs in found.items()
+                      if name.startswith(clause + "/") for v in vs]
+        if not violations:
+            verdicts.append(ClauseVerdict(clause, Verdict.TESTED))
+            continue
+        violations.sort(key=lambda nv: order.index(nv[1].impact))
+        verdicts.append(ClauseVerdict(clause, Verdict.COUNTEREXAMPLE, violations[0][1].impact,
+                                      tuple(f"{n}: {v}" for n, v in violations)))
+    return verdicts
+
+
 @dataclass
 class ScenarioResult:
     name: str
@@ -57,6 +114,8 @@ class ScenarioResult:
     numbers: dict[str, Any] = field(default_factory=dict)
     checks: list[Check] = field(default_factory=list)
     observation: LiveObservation | None = None
+    clauses: list[ClauseVerdict] = field(default_factory=list)
+    """C13-C15 on the run (lifecycle scenarios)."""
 
     @property
     def ok(self) -> bool:
@@ -66,7 +125,8 @@ class ScenarioResult:
         return {"name": self.name, "description": " ".join(self.description.split()),
                 "geometry": self.geometry, "outcome": self.outcome, "ok": self.ok,
                 "numbers": self.numbers,
-                "checks": [vars(check) for check in self.checks]}
+                "checks": [vars(check) for check in self.checks],
+                "clauses": [c.to_json() for c in self.clauses]}
 
 
 def _outcome(result: LiveObservation | Refused) -> str:
@@ -85,6 +145,8 @@ def _result(name: str, description: str, geometry: Geometry,
                            observation=observation)
     found.checks.append(Check("vLLM raised no exception", "clean", found.outcome,
                               found.outcome == "clean"))
+    if observation is None or observation.lifecycle is not None:
+        found.clauses = judge_lifecycle(result, geometry)
     return found
 
 
@@ -144,7 +206,7 @@ def abort_queued() -> ScenarioResult:
     first = TraceRequest("running", tuple(prompt_tokens(64)), max_tokens=4)
     queued = TraceRequest("queued", tuple(prompt_tokens(64, offset=10_000)), max_tokens=4,
                           abort_at=2)
-    result_ = run_trace(geometry, Trace((Phase((first, queued)),)),
+    result_ = run_lifecycle(geometry, Trace((Phase((first, queued)),)),
                         BuildOptions(max_num_batched_tokens=STEP_TOKENS, max_num_seqs=1))
     result = _result("abort-queued", abort_queued.__doc__ or "", geometry, result_)
     if isinstance(result_, LiveObservation):
@@ -157,6 +219,17 @@ def abort_queued() -> ScenarioResult:
         result.checks.append(Check("it ends aborted", "FINISHED_ABORTED", outcome.status,
                                    outcome.status == "FINISHED_ABORTED"))
     return result
+
+
+def _judge_case(result: ScenarioResult, case: Any, options: BuildOptions | None = None,
+                timing: Timing | None = None) -> None:
+    """C13-C15 on ``case``'s trace, run again through
+    :func:`~kvcontract.live.lifecycle.run_lifecycle` (the confirmation's own run does not
+    record the lifecycle): the same requests, timing and engine settings."""
+    producer, consumer = _traces(case)
+    run = run_lifecycle(case.geometry, producer_consumer(producer, consumer, timing=timing),
+                        options_for(case, options))
+    result.clauses = judge_lifecycle(run, case.geometry)
 
 
 def _consumer_check(result: ScenarioResult, confirmation: Confirmation) -> None:
@@ -175,6 +248,7 @@ def abort_mid_prefill(prompt_len: int = 96, steps_run: int = 3) -> ScenarioResul
     result = _from_confirmation("abort-mid-prefill", abort_mid_prefill.__doc__ or "",
                                 confirmation, LIFECYCLE_GEOMETRY)
     _consumer_check(result, confirmation)
+    _judge_case(result, case)
     return result
 
 
@@ -185,7 +259,8 @@ def abort_stores_in_flight(prompt_len: int = 96, steps_run: int = 3,
     once they are done)."""
     case = end_to_end_case(LIFECYCLE_GEOMETRY, prompt_len, "resend",
                            steps=(STEP_TOKENS,) * steps_run, ending="aborted")
-    confirmation = confirm_case(case, timing=Timing("delayed", delay, "store"))
+    timing = Timing("delayed", delay, "store")
+    confirmation = confirm_case(case, timing=timing)
     result = _from_confirmation("abort-stores-in-flight",
                                 abort_stores_in_flight.__doc__ or "", confirmation,
                                 LIFECYCLE_GEOMETRY)
@@ -193,6 +268,7 @@ def abort_stores_in_flight(prompt_len: int = 96, steps_run: int = 3,
     if observation is not None:
         result.numbers["flushed_jobs"] = observation.flushed_jobs
     _consumer_check(result, confirmation)
+    _judge_case(result, case, timing=timing)
     return result
 
 
@@ -205,7 +281,7 @@ def preemption(gpu_blocks: int = 20, prompt_len: int = 32,
     first = TraceRequest("first", tuple(prompt_tokens(prompt_len)), max_tokens=decode)
     second = TraceRequest("second", tuple(prompt_tokens(prompt_len, offset=10_000)),
                           max_tokens=decode)
-    result_ = run_trace(geometry, Trace((Phase((first, second), max_steps=400),)),
+    result_ = run_lifecycle(geometry, Trace((Phase((first, second), max_steps=400),)),
                         BuildOptions(max_num_batched_tokens=STEP_TOKENS,
                                      gpu_blocks=gpu_blocks,
                                      max_model_len=prompt_len + decode + 28))
@@ -239,7 +315,7 @@ def prefix_cache_reset(prompt_len: int = 64, delay: int = 4) -> ScenarioResult:
                                               TraceEvent(finish, "reset-all")),
                          reset_prefix_cache_after=True),
                    Phase((consumer,))), Timing("delayed", delay, "store"))
-    result_ = run_trace(geometry, trace, BuildOptions(max_num_batched_tokens=STEP_TOKENS))
+    result_ = run_lifecycle(geometry, trace, BuildOptions(max_num_batched_tokens=STEP_TOKENS))
     result = _result("prefix-cache-reset", prefix_cache_reset.__doc__ or "", geometry,
                      result_)
     if isinstance(result_, LiveObservation):
@@ -265,7 +341,7 @@ def stalled_store(prompt_len: int = 64, wait_steps: int = 40) -> ScenarioResult:
     consumer = _resend("consumer", prompt_tokens(prompt_len))
     trace = Trace((Phase((producer,), reset_prefix_cache_after=True, max_steps=20),
                    Phase((consumer,), max_steps=wait_steps)), Timing("never", 0, "store"))
-    result_ = run_trace(geometry, trace, BuildOptions(max_num_batched_tokens=STEP_TOKENS))
+    result_ = run_lifecycle(geometry, trace, BuildOptions(max_num_batched_tokens=STEP_TOKENS))
     result = _result("stalled-store", stalled_store.__doc__ or "", geometry, result_)
     if isinstance(result_, LiveObservation):
         outcome = result_.requests["consumer"]
@@ -275,9 +351,35 @@ def stalled_store(prompt_len: int = 64, wait_steps: int = 40) -> ScenarioResult:
                               first_compute_step=outcome.first_compute_step,
                               pending_answers=pending, stalled_jobs=result_.stalled_jobs,
                               wait_steps=wait_steps)
+        result.numbers.update(_deferral_numbers(result_, "consumer"))
         result.checks.append(Check("the lookup saw the pending chunks", "> 0", pending,
                                    pending > 0))
     return result
+
+
+def _deferral_numbers(observation: LiveObservation, request: str) -> dict[str, Any]:
+    """How long ``request``'s lookup stayed deferred in the trace, what it waited on,
+    and whether vLLM decided it (a bound it enforces would show as a decision)."""
+    log = observation.lifecycle
+    if log is None:
+        return {}
+    decisions = [d for d in log.decisions if d.request == request]
+    deferred = [d for d in decisions if d.deferred]
+    decided = [d for d in decisions if not d.deferred]
+    return {
+        "deferred_lookups": len(deferred),
+        "first_deferred_step": deferred[0].step if deferred else None,
+        "last_deferred_step": deferred[-1].step if deferred else None,
+        "trace_steps": observation.steps,
+        "decided_at": decided[-1].step if decided and deferred
+        and decided[-1].step > deferred[0].step else None,
+        "bound_enforced": bool(deferred) and any(d.step > deferred[-1].step
+                                                 for d in decided),
+        "deferral_clock_set": all(d.clock_started for d in deferred) if deferred else None,
+        "waited_on": sorted({w[3] for d in deferred for w in d.waited}
+                            | ({"own-transfer"} if any(d.own_jobs for d in deferred)
+                               else set())),
+    }
 
 
 def cpu_capacity_lru(capacity: int = 30, prompt_len: int = 64) -> ScenarioResult:
@@ -292,7 +394,7 @@ def cpu_capacity_lru(capacity: int = 30, prompt_len: int = 64) -> ScenarioResult
               for n, t in prompts.items()]
     phases.append(Phase((_resend("resend-c", prompts["c"]),), reset_prefix_cache_after=True))
     phases.append(Phase((_resend("resend-a", prompts["a"]),)))
-    result_ = run_trace(geometry, Trace(tuple(phases)),
+    result_ = run_lifecycle(geometry, Trace(tuple(phases)),
                         BuildOptions(max_num_batched_tokens=prompt_len, cpu_chunks=capacity))
     result = _result("cpu-capacity-lru", cpu_capacity_lru.__doc__ or "", geometry, result_)
     if isinstance(result_, LiveObservation):
@@ -319,11 +421,230 @@ def async_scheduler(prompt_len: int = 96) -> ScenarioResult:
     scheduler: the consumer gets the promise."""
     case = end_to_end_case(LIFECYCLE_GEOMETRY, prompt_len, "resend",
                            steps=(STEP_TOKENS,) * (prompt_len // STEP_TOKENS))
-    confirmation = confirm_case(case, BuildOptions(async_scheduling=True))
+    options = BuildOptions(async_scheduling=True)
+    confirmation = confirm_case(case, options)
     result = _from_confirmation("async-scheduler", async_scheduler.__doc__ or "",
                                 confirmation, LIFECYCLE_GEOMETRY)
     _consumer_check(result, confirmation)
+    _judge_case(result, case, options)
     return result
+
+
+# -- lifecycle on vLLM's own code, judged by C13-C15 (issue 21) ----------------------------
+LIFECYCLE_PROMPT = 64
+"""The lifecycle block's prompt: four chunked-prefill steps of :data:`STEP_TOKENS`."""
+
+
+def _producer_then(consumers: tuple[Phase, ...], producer: TraceRequest,
+                   timing: Timing) -> Trace:
+    """``producer`` run to its end (the GPU prefix cache reset after it, the connector's
+    tier kept), then the ``consumers`` phases."""
+    return Trace((Phase((producer,), reset_prefix_cache_after=True), *consumers), timing)
+
+
+def _lifecycle_numbers(result: ScenarioResult, observation: LiveObservation | Refused,
+                       *names: str) -> None:
+    if not isinstance(observation, LiveObservation):
+        return
+    log = observation.lifecycle
+    for name in names:
+        outcome = observation.requests.get(name)
+        if outcome is not None:
+            result.numbers[name] = {"status": outcome.status,
+                                    "num_computed": outcome.num_computed,
+                                    "reused_tokens": outcome.reused_tokens,
+                                    "hit": observation.accepted_hit(name)}
+    if log is not None:
+        jobs = list(log.jobs.values())
+        result.numbers["jobs"] = {
+            "submitted": len(jobs), "completed": sum(j.completed is not None for j in jobs),
+            "failed": sum(j.failed is not None for j in jobs),
+            "cancelled": sum(j.dropped is not None for j in jobs),
+            "open": len(log.end.open_jobs) if log.end else None,
+            "flushed": sum(bool(j.flushed) for j in jobs)}
+        if log.end is not None:
+            result.numbers["end"] = {
+                "pending_chunks": log.end.write_pending_chunks,
+                "chunks_being_loaded": log.end.chunks_being_loaded,
+                "waiting_for_remote_kv": list(log.end.waiting_for_remote_kv),
+                "tracked": sorted(n for n, r in log.end.requests.items() if r.tracked)}
+
+
+def _aborted_producer(name: str, doc: str, abort_at: int,
+                      timing: Timing | None = None) -> ScenarioResult:
+    geometry = LIFECYCLE_GEOMETRY
+    producer = TraceRequest("producer", tuple(prompt_tokens(LIFECYCLE_PROMPT)),
+                            max_tokens=64, abort_at=abort_at)
+    consumer = _resend("consumer", prompt_tokens(LIFECYCLE_PROMPT))
+    trace = _producer_then((Phase((consumer,)),), producer, timing or Timing())
+    run = run_lifecycle(geometry, trace, BuildOptions(max_num_batched_tokens=STEP_TOKENS))
+    result = _result(name, doc, geometry, run)
+    _lifecycle_numbers(result, run, "producer", "consumer")
+    if isinstance(run, LiveObservation):
+        outcome = run.requests["producer"]
+        result.checks.append(Check("the producer ends aborted", "FINISHED_ABORTED",
+                                   outcome.status, outcome.status == "FINISHED_ABORTED"))
+    return result
+
+
+def abort_final_prefill() -> ScenarioResult:
+    """A producer of 64 tokens in four prefill steps of 16 aborted right after its final
+    prefill step (its first token sampled), then a resend."""
+    steps = LIFECYCLE_PROMPT // STEP_TOKENS
+    return _aborted_producer("abort-final-prefill", abort_final_prefill.__doc__ or "",
+                             steps)
+
+
+def abort_decode(decode_steps: int = 3) -> ScenarioResult:
+    """A producer aborted after ``decode_steps`` decode steps past its prefill, then a
+    resend."""
+    steps = LIFECYCLE_PROMPT // STEP_TOKENS
+    return _aborted_producer("abort-decode", abort_decode.__doc__ or "",
+                             steps + decode_steps)
+
+
+def abort_loads_in_flight(delay: int = 3) -> ScenarioResult:
+    """A producer's chunks stored; a resend's load takes ``delay`` steps and the resend
+    is aborted while it is in flight (vLLM's WAITING_FOR_REMOTE_KVS); then a second
+    resend of the same prompt: it must be decided, not wait on the aborted load."""
+    geometry = LIFECYCLE_GEOMETRY
+    producer = TraceRequest("producer", tuple(prompt_tokens(LIFECYCLE_PROMPT)), max_tokens=1)
+    aborted = TraceRequest("aborted", tuple(prompt_tokens(LIFECYCLE_PROMPT)), max_tokens=1,
+                           abort_at=1)
+    again = _resend("again", prompt_tokens(LIFECYCLE_PROMPT))
+    trace = _producer_then((Phase((aborted,), reset_prefix_cache_after=True),
+                            Phase((again,))), producer, Timing("delayed", delay, "load"))
+    run = run_lifecycle(geometry, trace, BuildOptions(max_num_batched_tokens=STEP_TOKENS))
+    result = _result("abort-loads-in-flight", abort_loads_in_flight.__doc__ or "",
+                     geometry, run)
+    _lifecycle_numbers(result, run, "aborted", "again")
+    if isinstance(run, LiveObservation) and run.lifecycle is not None:
+        loads = [j for j in run.lifecycle.jobs.values()
+                 if j.kind == "load" and j.request == "aborted"]
+        abort_step = (run.requests["aborted"].arrived or 0) + 1
+        in_flight = any(j.submitted < abort_step and (j.completed is None
+                                                      or j.completed >= abort_step)
+                        for j in loads)
+        result.checks.append(Check("the abort found the load in flight", True, in_flight,
+                                   in_flight))
+    return result
+
+
+def preemption_stores_in_flight(gpu_blocks: int = 20, prompt_len: int = 32,
+                                decode: int = 100, delay: int = 200) -> ScenarioResult:
+    """As ``preemption``, with stores finishing ``delay`` steps late (past the
+    preemption), so a request is preempted with its stores in flight and re-admitted
+    (vLLM #46014: ``assert not req_status.transfer_jobs``): the preemption flushes them
+    (``jobs_to_flush``), or the re-admitted request's lookup waits on its own
+    transfers."""
+    geometry = LIFECYCLE_GEOMETRY
+    first = TraceRequest("first", tuple(prompt_tokens(prompt_len)), max_tokens=decode)
+    second = TraceRequest("second", tuple(prompt_tokens(prompt_len, offset=10_000)),
+                          max_tokens=decode)
+    run = run_lifecycle(geometry, Trace((Phase((first, second), max_steps=400),),
+                                        Timing("delayed", delay, "store")),
+                        BuildOptions(max_num_batched_tokens=STEP_TOKENS,
+                                     gpu_blocks=gpu_blocks,
+                                     max_model_len=prompt_len + decode + 28))
+    result = _result("preemption-stores-in-flight",
+                     preemption_stores_in_flight.__doc__ or "", geometry, run)
+    _lifecycle_numbers(result, run, "first", "second")
+    if isinstance(run, LiveObservation) and run.lifecycle is not None:
+        preempted = sum(o.preempted for o in run.requests.values())
+        own = [d for d in run.lifecycle.decisions if d.deferred and d.own_jobs]
+        flushed = [j.job_id for j in run.lifecycle.jobs.values() if j.flushed]
+        result.numbers.update(preempted=preempted, readmitted_waiting_on_own_jobs=len(own),
+                              flushed_at_preemption=len(flushed))
+        result.checks.append(Check("the preemption found stores in flight (flushed)",
+                                   ">= 1", len(flushed), bool(flushed)))
+        result.checks.append(Check("a request was preempted", ">= 1", preempted,
+                                   preempted >= 1))
+    return result
+
+
+def _failed(name: str, doc: str, timing: Timing,
+            policy: str | None = None) -> ScenarioResult:
+    geometry = LIFECYCLE_GEOMETRY
+    producer = TraceRequest("producer", tuple(prompt_tokens(LIFECYCLE_PROMPT)), max_tokens=1)
+    consumer = _resend("consumer", prompt_tokens(LIFECYCLE_PROMPT))
+    trace = _producer_then((Phase((consumer,), max_steps=40),), producer, timing)
+    run = run_lifecycle(geometry, trace, BuildOptions(max_num_batched_tokens=STEP_TOKENS),
+                        load_failure_policy=policy)
+    result = _result(name, doc, geometry, run)
+    _lifecycle_numbers(result, run, "producer", "consumer")
+    if isinstance(run, LiveObservation) and run.lifecycle is not None:
+        result.numbers["load_failures"] = [vars(f) for f in run.lifecycle.load_failures]
+        if run.lifecycle.raised_in:
+            result.numbers["raised_in"] = list(run.lifecycle.raised_in)
+    return result
+
+
+def failed_store() -> ScenarioResult:
+    """The producer's first store fails in the worker: the failure is handed to the
+    release's own ``OffloadingConnectorWorker.get_finished``."""
+    return _failed("failed-store", failed_store.__doc__ or "",
+                   Timing("worker-fail", 0, "store", count=1))
+
+
+def failed_load() -> ScenarioResult:
+    """The resend's load fails in the worker: the failure is handed to the release's own
+    ``OffloadingConnectorWorker.get_finished``."""
+    result = _failed("failed-load", failed_load.__doc__ or "",
+                     Timing("worker-fail", 0, "load", count=1))
+    where = result.numbers.get("raised_in")
+    if where:  # the release's worker raised on the failed load: no recovery at all
+        result.clauses = [_with_finding(v, Impact.CRASH, "recovers-from-failed-load: the "
+                                        f"release's worker raised on the failed load "
+                                        f"({where[0]}): {result.outcome}")
+                          if v.clause == "C15" else v for v in result.clauses]
+    return result
+
+
+def failed_load_recompute() -> ScenarioResult:
+    """The resend's first load reported failed through the scheduler's failure API
+    (``failed_recving``, as a worker that supports failed transfers reports one) under
+    ``kv_load_failure_policy="recompute"``: where the scheduler resumes it (for the SWA
+    group, the whole window of the new boundary must be recomputed or loaded)."""
+    result = _failed("failed-load-recompute", failed_load_recompute.__doc__ or "",
+                     Timing("fail", 0, "load", count=1), policy="recompute")
+    _recomputes_check(result)
+    return result
+
+
+def failed_load_fail_policy() -> ScenarioResult:
+    """As ``failed-load-recompute`` under vLLM's default ``kv_load_failure_policy``
+    (``fail``): whether the request recomputes or is failed with an error."""
+    result = _failed("failed-load-fail-policy", failed_load_fail_policy.__doc__ or "",
+                     Timing("fail", 0, "load", count=1))
+    _recomputes_check(result)
+    return result
+
+
+def _recomputes_check(result: ScenarioResult) -> None:
+    """C15 asks a failed load to leave the request recomputing: a request vLLM fails
+    with an error instead is a finding of the scenario (the trace maps it to an abort,
+    which the judges accept)."""
+    observation = result.observation
+    if observation is None or "consumer" not in observation.requests:
+        return
+    status = observation.requests["consumer"].status
+    recomputes = status != "FINISHED_ERROR"
+    result.checks.append(Check("after the failed load the request recomputes (C15)",
+                               "not FINISHED_ERROR", status, recomputes))
+    if not recomputes:
+        result.clauses = [_with_finding(v, Impact.CRASH, "recomputes-after-failed-load: "
+                                        "vLLM failed the request with an error "
+                                        "(FINISHED_ERROR) instead of recomputing it")
+                          if v.clause == "C15" else v for v in result.clauses]
+
+
+def _with_finding(verdict: ClauseVerdict, impact: Impact, finding: str) -> ClauseVerdict:
+    """``verdict`` with one more finding of the scenario's own (worst impact first)."""
+    order = list(Impact)
+    worst = impact if verdict.impact is None or order.index(impact) < order.index(
+        verdict.impact) else verdict.impact
+    return ClauseVerdict(verdict.clause, Verdict.COUNTEREXAMPLE, worst,
+                         (finding, *verdict.findings), verdict.reason)
 
 
 SCENARIOS: dict[str, Callable[[], ScenarioResult]] = {
@@ -337,11 +658,24 @@ SCENARIOS: dict[str, Callable[[], ScenarioResult]] = {
     "stalled-store": stalled_store,
     "cpu-capacity-lru": cpu_capacity_lru,
     "async-scheduler": async_scheduler,
+    "abort-final-prefill": abort_final_prefill,
+    "abort-decode": abort_decode,
+    "abort-loads-in-flight": abort_loads_in_flight,
+    "preemption-stores-in-flight": preemption_stores_in_flight,
+    "failed-store": failed_store,
+    "failed-load": failed_load,
+    "failed-load-recompute": failed_load_recompute,
+    "failed-load-fail-policy": failed_load_fail_policy,
 }
 """Every named scenario (``kvcontract live --scenario NAME``)."""
 
 FINDINGS = ("window-formula", "eagle-replay")
-LIFECYCLE = tuple(name for name in SCENARIOS if name not in FINDINGS)
+FAILURES = ("failed-store", "failed-load", "failed-load-recompute", "failed-load-fail-policy")
+"""Lifecycle scenarios that inject a failed transfer: their outcome is what the release
+does with it (a raise or a failed request is their finding, not an error of the run)."""
+LIFECYCLE = tuple(name for name in SCENARIOS if name not in FINDINGS + FAILURES)
+LIFECYCLE_JUDGED = LIFECYCLE + FAILURES
+"""Every scenario judged by C13-C15 (the audit's lifecycle rows)."""
 
 
 def run_scenario(name: str) -> ScenarioResult:

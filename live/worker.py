@@ -6,19 +6,25 @@ flush) and reports jobs finished the way the real worker does, through
 ``KVConnectorOutput.kv_connector_worker_meta`` (an ``OffloadingWorkerMetadata`` with
 ``completed_jobs``) and ``finished_recving`` for a request whose asynchronous load is
 done. When it reports is the timing knob (:class:`Timing`): at once (the same step's
-output), ``delay`` steps later, never (a stalled job: its chunks stay HIT_PENDING), or
-fail (a load reported in ``failed_recving``; 0.33.0's worker asserts a store never
-fails, so a failed store is reported as never finishing).
+output), ``delay`` steps later, never (a stalled job: its chunks stay HIT_PENDING),
+``fail`` (a load reported through the scheduler's failure API: its request in
+``failed_recving`` and ``finished_recving``, its job completed, as a worker that
+supports failed transfers reports one; a store so timed is reported as never
+finishing), or ``worker-fail`` (the failed transfer, load or store, handed to the
+release's own ``OffloadingConnectorWorker.get_finished`` over a stand-in transfer
+handler that returns it: what the release's worker does with it is the outcome; 0.33.0
+asserts ``transfer_result.success``, so the step raises).
 """
 
 from __future__ import annotations
 
+import traceback
 from dataclasses import dataclass, field
 from typing import Any
 
 from kvcontract.live.env import vllm_names
 
-TIMINGS = ("at-once", "delayed", "never", "fail")
+TIMINGS = ("at-once", "delayed", "never", "fail", "worker-fail")
 
 
 @dataclass(frozen=True)
@@ -30,6 +36,9 @@ class Timing:
     delay: int = 0
     applies_to: str = "both"
     """``store``, ``load`` or ``both``: the other kind finishes at once."""
+    count: int | None = None
+    """The mode applies to the first ``count`` jobs of the kinds it applies to; later
+    ones finish at once (None: every one)."""
 
     def __post_init__(self) -> None:
         if self.mode not in TIMINGS:
@@ -38,6 +47,8 @@ class Timing:
             raise ValueError("applies_to must be store, load or both")
         if self.delay < 0:
             raise ValueError("delay must be >= 0")
+        if self.count is not None and self.count < 0:
+            raise ValueError("count must be >= 0 (or None: every job)")
 
     def for_kind(self, is_store: bool) -> Timing:
         kind = "store" if is_store else "load"
@@ -68,14 +79,25 @@ class HostWorker:
     """``(step, job id, is_store)`` of every job reported."""
     flushed: list[tuple[int, int]] = field(default_factory=list)
     """``(step, job id)`` of every job the scheduler asked to flush."""
+    timed: int = 0
+    """Jobs the timing's mode has applied to so far (for ``Timing.count``)."""
+    raised_in: list[str] = field(default_factory=list)
+    """``file:line function`` where the release's worker raised on a failed transfer
+    (``worker-fail``); the exception itself propagates."""
 
     def _due(self, is_store: bool) -> tuple[int | None, bool]:
         timing = self.timing.for_kind(is_store)
+        if timing.mode != "at-once" and timing.count is not None:
+            if self.timed >= timing.count:
+                return self.step, False
+            self.timed += 1
         if timing.mode == "at-once":
             return self.step, False
         if timing.mode == "delayed":
             return self.step + timing.delay, False
         if timing.mode == "fail" and not is_store:
+            return self.step, True
+        if timing.mode == "worker-fail":
             return self.step, True
         return None, False
 
@@ -111,9 +133,17 @@ class HostWorker:
                 continue
             del self.pending[job_id]
             self.completed.append((self.step, job_id, job.is_store))
+            if job.failed and self.timing.for_kind(job.is_store).mode == "worker-fail":
+                try:
+                    reported, marked = _release_worker_reports_failure(job)
+                except Exception as exc:
+                    self.raised_in.append(_where(exc))
+                    raise
+                recving |= reported
+                done.update(marked)
+                continue
             if job.failed:
                 failed.add(job.req_id)
-                continue
             done[job_id] = 1
             if not job.is_store and not job.sync:
                 recving.add(job.req_id)
@@ -126,3 +156,48 @@ class HostWorker:
     def stalled(self) -> list[int]:
         """Jobs that will never be reported."""
         return sorted(j.job_id for j in self.pending.values() if j.due is None)
+
+
+def _where(exc: BaseException) -> str:
+    """The innermost frame of ``exc``'s traceback, as ``vllm/...py:line function``."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    if not frames:
+        return "unknown"
+    last = frames[-1]
+    path = last.filename
+    if "/vllm/" in path:
+        path = "vllm/" + path.rsplit("/vllm/", 1)[1]
+    return f"{path}:{last.lineno} {last.name}"
+
+
+class _FailingTransfers:
+    """The release worker's transfer handler, as far as ``get_finished`` reads it: one
+    finished transfer, unsuccessful."""
+
+    def __init__(self, job_id: int) -> None:
+        self._job_id = job_id
+
+    def get_finished(self) -> list[Any]:
+        TransferResult = vllm_names("vllm.v1.kv_offload.base", "TransferResult")
+        return [TransferResult(job_id=self._job_id, success=False)]
+
+
+def _release_worker_reports_failure(job: _Job) -> tuple[set[str], dict[int, int]]:
+    """Hand ``job``'s failed transfer to the release's ``OffloadingConnectorWorker.
+    get_finished`` (built without its GPU set-up: it reads only its transfer handler,
+    its load jobs and its worker metadata) and return the requests it reports
+    finished receiving and the jobs it marks completed. Whatever the release's code
+    raises propagates: that is the observed outcome of a failed transfer."""
+    worker_cls = vllm_names(
+        "vllm.distributed.kv_transfer.kv_connector.v1.offloading.worker",
+        "OffloadingConnectorWorker")
+    worker_metadata = vllm_names(
+        "vllm.distributed.kv_transfer.kv_connector.v1.offloading.common",
+        "OffloadingWorkerMetadata")
+    worker = object.__new__(worker_cls)
+    worker.worker = _FailingTransfers(job.job_id)
+    worker._load_jobs = {} if job.is_store else {job.job_id: None if job.sync else job.req_id}
+    worker._connector_worker_meta = worker_metadata()
+    _, recving = worker.get_finished(set())
+    marked = dict(worker._connector_worker_meta.completed_jobs)
+    return {str(r) for r in recving}, {int(j): int(c) for j, c in marked.items()}
