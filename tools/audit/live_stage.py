@@ -175,6 +175,12 @@ def replays_of(defect: Mapping[str, Any]) -> tuple[list[Replay], str | None]:
     if kind == "end-to-end":
         found.append(Replay(str(defect["id"]), kind, f"witness {theorem}",
                             {k: witness[k] for k in ("producer", "consumer")}))
+    elif kind == "store" and witness.get("start_hit"):
+        why = (f"its witness ({theorem}) is a producer that starts from a cached prefix "
+               "(start_hit): the live stage builds no first request for it to hit")
+    elif kind == "store" and witness.get("max_offload_tokens") is not None:
+        why = (f"its witness ({theorem}) caps the request's max_offload_tokens, which the "
+               "live traces do not pass")
     elif kind == "store":
         case = {k: v for k, v in witness.items() if k not in ("kind", "theorem")}
         found.append(Replay(str(defect["id"]), kind, f"witness {theorem}", case,

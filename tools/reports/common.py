@@ -1,5 +1,5 @@
 """Small pieces several renderers share: verdict counts, the title line, a witness on
-one line."""
+one line, a defect in one line and what the live stage found of it."""
 
 from __future__ import annotations
 
@@ -40,6 +40,22 @@ IMPACT_LEVEL = {"crash": "error", "corruption": "error", "lost-hit": "error", "s
 """The severity of a defect by its worst impact (SARIF level; GitHub annotation)."""
 
 
+def live_line(defect: Mapping[str, Any]) -> str:
+    """What ``audit --live`` found of a defect on vLLM itself, in one line (empty when
+    the report has no live stage): ``live: confirmed on vLLM 0.33.0 (the patch laid
+    over it): ...``; every format says it in these words."""
+    live = defect.get("live")
+    if not isinstance(live, Mapping):
+        return ""
+    text = f"live: {live['status']}"
+    if live.get("vllm"):
+        text += f" on vLLM {live['vllm']}"
+        if live.get("patched"):
+            text += " (the target's code laid over it)"
+    detail = live.get("text") or live.get("why")
+    return f"{text}: {detail}" if detail else text
+
+
 def defect_message(defect: Mapping[str, Any]) -> str:
     """A defect in one line: impact, title, cost, clauses and the witness."""
     from kvcontract.tools.reports.summary import cost_line
@@ -51,4 +67,7 @@ def defect_message(defect: Mapping[str, Any]) -> str:
     parts.append(f"breaks {', '.join(defect['clauses'])} ({len(defect['theorems'])} "
                  "theorems)")
     parts.append(f"witness: {defect['witness']['line']}")
+    live = live_line(defect)
+    if live:
+        parts.append(live)
     return "; ".join(parts)

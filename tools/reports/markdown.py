@@ -6,7 +6,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from kvcontract.tools.reports.common import counts, finding_message, title
+from kvcontract.tools.reports.common import counts, finding_message, live_line, title
 from kvcontract.tools.reports.locate import result_location
 from kvcontract.tools.reports.model import PASS, exit_code, normalize
 
@@ -52,6 +52,8 @@ def _defects_section(report: Mapping[str, Any], defects: list[Any]) -> list[str]
     for d in defects:
         out += [f"<details><summary>{d['id']}: {len(d['theorems'])} theorems</summary>", ""]
         out += [f"* `{t}`" for t in d["theorems"]]
+        if d.get("live"):
+            out += ["", _md_cell(live_line(d), 600)]
         if d.get("explain"):
             out += ["", f"`{d['explain']}`"]
         out += ["", "</details>", ""]

@@ -18,6 +18,8 @@ import textwrap
 from collections.abc import Mapping
 from typing import Any
 
+from kvcontract.tools.reports.common import live_line
+
 SUMMARY_WIDTH = 80
 """Columns the summary is laid out for."""
 
@@ -115,13 +117,9 @@ def defect_block(number: int, defect: Mapping[str, Any]) -> list[Line]:
                                              " " * 13)]
     live = defect.get("live")
     if isinstance(live, Mapping):
-        text = f"    live: {live['status']}"
-        detail = live.get("text") or live.get("why")
-        if detail:
-            text += f" on vLLM {live['vllm']}: {detail}" if live.get("vllm") else f": {detail}"
         style = {"confirmed": "bold red", "not reproduced": "bold yellow"}.get(
             str(live["status"]), "")
-        lines += [(line, style) for line in wrapped(text, " " * 10)]
+        lines += [(line, style) for line in wrapped("    " + live_line(defect), " " * 10)]
     lines += [(f"    at {loc['display']}", "") for loc in defect.get("locations", [])[:2]]
     command = defect.get("explain")
     if command:

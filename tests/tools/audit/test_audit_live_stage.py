@@ -178,3 +178,20 @@ def test_a_builtin_or_another_base_release_is_not_replayable(tmp_path: Path) -> 
         pytest.skip("no 0.31.0 release tree in the cache")
     where = live_target(f"module:{patch}@base=vllm:{old}", "0.33.0")
     assert where.why is not None and "0.31.0" in where.why and "0.33.0" in where.why
+
+
+def test_every_format_says_the_live_status_in_the_same_words() -> None:
+    from kvcontract.tools.reports.common import defect_message, live_line
+
+    defect = {"id": "D0", "impact": "corruption", "title": "well-formed stores",
+              "clauses": ["C10"], "theorems": ["C10/upstream-store-stores-well-formed"],
+              "witness": {"line": "P=21"},
+              "live": {"status": "confirmed", "vllm": "0.33.0", "patched": True,
+                       "text": "vLLM's store path: group 1 offered chunk 2"}}
+    line = live_line(defect)
+    assert line == ("live: confirmed on vLLM 0.33.0 (the target's code laid over it): "
+                    "vLLM's store path: group 1 offered chunk 2")
+    assert defect_message(defect).endswith(line)  # the GitHub and SARIF message
+    assert live_line({"live": {"status": "not replayable", "why": "a formula"}}) == \
+        "live: not replayable: a formula"
+    assert live_line({}) == ""
