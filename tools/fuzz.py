@@ -43,7 +43,7 @@ from hypothesis.stateful import (
 
 from kvcontract.errors import GeometryError, UsageError
 from kvcontract.impl.bundle import Implementation
-from kvcontract.impl.system.engine import OffloadSystem, SystemConfig
+from kvcontract.impl.system.engine import OffloadSystem, StorePath, SystemConfig
 from kvcontract.impl.system.offload import ChunkState
 from kvcontract.impl.variants import get_implementation
 from kvcontract.spec.clauses import get_clause
@@ -159,7 +159,8 @@ class Lockstep:
     its own :class:`~kvcontract.tools.monitor.Monitor` (``monitors[i]`` judges
     ``systems[i]``) and manipulated by its own harness (``harnesses[i]``)."""
 
-    def __init__(self, impl: Implementation, scenario: Scenario, device: str) -> None:
+    def __init__(self, impl: Implementation, scenario: Scenario, device: str,
+                 store_path: StorePath | None = None) -> None:
         self.scenario = scenario
         self.systems = [
             OffloadSystem(
@@ -167,7 +168,7 @@ class Lockstep:
                     scenario.geometry, impl, tensor_backed=backed, device=device,
                     capacity_chunks=scenario.capacity_chunks,
                     delay_steps=scenario.delay_steps, prompt_only=scenario.prompt_only,
-                    gpu_prefix_cache=scenario.gpu_prefix_cache,
+                    gpu_prefix_cache=scenario.gpu_prefix_cache, store_path=store_path,
                 )
             )
             for backed in (False, True)
@@ -239,8 +240,10 @@ class Lockstep:
         return total
 
 
-def run_scenario(impl: Implementation, scenario: Scenario, device: str) -> Lockstep:
-    lockstep = Lockstep(impl, scenario, device)
+def run_scenario(impl: Implementation, scenario: Scenario, device: str,
+                 store_path: StorePath | None = None) -> Lockstep:
+    """``scenario`` on ``impl`` (``store_path``: ``SystemConfig.store_path``)."""
+    lockstep = Lockstep(impl, scenario, device, store_path)
     for op in scenario.program:
         lockstep.apply(op)
     lockstep.apply(("drain",))

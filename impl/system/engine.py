@@ -4,7 +4,8 @@ Contract: every decision is made by the functions of the given
 :class:`~kvcontract.impl.bundle.Implementation` (retention, load ranges, windows,
 scanners through :func:`kvcontract.impl.scheduler.lookup_complete_chunks`, store jobs
 through :class:`kvcontract.impl.scheduler.StoreTracker`, which uses the variant's store
-mask and final-segment horizon); this module holds only bookkeeping and bytes, so a
+mask and final-segment horizon, unless ``SystemConfig.store_path`` plugs in another);
+this module holds only bookkeeping and bytes, so a
 variant's defect shows up here exactly as it would in the serving code. The system does
 not judge itself: it imports no formula of :mod:`kvcontract.spec` (only the geometry
 and the vocabulary) and reports each decision as an event of :mod:`.events` to the
@@ -49,7 +50,10 @@ import enum
 import math
 import zlib
 from collections import Counter, OrderedDict
+from collections.abc import Callable, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import torch
 
@@ -95,6 +99,28 @@ NULL_BLOCK = 0
 """Block id 0 of every pool is the null block: freed (out-of-window) table entries."""
 
 
+class GroupStorePath(Protocol):
+    """One request's store path for one group, as the system drives it: what
+    :class:`~kvcontract.impl.scheduler.StoreTracker` provides (the default)."""
+
+    @property
+    def offered(self) -> AbstractSet[int]: ...
+
+    @property
+    def next_stored_chunk_idx(self) -> int: ...
+
+    def step(self, status: RequestStatus | str, num_computed: int, num_scheduled: int,
+             num_tokens: int) -> list[int]: ...
+
+    def mark_computed(self, num_chunks: int) -> None: ...
+
+
+StorePath = Callable[[Geometry, int, bool], Sequence[GroupStorePath]]
+"""``store_path(geometry, prompt_len, prompt_only)``: a new request's store path, one
+:class:`GroupStorePath` per group (the audit plugs upstream's executed store-job builder
+in here: ``tools/audit/system.py``)."""
+
+
 @dataclass
 class SystemConfig:
     geometry: Geometry
@@ -107,6 +133,8 @@ class SystemConfig:
     prompt_only: bool = True
     vocab: int = 50
     gpu_prefix_cache: bool = True
+    store_path: StorePath | None = None
+    """Each request's store path; None: kvcontract's StoreTracker over ``impl``."""
 
     def __post_init__(self) -> None:
         # Bad configurations fail here with a kvcontract error, not deep inside a step.
@@ -141,7 +169,7 @@ class Request:
     phase: Phase = Phase.WAITING
     num_computed: int = 0
     tables: dict[int, list[int]] = field(default_factory=dict)
-    trackers: dict[int, StoreTracker] = field(default_factory=dict)
+    trackers: dict[int, GroupStorePath] = field(default_factory=dict)
     registered: dict[int, int] = field(default_factory=dict)
     """Per group: blocks already entered into the GPU prefix cache."""
     load_keys: list[ChunkKey] = field(default_factory=list)
@@ -368,11 +396,14 @@ class OffloadSystem:
         ]
         self.requests[rid] = req
         geo = self.geometry
+        plugged = self.config.store_path
+        paths = (None if plugged is None
+                 else plugged(geo, req.prompt_len, self.config.prompt_only))
         for g in range(len(geo.groups)):
             req.tables[g] = []
             req.registered[g] = 0
             # The replay boundaries are the implementation's (impl.store_replay_boundaries).
-            req.trackers[g] = StoreTracker(
+            req.trackers[g] = paths[g] if paths is not None else StoreTracker(
                 self.impl, geo, g, req.prompt_len,
                 offload_prompt_only=self.config.prompt_only,
             )

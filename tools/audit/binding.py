@@ -662,7 +662,7 @@ def _build_adapters(binding: Binding) -> None:
     _adapt_reachability(binding, fields)
     # No store horizon: never inferred from the builder's text (_no_store_horizon).
     binding.missing_fields["store_final_segment_end"] = _no_store_horizon(binding)
-    fields["store_replay_boundaries"] = _upstream_replay_boundaries
+    _adapt_replay_boundaries(binding, fields)
     binding.implementation = _assemble_implementation(binding, fields)
 
 
@@ -1010,17 +1010,21 @@ def _missing_field(name: str, reason: str) -> Callable[..., Any]:
     return missing
 
 
-def _upstream_replay_boundaries(prompt_len: int, alignment_tokens: int | None,
-                                retention_interval: int | None,
-                                use_eagle: bool) -> tuple[int, ...]:
-    """The replay boundaries upstream's store path passes to its mask (modelled, not
-    executed: ``_build_store_jobs`` needs most of vLLM). vLLM 0.30-0.33
-    ``distributed/kv_transfer/kv_connector/v1/offloading/scheduler.py:_build_store_jobs``
-    passes ``(req.num_prompt_tokens - 1,)`` when a retention interval is configured, for
-    every group, EAGLE or not (a shared-prefix boundary is outside the catalogue)."""
-    if retention_interval is None or prompt_len < 1:
-        return ()
-    return (prompt_len - 1,)
+def _adapt_replay_boundaries(binding: Binding, fields: Fields) -> None:
+    """``store_replay_boundaries``: what upstream's ``_build_store_jobs`` passes to its
+    mask, observed by executing it (:func:`kvcontract.tools.audit.store.
+    executed_replay_boundaries`), never restated from its text. Where the builder
+    cannot run (a function it calls is missing), the field is missing and its theorems
+    are unchecked, naming what is absent. The built-in targets keep their own field."""
+    from kvcontract.tools.audit import store
+
+    absent = store.missing(binding)
+    if absent:
+        binding.missing_fields["store_replay_boundaries"] = (
+            "the replay boundaries are observed only by executing upstream's store path, "
+            "which cannot run (it needs " + ", ".join(absent) + ")")
+        return
+    fields["store_replay_boundaries"] = store.executed_replay_boundaries(binding)
 
 
 STORE_HORIZON_EXECUTED = (

@@ -52,7 +52,9 @@ from __future__ import annotations
 import ast
 import builtins
 import dataclasses
+import inspect
 import itertools
+import math
 import types
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -62,7 +64,7 @@ from kvcontract.impl.bundle import Implementation
 from kvcontract.impl.scheduler import StoreTracker, group_first_live_block
 from kvcontract.impl.variants import REFERENCE
 from kvcontract.spec import multigroup
-from kvcontract.spec.geometry import Geometry, GroupKind
+from kvcontract.spec.geometry import Geometry, GroupKind, GroupSpec
 from kvcontract.spec.properties import CaseProperty
 from kvcontract.spec.properties.base import CaseSpace, LastCase
 from kvcontract.spec.properties.end_to_end import (
@@ -272,8 +274,167 @@ def _block_id(group: int, block: int) -> int:
     return 1 + group * 1_000_000 + block
 
 
-def make_store_runner(binding: Binding) -> Callable[[StoreCase], StoreRun]:
-    """``run(case) -> StoreRun`` on upstream's ``_build_store_jobs`` (the roles of
+class _Unset:
+    """The default of :class:`UpstreamStorePath`'s ``alignment_tokens``: the geometry's."""
+
+
+UNSET = _Unset()
+
+
+@dataclass(frozen=True)
+class _BuilderParts:
+    """What every request's store path shares: the guarded builder and the group
+    configs built from the binding (:func:`store_path_parts`)."""
+
+    build: Callable[..., Any]
+    where: str
+    functions: dict[str, Callable[..., Any]]
+    configs_of: Callable[[Geometry], list[GroupConfig]]
+    passes_boundaries: bool
+    """Whether the builder calls a mask that takes replay boundaries
+    (``_reachable_store_block_mask``, 0.30+); 0.28/0.29's chunk predicate takes none."""
+
+
+class UpstreamStorePath:
+    """One request's store path on upstream's ``_build_store_jobs``: the stand-in
+    scheduler of the module docstring with this request in ``_req_status``; each
+    :meth:`step` calls the builder once (every group at once, as upstream does) and
+    returns the chunks offered per group. What happens between builder calls (admission,
+    a hit's chunks, preemption) is the driver's: :meth:`mark_computed` sets the stored
+    index past a hit as ``update_state_after_alloc`` does (chunk-level policy).
+
+    ``boundaries`` lists the ``reachable_boundaries`` each call of the mask
+    (``_reachable_store_block_mask``) received, in call order: the replay boundaries
+    upstream's builder passes, observed, never restated."""
+
+    def __init__(self, parts: _BuilderParts, geometry: Geometry, prompt_len: int, *,
+                 prompt_only: bool = True, max_offload_tokens: int | None = None,
+                 loaded_from_offload: bool = False,
+                 first_live: Callable[[GroupSpec, int], int] | None = None,
+                 alignment_tokens: int | _Unset | None = UNSET) -> None:
+        self.geometry = geometry
+        self.prompt_len = prompt_len
+        self._parts = parts
+        self._first_live = first_live or (
+            lambda group, computed: group_first_live_block(REFERENCE, geometry, group,
+                                                           computed))
+        self.boundaries: list[tuple[int, ...]] = []
+        f = parts.functions
+        configs = parts.configs_of(geometry)
+        self._manager = _StoreManager()
+        jobs = itertools.count()
+        alignment = (geometry.alignment_tokens if isinstance(alignment_tokens, _Unset)
+                     else alignment_tokens)
+        sched = types.SimpleNamespace(
+            config=types.SimpleNamespace(
+                kv_group_configs=tuple(configs), blocks_per_chunk=geometry.blocks_per_chunk,
+                tokens_per_hash=geometry.hash_block_size, num_workers=1,
+                offload_prompt_only=prompt_only, supports_partial_tail=False,
+                alignment_tokens=alignment,
+                retention_interval=geometry.retention_interval, dcp_world_size=1),
+            manager=self._manager, _connector_stats=_Stats(),
+            _events_tracker=_EventsTracker(), _jobs={}, _block_id_to_pending_jobs={},
+            _current_batch_allocated_block_ids=set(), _current_batch_jobs_to_flush=set(),
+            _sliding_window_groups=tuple(
+                i for i, c in enumerate(configs) if c.sliding_window_size_in_chunks is not None),
+        )
+        sched._generate_job_id = lambda: next(jobs)
+        sched._touch = lambda req_status: None
+        for name, role in (("_calc_num_offloadable_tokens", "offloadable_tokens"),
+                           ("_final_swa_alignment_blocks", "final_swa_alignment")):
+            if role in f:
+                setattr(sched, name, types.MethodType(f[role], sched))
+        if "store_mask" in f:
+            sched._reachable_store_block_mask = self._recording_mask(f["store_mask"], sched)
+        self._request = _Request(prompt_len)
+        self._states = tuple(types.SimpleNamespace(
+            offload_keys=[], block_ids=[], next_stored_chunk_idx=0, num_hit_chunks=0,
+            lookup_hit_end_chunk_idx=0) for _ in geometry.groups)
+        req_status = types.SimpleNamespace(
+            config=sched.config, req=self._request, req_context=None,
+            group_states=self._states, max_load_tokens=None,
+            max_offload_tokens=max_offload_tokens, num_locally_computed_tokens=0,
+            transfer_jobs=set(), loaded_from_offload=loaded_from_offload,
+            finished_signaled=False, partial_tail_boundary=None)
+        req_status.storable_chunks = types.MethodType(f["storable_chunks"], req_status)
+        req_status.advance_stored_idx = types.MethodType(f["advance_stored_idx"], req_status)
+        sched._req_status = {RID: req_status}
+        self._sched = sched
+        self._allocated = [0] * len(geometry.groups)
+
+    def _recording_mask(self, mask: Callable[..., Any], sched: Any) -> Callable[..., Any]:
+        """``_reachable_store_block_mask`` bound to ``sched``, recording the boundaries
+        the builder passes (whatever form the call takes: the mask's own signature
+        binds it). A mask without the parameter receives none: ``()``."""
+        signature = inspect.signature(mask)
+
+        def recording(*args: Any, **kwargs: Any) -> Any:
+            try:
+                passed = signature.bind(sched, *args, **kwargs).arguments
+            except TypeError:
+                passed = {}  # the call itself raises below, as upstream's would
+            found = passed.get("reachable_boundaries", ())
+            self.boundaries.append(tuple(found) if isinstance(found, (tuple, list)) else
+                                   (found,))
+            return mask(sched, *args, **kwargs)
+
+        return recording
+
+    def next_stored_chunk_idx(self, group_index: int) -> int:
+        """The group's ``next_stored_chunk_idx`` as upstream's state holds it."""
+        index = self._states[group_index].next_stored_chunk_idx
+        if not isinstance(index, int) or isinstance(index, bool):
+            raise _garbage(self._parts.where, index, "next_stored_chunk_idx, an int")
+        return index
+
+    def mark_computed(self, group_index: int, num_chunks: int) -> None:
+        """Chunks ``[0, num_chunks)`` came from a hit: the stored index moves past them
+        (``update_state_after_alloc``, chunk-level policy; never back)."""
+        state = self._states[group_index]
+        state.next_stored_chunk_idx = max(state.next_stored_chunk_idx, num_chunks)
+
+    def step(self, status: RequestStatus | str, num_computed: int, num_scheduled: int,
+             num_tokens: int) -> list[list[int]]:
+        """One scheduler step of the request (the arguments of
+        :meth:`kvcontract.impl.scheduler.StoreTracker.step`): the builder's offers, per
+        group, in the order it offered them."""
+        status = RequestStatus(status)
+        geometry = self.geometry
+        groups = geometry.groups
+        ended = status in ENDED
+        request = self._request
+        request.status = _status(status)
+        request.num_computed_tokens = num_computed
+        request.num_tokens = max(num_tokens, self.prompt_len)
+        for g, (group, state) in enumerate(zip(groups, self._states, strict=True)):
+            bs = geometry.block_tokens(group)
+            if not ended:
+                self._allocated[g] = max(self._allocated[g], cdiv(num_computed + num_scheduled,
+                                                                  bs))
+            live = self._first_live(group, num_computed)
+            state.offload_keys = [(g, k) for k in range(
+                request.num_tokens // geometry.chunk_tokens(group))]
+            state.block_ids = [0 if j < live else _block_id(g, j)
+                               for j in range(self._allocated[g])]
+        output = types.SimpleNamespace(
+            num_scheduled_tokens={} if ended else {RID: num_scheduled},
+            finished_req_ids={RID} if ended else set(), kv_connector_block_state=None,
+            kv_cache_block_copies=None, preempted_req_ids=None, scheduled_new_reqs=[])
+        self._manager.offered = []
+        built = self._parts.build(self._sched, output)
+        if not isinstance(built, dict):
+            raise _garbage(self._parts.where, built, "a dict of store jobs")
+        offers: list[list[int]] = [[] for _ in groups]
+        for key in self._manager.offered:
+            if not (isinstance(key, tuple) and len(key) == 2 and isinstance(key[0], int)
+                    and 0 <= key[0] < len(groups)):
+                raise _garbage(self._parts.where, key, "an offload key of the request")
+            offers[key[0]].append(key[1])
+        return offers
+
+
+def store_path_parts(binding: Binding) -> _BuilderParts:
+    """The shared parts of upstream's store path on ``binding`` (the roles of
     :func:`missing` must be bound)."""
     f = binding.functions
     rb = binding.roles["store_jobs"]
@@ -285,7 +446,6 @@ def make_store_runner(binding: Binding) -> Callable[[StoreCase], StoreRun]:
             builder.__code__, {**builder.__globals__,
                                "is_store_reachable_swa_chunk": f["store_predicate"]},
             builder.__name__, builder.__defaults__, builder.__closure__)
-    build = _guarded(where, builder)
     window = _guarded(f"{binding.roles['window'].qualname} ({binding.roles['window'].path})",
                       f["window"])
     swa_cls = _manager_class(binding)
@@ -312,94 +472,102 @@ def make_store_runner(binding: Binding) -> Callable[[StoreCase], StoreRun]:
                                        if group.kind is GroupKind.SLIDING_WINDOW else None)))
         return configs
 
+    node = binding.nodes.get("store_jobs")
+    methods = _builder_calls(node)[0] if node is not None else set()
+    return _BuilderParts(_guarded(where, builder), where, dict(f), configs_of,
+                         "_reachable_store_block_mask" in methods and "store_mask" in f)
+
+
+def make_store_path(binding: Binding) -> Callable[..., UpstreamStorePath]:
+    """``new(geometry, prompt_len, **options) -> UpstreamStorePath``: a request's store
+    path on upstream's builder (options: those of :class:`UpstreamStorePath`)."""
+    parts = store_path_parts(binding)
+
+    def new(geometry: Geometry, prompt_len: int, **options: Any) -> UpstreamStorePath:
+        return UpstreamStorePath(parts, geometry, prompt_len, **options)
+
+    return new
+
+
+def make_store_runner(binding: Binding) -> Callable[[StoreCase], StoreRun]:
+    """``run(case) -> StoreRun`` on upstream's ``_build_store_jobs`` (the roles of
+    :func:`missing` must be bound)."""
+    new_path = make_store_path(binding)
+
     def run(case: StoreCase) -> StoreRun:
         geometry = case.geometry
         groups = geometry.groups
-        configs = configs_of(geometry)
-        manager = _StoreManager()
-        jobs = itertools.count()
-        sched = types.SimpleNamespace(
-            config=types.SimpleNamespace(
-                kv_group_configs=tuple(configs), blocks_per_chunk=geometry.blocks_per_chunk,
-                tokens_per_hash=geometry.hash_block_size, num_workers=1,
-                offload_prompt_only=case.prompt_only, supports_partial_tail=False,
-                alignment_tokens=geometry.alignment_tokens,
-                retention_interval=geometry.retention_interval, dcp_world_size=1),
-            manager=manager, _connector_stats=_Stats(), _events_tracker=_EventsTracker(),
-            _jobs={}, _block_id_to_pending_jobs={}, _current_batch_allocated_block_ids=set(),
-            _current_batch_jobs_to_flush=set(), _sliding_window_groups=tuple(
-                i for i, c in enumerate(configs) if c.sliding_window_size_in_chunks is not None),
-        )
-        sched._generate_job_id = lambda: next(jobs)
-        sched._touch = lambda req_status: None
-        for name, role in (("_calc_num_offloadable_tokens", "offloadable_tokens"),
-                           ("_final_swa_alignment_blocks", "final_swa_alignment"),
-                           ("_reachable_store_block_mask", "store_mask")):
-            if role in f:
-                setattr(sched, name, types.MethodType(f[role], sched))
-        request = _Request(case.prompt_len)
-        states = tuple(types.SimpleNamespace(
-            offload_keys=[], block_ids=[], next_stored_chunk_idx=0, num_hit_chunks=0,
-            lookup_hit_end_chunk_idx=0) for _ in groups)
-        req_status = types.SimpleNamespace(
-            config=sched.config, req=request, req_context=None, group_states=states,
-            max_load_tokens=None, max_offload_tokens=case.max_offload_tokens,
-            num_locally_computed_tokens=0,
-            transfer_jobs=set(), loaded_from_offload=bool(case.start_hit),
-            finished_signaled=False, partial_tail_boundary=None)
-        req_status.storable_chunks = types.MethodType(f["storable_chunks"], req_status)
-        req_status.advance_stored_idx = types.MethodType(f["advance_stored_idx"], req_status)
-        sched._req_status = {RID: req_status}
-        for g, state in enumerate(states):
+        path = new_path(geometry, case.prompt_len, prompt_only=case.prompt_only,
+                        max_offload_tokens=case.max_offload_tokens,
+                        loaded_from_offload=bool(case.start_hit))
+        for g, group in enumerate(groups):
             # A cached prefix loaded from the offload tier: update_state_after_alloc sets
             # the stored index past its chunks (chunk-level policy).
-            state.next_stored_chunk_idx = cdiv(case.start_hit, geometry.chunk_tokens(groups[g]))
+            path.mark_computed(g, cdiv(case.start_hit, geometry.chunk_tokens(group)))
         offers = [UpstreamOffers(g) for g in range(len(groups))]
         next_indices: list[list[int]] = [[] for _ in groups]
         frontiers = []
-        allocated = [0] * len(groups)
         steps = schedule_steps(case)
         for step in steps:
-            ended = step.status in ENDED
             if step.status is RequestStatus.PREFILLING:
                 frontiers.append(step.num_computed)
-            request.status = _status(step.status)
-            request.num_computed_tokens = step.num_computed
-            request.num_tokens = max(step.num_tokens, case.prompt_len)
-            for g, (group, state) in enumerate(zip(groups, states, strict=True)):
-                bs = geometry.block_tokens(group)
-                if not ended:
-                    allocated[g] = max(allocated[g],
-                                       cdiv(step.num_computed + step.num_scheduled, bs))
-                live = group_first_live_block(REFERENCE, geometry, group, step.num_computed)
-                state.offload_keys = [(g, k) for k in range(
-                    request.num_tokens // geometry.chunk_tokens(group))]
-                state.block_ids = [0 if j < live else _block_id(g, j)
-                                   for j in range(allocated[g])]
-            output = types.SimpleNamespace(
-                num_scheduled_tokens={} if ended else {RID: step.num_scheduled},
-                finished_req_ids={RID} if ended else set(), kv_connector_block_state=None,
-                kv_cache_block_copies=None, preempted_req_ids=None, scheduled_new_reqs=[])
-            manager.offered = []
-            built = build(sched, output)
-            if not isinstance(built, dict):
-                raise _garbage(where, built, "a dict of store jobs")
-            for offer in offers:
-                offer.offers.append([])
-            for key in manager.offered:
-                if not (isinstance(key, tuple) and len(key) == 2
-                        and 0 <= key[0] < len(groups)):
-                    raise _garbage(where, key, "an offload key of the request")
-                offers[key[0]].offers[-1].append(key[1])
-            for g, state in enumerate(states):
-                index = state.next_stored_chunk_idx
-                if not isinstance(index, int) or isinstance(index, bool):
-                    raise _garbage(where, index, "next_stored_chunk_idx, an int")
-                next_indices[g].append(index)
+            offered = path.step(step.status, step.num_computed, step.num_scheduled,
+                                step.num_tokens)
+            for g, offer in enumerate(offers):
+                offer.offers.append(offered[g])
+                next_indices[g].append(path.next_stored_chunk_idx(g))
         trackers = cast(list[StoreTracker], offers)  # the judges read ``offers`` only
         return StoreRun(trackers, next_indices, frontiers, steps[-1].num_computed)
 
     return run
+
+
+# -- the replay boundaries, executed ----------------------------------------------------------
+REPLAY_PROBE = (
+    "observed: the reachable_boundaries upstream's _build_store_jobs passes to "
+    "_reachable_store_block_mask, on one prefill step of the prompt (a full-attention "
+    "group whose block divides the prompt and the retention interval, EAGLE when asked)")
+
+
+def executed_replay_boundaries(binding: Binding) -> Callable[..., tuple[int, ...]]:
+    """The ``store_replay_boundaries`` field of the bound bundle, executed: upstream's
+    builder runs one prefill step of a ``prompt_len``-token prompt under the given
+    alignment (the stand-in config's ``alignment_tokens``), retention interval and EAGLE
+    flag, and what its mask calls receive is the answer (:data:`REPLAY_PROBE`). 0.28/0.29's
+    builder calls no mask with boundaries (``is_store_reachable_swa_chunk``): ``()``.
+    Calls that disagree (a builder passing a group its own boundaries) cannot be one
+    field: :class:`UpstreamError`. Memoized on the arguments."""
+    parts = store_path_parts(binding)
+    memo: dict[tuple[Any, ...], tuple[int, ...]] = {}
+
+    def store_replay_boundaries(prompt_len: int, alignment_tokens: int | None,
+                                retention_interval: int | None,
+                                use_eagle: bool) -> tuple[int, ...]:
+        key = (prompt_len, alignment_tokens, retention_interval, bool(use_eagle))
+        if key not in memo:
+            memo[key] = _probe_boundaries(parts, *key)
+        return memo[key]
+
+    return store_replay_boundaries
+
+
+def _probe_boundaries(parts: _BuilderParts, prompt_len: int, alignment_tokens: int | None,
+                      retention_interval: int | None, use_eagle: bool) -> tuple[int, ...]:
+    if not parts.passes_boundaries or prompt_len < 1:
+        return ()  # no mask takes boundaries, or no token to store
+    # One chunk at least within the prompt; a block dividing the retention interval, as
+    # the geometry requires (Geometry validates retention % A).
+    block = math.gcd(prompt_len, retention_interval or 0)
+    geometry = Geometry((GroupSpec(GroupKind.FULL, block, eagle=use_eagle),),
+                        retention_interval=retention_interval)
+    path = UpstreamStorePath(parts, geometry, prompt_len, alignment_tokens=alignment_tokens)
+    path.step(RequestStatus.PREFILLING, 0, prompt_len, prompt_len)
+    seen = set(path.boundaries)
+    if len(seen) > 1:
+        raise UpstreamError(
+            f"{parts.where} passed different replay boundaries to its mask calls in one "
+            f"step ({sorted(seen)}): not one set per prompt, as store_replay_boundaries is")
+    return next(iter(seen), ())
 
 
 # -- the theorems -----------------------------------------------------------------------------

@@ -173,16 +173,15 @@ def test_baseline_029_to_030() -> None:
 
 
 def test_system_scenarios_on_bound_code() -> None:
-    """The seed programs of the executable system need every bundle function, the store
-    horizon too, which the audit no longer models from ``_build_store_jobs``' text (issue
-    20): on upstream code they are unchecked, with the reason, never run on a modelled
-    horizon presented as upstream's (they ran, and found the prefill horizon and the
-    window formula, before; the upstream-* theorems carry those findings now)."""
-    for version in ("0.29.0", "0.33.0"):
-        _binding, run = _audit(version, ["C11"])
-        assert not any(r["theorem"].startswith("system[") for r in run.rows)
-        unchecked = {u["theorem"]: u["reason"] for u in run.unchecked}
-        assert "store horizon is not modelled" in unchecked["system[seed scenarios]"]
+    """The seed programs of the executable system run on upstream code with upstream's
+    own store path executed (issue 20: no store horizon modelled from the builder's
+    text; tests/tools/audit/test_system_upstream.py): 0.29.0's prefill-horizon defect
+    shows in its seed program again, and every row says whose store path ran."""
+    _binding, run = _audit("0.29.0", ["C11"])
+    rows = {(r["clause"], r["theorem"]): r for r in run.rows}
+    assert rows[("C9", "system[seed004-prefill-horizon]")]["verdict"] == "COUNTEREXAMPLE"
+    assert all("upstream's _build_store_jobs, executed" in r["via"] for r in run.rows)
+    assert "system[seed scenarios]" not in {u["theorem"] for u in run.unchecked}
 
 
 KVCONTRACT_STEP_THEOREMS = {
