@@ -429,6 +429,8 @@ def _set_load_failure_policy(engine: LiveEngine, policy: str) -> None:
 
 
 # -- the core's vocabulary -------------------------------------------------------------
+_WHERE = {"step": "schedule()/update_from_output()"}
+"""The operation a live exception names, in the trace's words."""
 _CAUSES = {"hit-pending": DeferCause.HIT_PENDING, "retry": DeferCause.RETRY,
            "loading-elsewhere": DeferCause.LOADING_ELSEWHERE}
 
@@ -641,7 +643,8 @@ def to_trace(observation: LiveObservation) -> LifecycleTrace:
         jobs=tuple(line for job in sorted(log.jobs.values(), key=lambda j: j.job_id)
                    for line in _job_lines(job)),
         states=tuple(_states(observation, log)),
-        exceptions=tuple(ExceptionRecord(e.step, None, e.where, e.type, e.message)
+        exceptions=tuple(ExceptionRecord(e.step, None, _WHERE.get(e.where, e.where), e.type,
+                                         e.message)
                          for e in observation.exceptions),
         offers=offers, recoveries=tuple(_recoveries(observation, log)),
         final=_final(observation, log), stalled_keys=stalled, notes=notes)

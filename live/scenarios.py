@@ -620,10 +620,18 @@ def failed_load_fail_policy() -> ScenarioResult:
     return result
 
 
+SCHEDULER_FAILURE_PATH = ("the scheduler's failure API (failed_recving): reached only by a "
+                          "worker that reports failed transfers; the release's offloading "
+                          "worker asserts instead (failed-load)")
+"""Where the ``fail``-timed load scenarios run: vLLM's scheduler code, fed a failure the
+installed offloading worker never reports."""
+
+
 def _recomputes_check(result: ScenarioResult) -> None:
     """C15 asks a failed load to leave the request recomputing: a request vLLM fails
     with an error instead is a finding of the scenario (the trace maps it to an abort,
     which the judges accept)."""
+    result.numbers["reachable"] = SCHEDULER_FAILURE_PATH
     observation = result.observation
     if observation is None or "consumer" not in observation.requests:
         return

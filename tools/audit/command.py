@@ -17,6 +17,7 @@ from kvcontract.proofs.shards import Shard
 from kvcontract.spec.geometry import Geometry
 from kvcontract.tools.audit.binding import Binding, bind
 from kvcontract.tools.audit.engine import AuditOptions, AuditRun, run_audit
+from kvcontract.tools.audit.lifecycle_stage import lifecycle_section
 from kvcontract.tools.audit.report import build_report, print_bindings, print_report
 from kvcontract.tools.audit.targets import Target, resolve_target
 from kvcontract.tools.reports.gate import FindingsBaseline
@@ -283,6 +284,7 @@ def _audit(console: Console, resolved: Target, resolved_baseline: Target | None,
             console.print(escape(f"--require-complete: {len(report['unchecked'])} theorems "
                                  "were not checked (listed above): exit 3 unless a finding "
                                  "fails the run"), highlight=False)
+    lifecycle_section(console, report, live=live, quiet=quiet)
     return report
 
 

@@ -4,7 +4,8 @@
 it can, 3 when vLLM or a package its scheduler side imports is missing: nothing can be
 checked). ``--scenario NAME`` (repeatable, or ``all``) runs the named scenarios
 (:data:`kvcontract.live.scenarios.SCENARIOS`: the two lost-hit findings and the
-lifecycle) and prints each one's outcome, numbers and checks; ``--json FILE`` writes
+lifecycle) and prints each one's outcome, numbers and checks, and for a lifecycle
+scenario C13-C15's verdicts with their impacts and findings; ``--json FILE`` writes
 them. Exit 0 when every check holds, 1 when one does not (a finding), 3 when the backend
 cannot run, 2 for an unknown scenario.
 """
@@ -119,6 +120,13 @@ def _run(console: Any, names: list[str], json_path: str | None) -> int:
             console.print(f"  check {sign}: {escape(check.what)} (expected "
                           f"{escape(str(check.expected))}, observed "
                           f"{escape(str(check.observed))})")
+        for clause in result.clauses:
+            impact = f" ({clause.impact.value})" if clause.impact is not None else ""
+            reason = f": {clause.reason}" if clause.reason else ""
+            console.print(f"  {clause.clause} {clause.verdict.value}{impact}"
+                          f"{escape(reason)}")
+            for finding in clause.findings:
+                console.print(f"    - {escape(finding)}")
     if json_path is not None:
         document = {"version": LIVE_JSON_VERSION, "command": "live",
                     "vllm": vllm_version(), "scenarios": rows}
