@@ -2,9 +2,14 @@
 exercises, by theorem name (the part before any ``[...]``), most specific first.
 
 Derived from the properties' own ``uses`` (:mod:`kvcontract.spec.properties`), never
-written twice: the reports locate a counterexample at the first of these functions that
-a variant replaced; the audit decides which theorems a partial binding can still run,
-and which functions a baseline comparison must prove equal.
+written twice. The jobs that read it: the reports locate a counterexample at the first of
+these functions that a variant replaced (a case family's include its driver's turn
+functions, e.g. ``multigroup_lookup_step``); ``kvcontract mutate`` and the proof cache
+start their call graphs here (with the space's ``drivers``); the audit keeps the part it
+binds from upstream (``tools/audit/engine.THEOREM_FIELDS``: less the kvcontract-only
+fields) to decide which theorems a partial binding can still run, what a counterexample
+is blamed on and which functions a baseline comparison must prove equal. How a theorem
+ran in an audit (its ``via``) is its space's ``driver``, never read from these lists.
 """
 
 from __future__ import annotations

@@ -44,106 +44,112 @@ aborted request. This is the set upstream's mask is built for; ARCHITECTURE.md s
 
 from __future__ import annotations
 
+import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 
-from kvcontract.errors import UnknownClauseError
+from kvcontract.errors import KvContractError, UnknownClauseError
 from kvcontract.vocabulary import Impact
+
+CHECKERS = ("prover", "system")
+"""What may check a clause (``Clause.proved_by``)."""
+
+
+class CatalogueError(KvContractError):
+    """A catalogue entry (a clause, or a property of :mod:`kvcontract.spec.properties`)
+    that breaks a rule of the catalogue: raised when the catalogue is built, naming the
+    entry and what it lacks, so a clause cannot be added half-declared."""
 
 
 @dataclass(frozen=True)
 class Clause:
+    """One clause: everything the tools need about it is declared here, once."""
+
     id: str
+    """``C<n>``, numbered in catalogue order from C1."""
     title: str
     statement: str
+    """One line; the docstring above and docs/CONTRACT.md section 9 state it in full."""
     proved_by: str
-    """``prover`` or ``system`` (C11 is checked by executing the tensor-backed system)."""
+    """``prover`` (theorems of the property catalogue decide it) or ``system`` (checked by
+    executing the tensor-backed system, as C11)."""
+    impact: Impact
+    """What a violation of the clause costs a user, unless the finding says more precisely
+    (a property may give each violation its own impact)."""
 
-    @property
-    def impact(self) -> Impact:
-        """What a violation of the clause costs a user, unless the finding says more
-        precisely (a property may give each violation its own impact)."""
-        return CLAUSE_IMPACT[self.id]
-
-
-CLAUSES: tuple[Clause, ...] = (
-    Clause("C1", "retention", "live SWA blocks after allocating N after L are Ret(N)", "prover"),
-    Clause("C2", "load safety", "every chunk of every load set was answered HIT", "prover"),
-    Clause(
-        "C3", "readiness scope", "defer only for RETRY or pending inside the used window", "prover"
-    ),
-    Clause(
-        "C4",
-        "maximality",
-        "the accepted hit is the largest boundary whose windows are ready",
-        "prover",
-    ),
-    Clause(
-        "C5",
-        "EAGLE",
-        "W + 1 ready chunks; peek looked up, not loaded; one pop per boundary",
-        "prover",
-    ),
-    Clause(
-        "C6", "convergence", "final N satisfies C2 at N; maxhit never grows; terminates", "prover"
-    ),
-    Clause(
-        "C7",
-        "supply covers demand",
-        "every chunk a reachable boundary demands is offered",
-        "prover",
-    ),
-    Clause(
-        "C8",
-        "store economy",
-        "nothing stored that no reachable boundary demands; no double offer",
-        "prover",
-    ),
-    Clause(
-        "C9",
-        "store horizon",
-        "no final tail at intermediate frontiers; finish/abort recompute it",
-        "prover",
-    ),
-    Clause(
-        "C10",
-        "well-formed stores",
-        "no null/stale block, no uncommitted slot in a stored chunk",
-        "prover",
-    ),
-    Clause(
-        "C11",
-        "data integrity",
-        "loaded bytes equal the producer's; decode step matches recompute",
-        "system",
-    ),
-    Clause(
-        "C12",
-        "no lost hits",
-        "a consumer of an ended producer gets the promised hit, end to end",
-        "prover",
-    ),
-)
+    def __post_init__(self) -> None:
+        if not re.fullmatch(r"C[1-9][0-9]*", str(self.id)):
+            raise CatalogueError(f"clause id {self.id!r} is not of the form C<n> (C1, C2, ...)")
+        if not self.title or not self.statement:
+            raise CatalogueError(f"clause {self.id} needs a title and a one-line statement")
+        if self.proved_by not in CHECKERS:
+            raise CatalogueError(
+                f"clause {self.id}: proved_by={self.proved_by!r}; say what checks it: "
+                + " or ".join(CHECKERS))
+        if not isinstance(self.impact, Impact):
+            raise CatalogueError(
+                f"clause {self.id}: impact={self.impact!r} is not a "
+                "kvcontract.vocabulary.Impact (what a violation costs a user)")
 
 
-CLAUSE_IMPACT: dict[str, Impact] = {
-    "C1": Impact.CORRUPTION,  # a position the model attends is not retained
-    "C2": Impact.CRASH,  # "not found in cache" / "not ready for reading" at load
-    "C3": Impact.DELAY,  # the request waits for a store it does not need
-    "C4": Impact.LOST_HIT,  # a servable prefix is recomputed
-    "C5": Impact.LOST_HIT,  # an EAGLE hit one chunk short, or a chunk popped twice
-    "C6": Impact.CRASH,  # the final hit reads a chunk only an earlier candidate checked
-    "C7": Impact.LOST_HIT,  # a demanded chunk was never stored
-    "C8": Impact.WASTE,  # stored, never demanded (CPU memory, PCIe bandwidth)
-    "C9": Impact.WASTE,  # intermediate tails (a missing final tail is a lost hit)
-    "C10": Impact.CORRUPTION,  # a stored chunk holds freed or uncommitted slots
-    "C11": Impact.CORRUPTION,  # loaded bytes differ from the producer's
-    "C12": Impact.LOST_HIT,  # a consumer recomputes a prefix the producer owed it
-}
-"""The default impact of each clause's findings."""
+def validated(clauses: Iterable[Clause]) -> tuple[Clause, ...]:
+    """The clauses, checked to be numbered C1, C2, ... in order (``get_clause`` and the
+    documents' stated range rely on it); a gap or a duplicate names the entry."""
+    checked = tuple(clauses)
+    for position, clause in enumerate(checked, start=1):
+        if clause.id != f"C{position}":
+            raise CatalogueError(
+                f"clause {clause.id} is entry {position} of CLAUSES: the clauses are "
+                f"numbered C1, C2, ... in order (expected C{position})")
+    return checked
+
+
+# Each entry's impact: what a violation costs a user (the comment says why).
+CLAUSES: tuple[Clause, ...] = validated((
+    Clause("C1", "retention", "live SWA blocks after allocating N after L are Ret(N)", "prover",
+           Impact.CORRUPTION),  # a position the model attends is not retained
+    Clause("C2", "load safety", "every chunk of every load set was answered HIT", "prover",
+           Impact.CRASH),  # "not found in cache" / "not ready for reading" at load
+    Clause("C3", "readiness scope", "defer only for RETRY or pending inside the used window",
+           "prover", Impact.DELAY),  # the request waits for a store it does not need
+    Clause("C4", "maximality", "the accepted hit is the largest boundary whose windows are ready",
+           "prover", Impact.LOST_HIT),  # a servable prefix is recomputed
+    Clause("C5", "EAGLE", "W + 1 ready chunks; peek looked up, not loaded; one pop per boundary",
+           "prover", Impact.LOST_HIT),  # an EAGLE hit one chunk short, or a chunk popped twice
+    Clause("C6", "convergence", "final N satisfies C2 at N; maxhit never grows; terminates",
+           "prover", Impact.CRASH),  # the final hit reads a chunk only an earlier candidate checked
+    Clause("C7", "supply covers demand", "every chunk a reachable boundary demands is offered",
+           "prover", Impact.LOST_HIT),  # a demanded chunk was never stored
+    Clause("C8", "store economy",
+           "nothing stored that no reachable boundary demands; no double offer",
+           "prover", Impact.WASTE),  # stored, never demanded (CPU memory, PCIe bandwidth)
+    Clause("C9", "store horizon",
+           "no final tail at intermediate frontiers; finish/abort recompute it",
+           "prover", Impact.WASTE),  # intermediate tails (a missing final tail is a lost hit)
+    Clause("C10", "well-formed stores",
+           "no null/stale block, no uncommitted slot in a stored chunk",
+           "prover", Impact.CORRUPTION),  # a stored chunk holds freed or uncommitted slots
+    Clause("C11", "data integrity",
+           "loaded bytes equal the producer's; decode step matches recompute",
+           "system", Impact.CORRUPTION),  # loaded bytes differ from the producer's
+    Clause("C12", "no lost hits",
+           "a consumer of an ended producer gets the promised hit, end to end",
+           "prover", Impact.LOST_HIT),  # a consumer recomputes a prefix the producer owed it
+))
+
+
+CLAUSE_IMPACT: dict[str, Impact] = {c.id: c.impact for c in CLAUSES}
+"""The default impact of each clause's findings (``Clause.impact``, by id)."""
 
 
 def clause_ids() -> list[str]:
     return [c.id for c in CLAUSES]
+
+
+def clause_range() -> str:
+    """The catalogue's range as the documents state it: the first and the last id joined
+    by a hyphen (tests/test_docs.py holds every document to it)."""
+    return f"{CLAUSES[0].id}-{CLAUSES[-1].id}"
 
 
 def get_clause(clause_id: str) -> Clause:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from kvcontract.spec.clauses import CLAUSES
+from kvcontract.spec.clauses import CLAUSES, clause_range
 
 ROOT = Path(__file__).resolve().parents[1]
 CONTRACT = ROOT / "docs" / "CONTRACT.md"
@@ -97,3 +97,49 @@ def test_no_references_outside_the_repository() -> None:
     assert not offenders, "references to documents outside the repository:\n" + "\n".join(
         offenders
     )
+
+
+CLAUSE_RANGE = re.compile(r"\bC1-C(\d+)\b")
+"""A stated range of clauses from the first; every one must end at the catalogue's last
+clause (``spec.clauses.clause_range``), unless it is a subrange listed below."""
+
+SUBRANGES = {
+    ("tools/audit/system.py", "C1-C6"),  # the lookup's clauses, not the catalogue's range
+}
+"""``(path, range)`` statements of part of the catalogue on purpose."""
+
+PROVE_SUMMARY = re.compile(
+    r"reference: (\d+) theorems over (\d+) clauses in \.\.\.: (\d+) PROVED, "
+    r"(\d+) PROVED-FOR-DOMAIN")
+"""The README's example of ``kvcontract prove``'s last line."""
+
+
+def test_every_stated_clause_range_is_the_catalogues() -> None:
+    """Adding a clause (C13, ...) fails here until every document that states the range
+    says so; the command line derives it (``clause_range``)."""
+    stale = []
+    for path in _tracked_files():
+        name = path.relative_to(ROOT).as_posix()
+        if name == "tests/test_docs.py":
+            continue
+        text = path.read_text(encoding="utf-8", errors="replace")
+        for lineno, line in enumerate(text.splitlines(), start=1):
+            for found in CLAUSE_RANGE.finditer(line):
+                if found.group(0) != clause_range() and (name, found.group(0)) not in SUBRANGES:
+                    stale.append(f"{name}:{lineno}: {found.group(0)}")
+    assert not stale, (f"documents that state a clause range other than the catalogue's "
+                       f"{clause_range()}:\n" + "\n".join(stale))
+
+
+def test_the_readmes_prove_summary_counts_the_catalogue() -> None:
+    """The README's example summary line counts the reference's theorems and the clauses
+    the prover checks; its verdict split adds up to the theorems."""
+    from kvcontract.spec.properties import properties
+
+    found = PROVE_SUMMARY.search((ROOT / "README.md").read_text(encoding="utf-8"))
+    assert found is not None, "README.md lost the example summary line of kvcontract prove"
+    theorems, clauses, proved, for_domain = (int(g) for g in found.groups())
+    assert theorems == len(properties()), "README.md: the number of theorems"
+    assert clauses == sum(c.proved_by == "prover" for c in CLAUSES), \
+        "README.md: the number of clauses the prover checks"
+    assert proved + for_domain == theorems, "README.md: the verdict split"

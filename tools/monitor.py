@@ -19,7 +19,12 @@ finding (never raising) and counting the checks per clause in ``checks``:
   asynchronous lookup in flight may defer anything), and the lookup must defer when the
   spec's load set touches a chunk another request is loading. A wrong hit is C2 when it
   is larger than the answer or the lookup had to defer, C4 when it is smaller, C3 a
-  defer that should not be;
+  defer that should not be. The lookup properties the monitor judges are those of the
+  catalogue that declare ``Observer.MONITOR``
+  (:func:`kvcontract.spec.properties.catalog.observed_by`): the three above with the
+  attribution just described (:data:`ATTRIBUTED`), every other one by its own judge on
+  the event's case and observation, so a new property is judged by fuzzing without a
+  line here;
 * :class:`~kvcontract.impl.system.events.LoadEvent` (C2 checked) and
   :class:`~kvcontract.impl.system.events.LoadCrashEvent` (a C2 violation: upstream's
   "not found" / "not ready" crash);
@@ -57,7 +62,10 @@ from kvcontract.impl.system.events import (
     StoreEvent,
 )
 from kvcontract.spec import multigroup, retention
+from kvcontract.spec.clauses import CatalogueError
 from kvcontract.spec.geometry import Geometry
+from kvcontract.spec.properties.base import CaseProperty, Observer
+from kvcontract.spec.properties.catalog import observed_by
 from kvcontract.spec.properties.lookup import (
     LookupCase,
     LookupObservation,
@@ -83,6 +91,38 @@ class Violation:
     witness: dict[str, object] = field(default_factory=dict)
 
 
+ATTRIBUTED = frozenset({"C2/lookup-loads-only-hit", "C3/lookup-defers-only-in-scope",
+                        "C4/lookup-is-maximal"})
+"""The monitored properties whose findings the lookup handler attributes itself (a hit
+larger than the contract's answer is C2, not C4; a defer the system's loading rule asks
+for is none): each must be a catalogue property that declares ``Observer.MONITOR``."""
+
+MONITORED_FAMILIES = frozenset({"lookup"})
+"""The case families a system event gives a case and an observation of."""
+
+
+def monitored_properties() -> tuple[list[CaseProperty], list[CaseProperty]]:
+    """``(attributed, judged)``: the catalogue's properties that declare
+    ``Observer.MONITOR``, split into those :data:`ATTRIBUTED` names and those judged by
+    their own judge. A declared property of a family no event observes, or an attributed
+    id the catalogue does not monitor, is the catalogue's error, named."""
+    declared = observed_by(Observer.MONITOR)
+    for prop in declared:
+        if prop.family not in MONITORED_FAMILIES:
+            raise CatalogueError(
+                f"property {prop.theorem_id} declares the monitor, but no system event "
+                f"gives a {prop.family} case (the monitor observes: "
+                f"{', '.join(sorted(MONITORED_FAMILIES))})")
+    ids = {p.theorem_id for p in declared}
+    stale = sorted(ATTRIBUTED - ids)
+    if stale:
+        raise CatalogueError(
+            f"tools/monitor.py ATTRIBUTED names {', '.join(stale)}, which the catalogue "
+            "does not declare observable by the monitor (Observer.MONITOR)")
+    return ([p for p in declared if p.theorem_id in ATTRIBUTED],
+            [p for p in declared if p.theorem_id not in ATTRIBUTED])
+
+
 class Monitor:
     """Judges one system's events against the spec (see the module docstring)."""
 
@@ -91,6 +131,7 @@ class Monitor:
         self.violations: list[Violation] = []
         self.checks: Counter[str] = Counter()
         self._eagle = any(group.eagle for group in geometry.groups)
+        _, self._judged = monitored_properties()
         self._handlers: dict[type, Callable[[Any], None]] = {
             LookupEvent: self._lookup,
             LoadEvent: self._load,
@@ -174,6 +215,17 @@ class Monitor:
                 f"the spec says {expected_ranges}",
                 request=event.request,
             )
+            return
+        if loading_defer:
+            return  # the system's own rule decided: the contract's case does not apply
+        for prop in self._judged:
+            self.checks[prop.clause] += 1
+            found = prop.judge(case, observation)
+            if found is not None:
+                self._violate(prop.clause, "lookup",
+                              f"request {event.request}: {prop.theorem_id}: {found}",
+                              request=event.request, theorem=prop.theorem_id)
+                return
 
     def _load(self, event: LoadEvent) -> None:
         self.checks["C2"] += 1

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from enum import Enum
 from typing import Any, ClassVar, Generic, TypeVar
 
 from kvcontract.errors import KvContractError, WitnessError
@@ -34,6 +35,27 @@ from kvcontract.spec.geometry import Geometry
 from kvcontract.spec.lemmas import GeneralLemma
 from kvcontract.spec.lookup import LookupResult
 from kvcontract.vocabulary import Impact
+
+
+class Observer(Enum):
+    """A consumer other than the prover that can observe a case property on its own terms:
+    each derives the properties it judges from the catalogue (``CaseProperty.observable_on``),
+    never from a list of its own, so a new property is judged there or says why not."""
+
+    UPSTREAM_LOOP = "upstream-loop"
+    """The audit's run of upstream's own multi-group lookup (``_lookup_complete_chunks``,
+    :mod:`kvcontract.tools.audit.lookup`): the lookup family's cases, observed on
+    upstream's loop. A judge that reads what upstream's loop does not report (the EAGLE
+    pops) cannot be observed there."""
+    UPSTREAM_STORE_PATH = "upstream-store-path"
+    """The audit's run of upstream's own store path (``_build_store_jobs``,
+    :mod:`kvcontract.tools.audit.store`): the store family's cases, and with
+    ``UPSTREAM_LOOP`` too the end-to-end family's (upstream's store path as producer,
+    upstream's loop as consumer)."""
+    MONITOR = "monitor"
+    """The fuzzer's monitor of the executable system's events (:mod:`kvcontract.tools.
+    monitor`): a lookup event is the lookup family's case and observation (the accepted
+    hit and the load ranges; no lookup log, no trace of the loop)."""
 
 
 class Violation(str):
@@ -348,6 +370,13 @@ class CaseSpace(Generic[CaseT, ObservationT]):
     """Run the implementation on a case (memoized per case: see :class:`LastCase`)."""
     geometry_of: Callable[[CaseT], Geometry | None] | None = None
     """The geometry of a case, graded by :func:`grade` (``None``: cases have none)."""
+    driver: str = ""
+    """How ``observe`` runs an implementation, in words (the audit's ``via`` label of its
+    properties on bound code); empty: it calls the implementation's functions directly."""
+    drivers: tuple[str, ...] = ()
+    """The functions of :mod:`kvcontract.impl.scheduler` ``observe`` calls (qualnames,
+    ``Class.*`` for every method): with the properties' ``uses``, what a property
+    exercises (``kvcontract mutate`` maps mutants to the theorems that reach them)."""
 
     def decode(self, witness: Mapping[str, Any]) -> CaseT:
         try:
@@ -374,10 +403,22 @@ class CaseProperty:
     space: CaseSpace[Any, Any]
     judge: Judge
     uses: tuple[str, ...]
+    """Every :class:`Implementation` function a case's observation runs, the space's
+    driver's included (a report locates a finding at the first one a variant replaced,
+    so the most specific first)."""
     picture: Callable[[Any, Implementation], Picture] | None = None
     impact: Impact | None = None
     """What a violation costs a user (``None``: its clause's impact, unless the judge
     returns a :class:`Violation` with its own)."""
+    observable_on: frozenset[Observer] = frozenset()
+    """The consumers besides the prover that judge this property (:class:`Observer`):
+    the audit on upstream's own loop or store path, the fuzzer's monitor. Declared
+    here, read by each of them; empty: the prover (and the audit over kvcontract's
+    driver) only."""
+    domain_note: str = ""
+    """What the property's domain is beyond its space's, where it differs (a judge that
+    decides only some of the cases): appended to the space's text, so a scoped run's
+    space keeps it. Empty: the space's domain is the property's."""
     kind: ClassVar[str] = "exhaustive"
 
     def impact_of(self, message: str) -> Impact:
@@ -393,7 +434,8 @@ class CaseProperty:
 
     @property
     def domain(self) -> str:
-        return self.space.describe()
+        described = self.space.describe()
+        return f"{described}; {self.domain_note}" if self.domain_note else described
 
     def check(self, case: Any, impl: Implementation) -> str | None:
         """Observe ``impl`` on ``case`` and judge it."""

@@ -47,6 +47,7 @@ from kvcontract.spec.properties.base import (
     CaseProperty,
     CaseSpace,
     LastCase,
+    Observer,
     Picture,
     Violation,
 )
@@ -610,6 +611,9 @@ END_TO_END_SPACE: CaseSpace[EndToEndCase, EndToEndObservation] = CaseSpace(
     family="end-to-end", cases=end_to_end_cases, describe=end_to_end_domain,
     to_json=EndToEndCase.to_json, from_json=EndToEndCase.from_json, observe=run_end_to_end,
     geometry_of=lambda case: case.producer.geometry,
+    driver=("kvcontract's StoreTracker, then its multi-group lookup, over the bound "
+            "functions"),
+    drivers=("lookup_complete_chunks", "StoreTracker.*"),
 )
 
 
@@ -726,5 +730,7 @@ def end_to_end_properties() -> list[CaseProperty]:
             "a consumer of a finished or aborted producer gets the promised hit",
             END_TO_END_SPACE, no_lost_hit, END_TO_END_FUNCTIONS, picture,
             impact=Impact.LOST_HIT,
+            # upstream's store path as the producer, upstream's loop as the consumer
+            observable_on=frozenset({Observer.UPSTREAM_STORE_PATH, Observer.UPSTREAM_LOOP}),
         ),
     ]

@@ -27,6 +27,7 @@ from kvcontract.spec.properties.base import (
     CaseProperty,
     CaseSpace,
     LastCase,
+    Observer,
     Picture,
     Violation,
 )
@@ -245,6 +246,8 @@ LOOKUP_SPACE: CaseSpace[LookupCase, LookupObservation] = CaseSpace(
     family="lookup", cases=lookup_cases, describe=lookup_domain,
     to_json=LookupCase.to_json, from_json=LookupCase.from_json, observe=run_lookup,
     geometry_of=lambda case: case.geometry,
+    driver="kvcontract's multi-group lookup over the bound primitives",
+    drivers=("lookup_complete_chunks",),
 )
 
 
@@ -513,28 +516,40 @@ def picture(case: LookupCase, impl: Implementation) -> Picture:
 
 LOOKUP_FUNCTIONS: tuple[str, ...] = (
     "get_sliding_window_size_in_chunks", "load_window_size_in_chunks",
-    "sliding_window_lookup", "prefix_lookup", "load_chunk_range",
+    "sliding_window_lookup", "prefix_lookup", "load_chunk_range", "multigroup_lookup_step",
 )
-"""The multi-group lookup calls all of these (the scheduler drives them)."""
+"""The multi-group lookup calls all of these: the scheduler's fold drives the primitives
+and each group's turn (``multigroup_lookup_step``, last: a variant's turn is located
+there only when no primitive of it differs)."""
+
+ON_UPSTREAM_LOOP = frozenset({Observer.UPSTREAM_LOOP})
+ON_UPSTREAM_LOOP_AND_MONITOR = frozenset({Observer.UPSTREAM_LOOP, Observer.MONITOR})
 
 
 def lookup_properties() -> list[CaseProperty]:
-    def make(clause: str, name: str, description: str, judge: Any) -> CaseProperty:
+    def make(clause: str, name: str, description: str, judge: Any,
+             observable_on: frozenset[Observer], domain_note: str = "") -> CaseProperty:
         return CaseProperty(clause, name, description, LOOKUP_SPACE, judge,
-                            LOOKUP_FUNCTIONS, picture)
+                            LOOKUP_FUNCTIONS, picture, observable_on=observable_on,
+                            domain_note=domain_note)
 
     return [
         make("C2", "lookup-loads-only-hit",
-             "every chunk of every accepted load set was answered HIT", loads_only_hit),
+             "every chunk of every accepted load set was answered HIT", loads_only_hit,
+             ON_UPSTREAM_LOOP_AND_MONITOR),
         make("C3", "lookup-defers-only-in-scope",
              "the multi-group lookup defers only for a pending chunk it would read",
-             defers_only_in_scope),
+             defers_only_in_scope, ON_UPSTREAM_LOOP_AND_MONITOR),
         make("C4", "lookup-is-maximal",
-             "the accepted hit is the largest boundary every group can serve", is_maximal),
+             "the accepted hit is the largest boundary every group can serve", is_maximal,
+             ON_UPSTREAM_LOOP_AND_MONITOR),
+        # Neither upstream's loop nor a system event reports the lookups and pops.
         make("C5", "eagle-peek",
              "EAGLE: the peek chunk is looked up and HIT, not loaded; one pop per boundary",
-             eagle_peek),
+             eagle_peek, frozenset(),
+             "the peek is judged on the EAGLE geometries (on the others: no group pops)"),
+        # A system event carries no trace of the loop's maxhit.
         make("C6", "lookup-converges",
              "the loop terminates, maxhit never grows, the final N is servable by every group",
-             converges),
+             converges, ON_UPSTREAM_LOOP),
     ]

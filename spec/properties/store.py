@@ -17,6 +17,7 @@ from kvcontract.spec.properties.base import (
     CaseProperty,
     CaseSpace,
     LastCase,
+    Observer,
     Picture,
     Violation,
 )
@@ -278,6 +279,8 @@ STORE_SPACE: CaseSpace[StoreCase, StoreRun] = CaseSpace(
     family="store", cases=store_cases, describe=store_domain,
     to_json=StoreCase.to_json, from_json=StoreCase.from_json, observe=run_store,
     geometry_of=lambda case: case.geometry,
+    driver="kvcontract's StoreTracker over the bound mask and horizon",
+    drivers=("StoreTracker.*",),
 )
 
 
@@ -579,16 +582,19 @@ def picture(case: StoreCase, impl: Implementation) -> Picture:
 
 STORE_FUNCTIONS: tuple[str, ...] = (
     "store_replay_boundaries", "is_block_reachable", "store_final_segment_end",
-    "get_num_skipped_tokens",
+    "get_num_skipped_tokens", "store_step_bounds", "store_chunk_offered",
+    "get_num_offloadable_tokens",
 )
 """The store-schedule properties run the producer (the replay boundaries it passes to
-its mask, the mask, the horizon, the first live block)."""
+its mask, the mask, the horizon, the first live block; then the tracker's step, whose
+decisions are the implementation's: last, so a variant's step is located there only
+when none of the others differs)."""
 
 
 def store_properties() -> list[CaseProperty]:
     def make(clause: str, name: str, description: str, judge: Any) -> CaseProperty:
         return CaseProperty(clause, name, description, STORE_SPACE, judge, STORE_FUNCTIONS,
-                            picture)
+                            picture, observable_on=frozenset({Observer.UPSTREAM_STORE_PATH}))
 
     return [
         make("C8", "offered-at-most-once", "no chunk is offered twice", offered_at_most_once),

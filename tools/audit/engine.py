@@ -44,9 +44,10 @@ from kvcontract.proofs.shards import Shard, partition, selection_digest, shard_s
 from kvcontract.proofs.theorem import SymbolicEnv, run_property
 from kvcontract.proofs.uses import LOOKUP_FUNCTIONS, STORE_FUNCTIONS, THEOREM_FUNCTIONS
 from kvcontract.proofs.verdicts import TheoremResult, Verdict
-from kvcontract.spec.clauses import CLAUSES, get_clause
+from kvcontract.spec.clauses import CLAUSES, CatalogueError, get_clause
 from kvcontract.spec.properties import CaseProperty, Config, Env, FormulaProperty, Property
-from kvcontract.spec.properties.base import HYPOTHESES_ONLY, latent_reason, raised
+from kvcontract.spec.properties.base import HYPOTHESES_ONLY, Observer, latent_reason, raised
+from kvcontract.spec.properties.catalog import observed_by
 from kvcontract.tools.audit.binding import (
     FIELD_ROLES,
     Binding,
@@ -56,24 +57,41 @@ from kvcontract.tools.audit.binding import (
     UpstreamTimeout,
     stand_in_gap,
 )
+from kvcontract.tools.audit.lookup import UPSTREAM_LOOKUP as _UPSTREAM_LOOP_PREFIX
 from kvcontract.tools.audit.sandbox import Outcome, run_jobs
 from kvcontract.tools.hypothesis_runs import deterministic_hypothesis
 from kvcontract.vocabulary import Impact
 
-_LOOKUP_FIELDS: tuple[str, ...] = LOOKUP_FUNCTIONS
-_STORE_FIELDS: tuple[str, ...] = STORE_FUNCTIONS
-THEOREM_FIELDS: dict[str, tuple[str, ...]] = THEOREM_FUNCTIONS
-"""Which Implementation fields each catalogue theorem calls (:mod:`kvcontract.proofs.uses`).
-A theorem not listed there is assumed to need every field."""
-
 ALL_FIELDS = tuple(f.name for f in dataclasses.fields(Implementation)
                    if f.name not in ("name", "description", "violates", "notes"))
 
-VIA_SCHEDULER = "kvcontract's multi-group lookup over the bound primitives"
-VIA_STORE = "kvcontract's StoreTracker over the bound mask and horizon"
+KVCONTRACT_ONLY_FIELDS: tuple[str, ...] = tuple(
+    f for f in ALL_FIELDS if f not in FIELD_ROLES)
+"""Implementation fields the audit never binds from upstream: kvcontract's own step
+functions (the store step's bounds and per-chunk decision, the multi-group loop's turn,
+the offloadable-token count). An audited bundle keeps the reference's for them, so the
+case families that drive kvcontract's scheduler over the bound primitives run (labelled
+``via``), while upstream's own loop and store path are checked whole by the
+``upstream-*`` theorems."""
 
 
-UPSTREAM_LOOKUP = "upstream-lookup-"
+def _bound_fields(uses: tuple[str, ...]) -> tuple[str, ...]:
+    """What of a property's ``uses`` the audit binds from upstream: its requirements, what
+    a counterexample is blamed on and what a baseline comparison proves equal (the
+    kvcontract-only fields are the reference's on both sides)."""
+    return tuple(f for f in uses if f not in KVCONTRACT_ONLY_FIELDS)
+
+
+_LOOKUP_FIELDS: tuple[str, ...] = _bound_fields(LOOKUP_FUNCTIONS)
+_STORE_FIELDS: tuple[str, ...] = _bound_fields(STORE_FUNCTIONS)
+THEOREM_FIELDS: dict[str, tuple[str, ...]] = {
+    name: _bound_fields(uses) for name, uses in THEOREM_FUNCTIONS.items()}
+"""Which bound Implementation fields each catalogue theorem calls (its ``uses``,
+:mod:`kvcontract.proofs.uses`, less the kvcontract-only fields). A theorem not listed
+there is assumed to need every field."""
+
+
+UPSTREAM_LOOKUP = _UPSTREAM_LOOP_PREFIX
 VIA_UPSTREAM_LOOKUP = "upstream's _lookup_complete_chunks, driven through stand-ins"
 VIA_UPSTREAM_STORE = "upstream's _build_store_jobs, driven through stand-ins"
 VIA_UPSTREAM_END_TO_END = ("upstream's _build_store_jobs, then upstream's "
@@ -87,7 +105,9 @@ def theorem_fields(theorem: Property) -> tuple[str, ...]:
         return ()  # upstream's own store path (and lookup): no Implementation field
     if theorem.name.startswith(UPSTREAM_LOOKUP):
         return _LOOKUP_FIELDS
-    return THEOREM_FIELDS.get(theorem.name.split("[", 1)[0], ALL_FIELDS)
+    # The property's own declaration (THEOREM_FIELDS by name is the same, for report
+    # rows that carry only the name); a property that calls nothing needs everything.
+    return _bound_fields(theorem.uses) if theorem.uses else ALL_FIELDS
 
 
 def theorems_for(binding: Binding, scope: Scope = ()) -> list[Property]:
@@ -103,28 +123,46 @@ def theorems_for(binding: Binding, scope: Scope = ()) -> list[Property]:
     )
 
     theorems = catalog(scope)
+    _check_observers(theorems)
     lookups = [t for t in theorems if isinstance(t, CaseProperty) and t.family == "lookup"]
-    stores = [t for t in theorems if isinstance(t, CaseProperty) and t.family == "store"]
-    ends = [t for t in theorems if isinstance(t, CaseProperty) and t.family == "end-to-end"]
+    # What runs on upstream's store path is what declares it can be observed there
+    # (Observer.UPSTREAM_STORE_PATH): the store family's, and the end-to-end family's
+    # that declare upstream's loop too (its consumer).
+    stores = observed_by(Observer.UPSTREAM_STORE_PATH, theorems, family="store")
+    ends = [t for t in observed_by(Observer.UPSTREAM_STORE_PATH, theorems, family="end-to-end")
+            if Observer.UPSTREAM_LOOP in t.observable_on]
     return [*theorems, *upstream_lookup_theorems(binding, lookups if scope else None),
-            *upstream_store_theorems(binding, stores if scope else None),
-            *upstream_end_to_end_theorems(binding, ends if scope else None)]
+            *upstream_store_theorems(binding, stores),
+            *upstream_end_to_end_theorems(binding, ends)]
+
+
+OBSERVED_FAMILIES: dict[Observer, frozenset[str]] = {
+    Observer.UPSTREAM_LOOP: frozenset({"lookup", "end-to-end"}),
+    Observer.UPSTREAM_STORE_PATH: frozenset({"store", "end-to-end"}),
+}
+"""The case families the audit can observe on upstream's own code, per observer: the
+lookup family on upstream's loop, the store family on its store path, the end-to-end
+family on both (:mod:`.lookup`, :mod:`.store`)."""
+
+
+def _check_observers(theorems: Iterable[Property]) -> None:
+    """A property that declares an upstream observer the audit cannot run it on is the
+    catalogue's error, named here (never silently left out of the audit)."""
+    for theorem in theorems:
+        if not isinstance(theorem, CaseProperty):
+            continue
+        for observer, families in OBSERVED_FAMILIES.items():
+            if observer in theorem.observable_on and theorem.family not in families:
+                raise CatalogueError(
+                    f"property {theorem.theorem_id} declares {observer.value} but is of the "
+                    f"{theorem.family} family; the audit observes upstream's code for "
+                    f"{', '.join(sorted(families))} cases only")
 
 
 def is_spec_only(theorem: Property) -> bool:
     """The sequence theorems prove the spec's scanner; they never call the implementation."""
     name: str = theorem.name
     return name.startswith("spec-")
-
-
-KVCONTRACT_ONLY_FIELDS: tuple[str, ...] = tuple(
-    f for f in ALL_FIELDS if f not in FIELD_ROLES)
-"""Implementation fields the audit never binds from upstream: kvcontract's own step
-functions (the store step's bounds and per-chunk decision, the multi-group loop's turn,
-the offloadable-token count). An audited bundle keeps the reference's for them, so the
-case families that drive kvcontract's scheduler over the bound primitives run (labelled
-``via``), while upstream's own loop and store path are checked whole by the
-``upstream-*`` theorems."""
 
 
 def is_kvcontract_only(theorem: Property, binding: Binding) -> bool:
@@ -193,14 +231,17 @@ def plan(binding: Binding, options: AuditOptions) -> tuple[list[int], list[dict[
     indices: list[int] = []
     unchecked: list[dict[str, Any]] = []
     if binding.target.kind != "builtin":
-        from kvcontract.tools.audit.lookup import missing_roles
+        from kvcontract.tools.audit.lookup import (
+            missing_roles,
+            upstream_loop_name,
+            upstream_loop_properties,
+        )
 
         absent = missing_roles(binding)
-        for clause, name in (("C2", "loads-only-hit"), ("C3", "defers-only-in-scope"),
-                             ("C4", "is-maximal"), ("C6", "converges")):
-            if absent and (wanted is None or clause in wanted):
+        for prop in upstream_loop_properties():
+            if absent and (wanted is None or prop.clause in wanted):
                 unchecked.append({
-                    "clause": clause, "theorem": UPSTREAM_LOOKUP + name,
+                    "clause": prop.clause, "theorem": upstream_loop_name(prop.name),
                     "reason": "upstream's multi-group lookup needs " + ", ".join(
                         _role_names(binding, absent)),
                 })
@@ -814,6 +855,22 @@ def _exhaustive_evidence(result: TheoremResult) -> str:
     return "exhausted" if result.domain.endswith(("exhaustive)", "keys")) else "examples"
 
 
+def via_of(theorem: Property) -> str:
+    """How a theorem ran on bound code, for its row: upstream's own loop or store path,
+    else what its space declares drives the bound functions (``CaseSpace.driver``);
+    empty for a formula theorem and a space that calls the functions directly."""
+    from kvcontract.tools.audit import store
+
+    if theorem.name.startswith(UPSTREAM_LOOKUP):
+        return VIA_UPSTREAM_LOOKUP
+    if store.is_upstream(theorem.name):
+        return (VIA_UPSTREAM_END_TO_END if theorem.name == store.UPSTREAM_NO_LOST_HITS
+                else VIA_UPSTREAM_STORE)
+    if isinstance(theorem, CaseProperty):
+        return theorem.space.driver
+    return ""
+
+
 def _row(theorem: Property, result: TheoremResult, evidence: str, witness_case: Any,
          binding: Binding, scope: Scope = ()) -> dict[str, Any]:
     """The report row: verdict, evidence, how it was checked, blame, location and the
@@ -826,20 +883,10 @@ def _row(theorem: Property, result: TheoremResult, evidence: str, witness_case: 
         # A search that is neither a proof nor exhaustive is not PROVED-FOR-DOMAIN.
         row["verdict"] = Verdict.TESTED.value
     row["examples"] = result.queries
-    via = ""
     fields = theorem_fields(theorem)
     from kvcontract.tools.audit import store
 
-    if theorem.name.startswith(UPSTREAM_LOOKUP):
-        via = VIA_UPSTREAM_LOOKUP
-    elif store.is_upstream(theorem.name):
-        via = (VIA_UPSTREAM_END_TO_END if theorem.name == store.UPSTREAM_NO_LOST_HITS
-               else VIA_UPSTREAM_STORE)
-    elif fields == _LOOKUP_FIELDS:
-        via = VIA_SCHEDULER
-    elif fields == _STORE_FIELDS:
-        via = VIA_STORE
-    row["via"] = via
+    row["via"] = via_of(theorem)
     if result.verdict is Verdict.COUNTEREXAMPLE and theorem.name.startswith(UPSTREAM_LOOKUP):
         row["blame"] = ["_lookup_complete_chunks"]
         location = binding.location("multi_group_lookup")

@@ -9,7 +9,8 @@ its methods); a stand-in request state carries the offload keys (one per complet
 chunk, as ``(group, chunk)``), the local hit and the token count. The same lookup-state
 domain as the catalogue is checked against the spec (:mod:`kvcontract.spec.multigroup`),
 so a defect in the convergence loop itself (not only in a primitive) is found. The
-properties are the catalogue's own (:mod:`kvcontract.spec.properties.lookup`): only the
+properties are the catalogue's own (:mod:`kvcontract.spec.properties.lookup`), those that
+declare ``Observer.UPSTREAM_LOOP`` (:func:`upstream_loop_properties`): only the
 observation differs (upstream's loop instead of kvcontract's), so nothing is restated.
 """
 
@@ -26,12 +27,12 @@ from kvcontract.impl.bundle import Implementation
 from kvcontract.spec.geometry import Geometry
 from kvcontract.spec.lookup import LookupResult
 from kvcontract.spec.properties import CaseProperty
-from kvcontract.spec.properties.base import LastCase
+from kvcontract.spec.properties.base import LastCase, Observer
+from kvcontract.spec.properties.catalog import observed_by
 from kvcontract.spec.properties.lookup import (
     LOOKUP_SPACE,
     LookupCase,
     LookupObservation,
-    lookup_properties,
 )
 from kvcontract.tools.audit.binding import (
     Binding,
@@ -173,22 +174,18 @@ def make_runner(binding: Binding) -> Callable[..., UpstreamOutcome]:
     return run
 
 
-UPSTREAM_LOOKUP_PROPERTIES = ("lookup-loads-only-hit", "lookup-defers-only-in-scope",
-                              "lookup-is-maximal", "lookup-converges")
-"""The lookup properties judged on upstream's loop (C5's pops are not observable there)."""
-
-
 def upstream_lookup_theorems(binding: Binding,
                              properties: Sequence[CaseProperty] | None = None,
                              ) -> list[CaseProperty]:
-    """The lookup properties, observed on upstream's ``_lookup_complete_chunks`` (empty
-    when it is not bound); their ids are ``Cn/upstream-<name>``. ``properties`` are the
-    lookup properties to observe (by default the catalogue's; a scoped run passes its
-    own, whose space enumerates the cases of its geometries)."""
+    """The lookup properties that declare :attr:`Observer.UPSTREAM_LOOP`
+    (:func:`upstream_loop_properties`), observed on upstream's
+    ``_lookup_complete_chunks`` (empty when it is not bound); their ids are
+    ``Cn/upstream-lookup-<name less lookup->`` (:func:`upstream_loop_name`).
+    ``properties`` are the lookup properties to choose from (by default the catalogue's;
+    a scoped run passes its own, whose space enumerates the cases of its geometries)."""
     if missing_roles(binding):
         return []
-    if properties is None:
-        properties = lookup_properties()
+    properties = upstream_loop_properties(properties)
     run = make_runner(binding)
 
     def observe_upstream(case: LookupCase, impl: Implementation) -> LookupObservation:
@@ -210,11 +207,30 @@ def upstream_lookup_theorems(binding: Binding,
         space = filtered_space(base, "upstream-lookup", LastCase(observe_upstream),
                                lambda case: case.max_hit_tokens is None, BUDGET_NOTE)
     return [
-        dataclasses.replace(prop, name=f"upstream-{prop.name}", space=space,
+        dataclasses.replace(prop, name=upstream_loop_name(prop.name), space=space,
                             description=f"upstream's loop: {prop.description}")
-        for prop in properties if prop.name in UPSTREAM_LOOKUP_PROPERTIES
+        for prop in properties
     ]
 
 
+UPSTREAM_LOOKUP = "upstream-lookup-"
+"""Name prefix of the theorems observed on upstream's loop (what the engine, the root
+cause and the summary recognise them by)."""
+
+
+def upstream_loop_name(name: str) -> str:
+    """``lookup-is-maximal`` -> ``upstream-lookup-is-maximal``; any other catalogue name
+    gets the prefix whole (``toy`` -> ``upstream-lookup-toy``)."""
+    return UPSTREAM_LOOKUP + name.removeprefix("lookup-")
+
+
+def upstream_loop_properties(properties: Sequence[CaseProperty] | None = None,
+                             ) -> list[CaseProperty]:
+    """The lookup family's properties that declare :attr:`Observer.UPSTREAM_LOOP` (of
+    ``properties``, else of the catalogue): the one list of what upstream's own loop is
+    judged by, here and in the plan's unchecked lines."""
+    return observed_by(Observer.UPSTREAM_LOOP, properties, family="lookup")
+
+
 __all__ = ["UpstreamError", "UpstreamOutcome", "make_runner", "missing_roles",
-           "upstream_lookup_theorems"]
+           "upstream_lookup_theorems", "upstream_loop_name", "upstream_loop_properties"]

@@ -14,8 +14,9 @@ module names, and the functions of them that are mutated:
 
 Which theorems can kill a mutant of a function is read from the static call graph of
 the sources: a property exercises the bundle functions it ``uses`` and, for the case
-families, the scheduler's drivers the property layer calls (``lookup_complete_chunks``
-for the lookup family, ``StoreTracker`` for the store family), and everything those
+families, the scheduler's drivers its space declares (``CaseSpace.drivers``:
+``lookup_complete_chunks`` for the lookup family, ``StoreTracker`` for the store family),
+and everything those
 call (``impl.f`` / ``self.impl.f`` resolve to the target bundle's function ``f``). A
 function no property reaches is judged by every theorem that runs implementation code
 ("unsure: all clauses").
@@ -36,15 +37,6 @@ REFERENCE_MODULE = "kvcontract.impl.reference"
 SCHEDULER_MODULE = "kvcontract.impl.scheduler"
 VARIANTS_MODULE = "kvcontract.impl.variants"
 
-FAMILY_DRIVERS: dict[str, tuple[str, ...]] = {
-    "lookup": ("lookup_complete_chunks",),
-    "store": ("StoreTracker.*",),
-    # C12 runs a producer through the store path, then a consumer's lookup.
-    "end-to-end": ("lookup_complete_chunks", "StoreTracker.*"),
-}
-"""The scheduler functions the property layer calls for each case family
-(``spec/properties/lookup.py``, ``spec/properties/store.py`` and
-``spec/properties/end_to_end.py`` import them)."""
 
 
 @dataclass(frozen=True)
@@ -344,7 +336,8 @@ def theorem_map(target: Target) -> dict[str, Judges]:
         roots: set[Node] = {target.field_functions[u] for u in prop.uses
                             if u in target.field_functions}
         if isinstance(prop, CaseProperty):
-            for pattern in FAMILY_DRIVERS.get(prop.family, ()):
+            # The scheduler functions the space's observe calls (``CaseSpace.drivers``).
+            for pattern in prop.space.drivers:
                 roots |= graph.expand(SCHEDULER_MODULE, pattern)
         reach.append(graph.closure(roots))
         runs_code.append(bool(roots))
