@@ -59,3 +59,11 @@ class Implementation:
     """``(max_hit, confirmed, deferred, local_hit, tokens_per_chunk, num_keys, eagle,
     mamba, scan)``: ``(max_hit, confirmed, deferred, scanned_at, ended, popped)`` after
     the group's turn (:func:`kvcontract.impl.reference.multigroup_lookup_step`)."""
+    # The deferral deadline (C13): when a deferred request's lookup stops deferring and
+    # decides with what is ready. The reference's by default (pure: lifted by the prover).
+    deferral_clock: Callable[..., Any] = _reference.deferral_clock
+    """``(deferred_since, step)``: the step the request's deferral started after it
+    deferred again at ``step`` (``deferred_since < 0``: it was not deferred)."""
+    deferral_expired: Callable[..., Any] = _reference.deferral_expired
+    """``(deferred_since, step, bound)``: whether the lookup at ``step`` must decide
+    (``bound < 0``: no deadline configured)."""

@@ -462,3 +462,38 @@ def store_chunk_offered(
     if first_marked_block < first_live_block:
         return False, True
     return True, False
+
+
+# -- the deferral deadline (C13; pure, so the prover lifts it for every step) ---------------
+NO_DEFERRAL = -1
+"""``deferred_since`` of a request that is not deferred (steps count from 0)."""
+NO_BOUND = -1
+"""A deferral bound that never expires (a system configured without a deadline)."""
+
+
+def deferral_clock(deferred_since: Any, step: Any) -> Any:
+    """The step a request's current deferral started, after it deferred again at
+    ``step``: the first deferral's step, kept across every later failed lookup (a clock
+    restarted at each round would never expire while a job stalls)."""
+    if deferred_since < 0:
+        return step
+    return deferred_since
+
+
+def deferral_expired(deferred_since: Any, step: Any, bound: Any) -> Any:
+    """Whether a request deferred since ``deferred_since`` must be decided at ``step``:
+    once ``bound`` steps have passed, the lookup decides with what is ready
+    (:func:`ready_after_deadline`) instead of deferring once more."""
+    if bound < 0:
+        return False
+    return step - deferred_since >= bound
+
+
+def ready_after_deadline(result: LookupResult, loading_elsewhere: bool) -> LookupResult:
+    """A chunk's answer for the lookup that decides at the deadline: only a chunk that
+    is ready and nobody else is loading counts (HIT); pending, RETRY and chunks being
+    loaded are treated as missing, so the lookup returns the hit the ready chunks serve
+    (possibly the local hit: recompute) and never defers again."""
+    if result == HIT and not loading_elsewhere:
+        return HIT
+    return MISS

@@ -43,6 +43,8 @@ class LookupOutcome:
     popped_at: list[tuple[int, int]] = field(default_factory=list)
     """``(group, candidate boundary)`` of every pop, in order."""
     reason: str = ""
+    loading: list[tuple[int, int]] = field(default_factory=list)
+    """``(group, chunk)`` of the load set another request is loading (a deferral's cause)."""
 
 
 def _group_window(impl: Implementation, geometry: Geometry, group: GroupSpec) -> int:
@@ -311,9 +313,11 @@ def lookup_complete_chunks(
     }
     if is_loading is not None:
         for g, (lo, hi) in load_ranges.items():
-            if any(is_loading(g, k) for k in range(lo, hi)):
-                outcome.reason = f"group {g} chunk being loaded by another request"
-                return outcome
+            outcome.loading.extend((g, k) for k in range(lo, hi) if is_loading(g, k))
+        if outcome.loading:
+            g = outcome.loading[0][0]
+            outcome.reason = f"group {g} chunk being loaded by another request"
+            return outcome
     outcome.hit_tokens = max_hit
     outcome.load_ranges = load_ranges
     return outcome

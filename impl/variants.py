@@ -18,6 +18,16 @@ shape the defect had upstream:
   mask, which does not store the chunk an EAGLE lookup peeks at when an alignment
   boundary falls inside a chunk (C7), and upstream's store replay boundary ``P - 1``
   alone, which leaves out the EAGLE replay boundaries of vLLM's GPU rule (C9, C12).
+* ``abort-unscheduled-crash`` (vLLM #49118, #49146, #52211, #49889, #49285, #52170):
+  the store path treats an aborted request like a finished one and stores its prompt;
+  for a request aborted before it was ever scheduled the chunks have keys but no GPU
+  blocks, and ``assert len(offload_keys) == len(offload_block_ids)`` fails in
+  ``_build_store_jobs`` (engine-fatal: C14).
+* ``resetting-deadline`` (vLLM #53087, a review of the first deadline): the deferral
+  clock restarts at every failed promotion round, so a request waiting on a stalled
+  write is never decided (C13: stall).
+* ``no-deadline`` (vLLM #49829; 0.33.0 measures ``deferred_lookup_start_time`` and
+  enforces nothing): HIT_PENDING defers forever behind a stalled write (C13: stall).
 """
 
 from __future__ import annotations
@@ -172,6 +182,31 @@ def _prefill_horizon_final_end(
     return current_chunks
 
 
+# -- lifecycle (C13, C14) --------------------------------------------------------------
+def _aborted_like_finished_tokens(
+    status: RequestStatus | str, num_computed_tokens: int, num_scheduled_tokens: int,
+    num_tokens: int, prompt_len: int, max_offload_tokens: int | None,
+    offload_prompt_only: bool,
+) -> int:
+    # The defect: an aborted request is stored up to its prompt, as if finished, whatever
+    # it computed (for one never scheduled: nothing, and it has no blocks).
+    if status == RequestStatus.ABORTED:
+        status = RequestStatus.FINISHED
+    return ref.get_num_offloadable_tokens(status, num_computed_tokens, num_scheduled_tokens,
+                                          num_tokens, prompt_len, max_offload_tokens,
+                                          offload_prompt_only)
+
+
+def _resetting_deferral_clock(deferred_since: Any, step: Any) -> Any:
+    # The defect: every failed round restarts the clock, so it never reaches the bound.
+    return step
+
+
+def _never_expires(deferred_since: Any, step: Any, bound: Any) -> Any:
+    # The defect: no deadline at all.
+    return False
+
+
 VARIANTS: dict[str, Implementation] = {
     "reference": REFERENCE,
     "stale-pending": dataclasses.replace(
@@ -220,6 +255,30 @@ VARIANTS: dict[str, Implementation] = {
         # inside a chunk is never stored (C7); the EAGLE replay tails are never stored
         # (C9 store-steps, C12 lost hit).
         violates=("C3", "C4", "C7", "C9", "C12"),
+    ),
+    "abort-unscheduled-crash": dataclasses.replace(
+        REFERENCE,
+        name="abort-unscheduled-crash",
+        description="vLLM #49118: an aborted request's store job covers its prompt, so "
+        "one aborted before scheduling has keys but no blocks (assertion)",
+        get_num_offloadable_tokens=_aborted_like_finished_tokens,
+        violates=("C14",),
+    ),
+    "resetting-deadline": dataclasses.replace(
+        REFERENCE,
+        name="resetting-deadline",
+        description="vLLM #53087: the deferral deadline restarts at every failed "
+        "promotion round and never expires while a write stalls",
+        deferral_clock=_resetting_deferral_clock,
+        violates=("C13",),
+    ),
+    "no-deadline": dataclasses.replace(
+        REFERENCE,
+        name="no-deadline",
+        description="vLLM #49829: HIT_PENDING defers without a deadline (a stalled write "
+        "defers the request until the client gives up)",
+        deferral_expired=_never_expires,
+        violates=("C13",),
     ),
 }
 

@@ -14,6 +14,12 @@ Every range in a scene comes from the spec's own functions
 re-derives a formula. What a witness highlights (its offending chunks, notes, the
 checked window of a scan) is the property's own :class:`Picture`
 (:mod:`kvcontract.spec.properties`): no branch per theorem lives here.
+
+A picture that carries a ``timeline`` (the lifecycle clauses C13-C15: rows of
+``(step, request, what happened)``, :class:`~kvcontract.spec.properties.lifecycle.
+TimelinePicture`) is a *timeline scene*: the witness is drawn along scheduler steps,
+one lane per request, the steps a violation names highlighted, instead of along the
+token axis.
 """
 
 from __future__ import annotations
@@ -84,6 +90,10 @@ class Scene:
     local_hit: int
     rows: list[Row]
     notes: list[str] = field(default_factory=list)
+    timeline: list[tuple[int, str, str]] = field(default_factory=list)
+    """``(step, request, what happened)`` of a lifecycle witness, in step order (empty:
+    a token-axis scene)."""
+    offending_steps: set[int] = field(default_factory=set)
 
     def offending(self) -> list[tuple[int, int]]:
         return sorted((row.index, k) for row in self.rows for k in row.offending)
@@ -213,6 +223,10 @@ def scene_of_picture(picture: Picture, title: str) -> Scene:
     for row in scene.rows:
         if row.index in picture.windows:
             row.window_chunks = picture.windows[row.index]
+    # A picture may carry a timeline of steps (the lifecycle clauses): read as data, so
+    # no branch per theorem or per kind of picture lives here.
+    scene.timeline = list(getattr(picture, "timeline", []) or [])
+    scene.offending_steps = set(getattr(picture, "offending_steps", set()) or set())
     return scene
 
 
@@ -251,10 +265,42 @@ _CELL = {HIT: ("H", "green"), HIT_PENDING: ("P", "yellow"), MISS: ("M", "red"),
          RETRY: ("R", "magenta")}
 
 
-def render_terminal(scene: Scene) -> Any:
-    """A rich renderable: one line of chunk cells per group, then a legend and findings."""
+def render_timeline(scene: Scene) -> Any:
+    """A rich renderable of a timeline scene: one line per event, grouped by step, the
+    steps a violation names marked ``!`` in red, then the notes (program, findings)."""
     from rich.console import Group
     from rich.text import Text
+
+    parts: list[Any] = [Text(scene.title, style="bold")]
+    requests = sorted({request for _, request, _ in scene.timeline})
+    parts.append(Text(f"{len({s for s, _, _ in scene.timeline})} steps, requests "
+                      f"{', '.join(requests)}; ! marks a step a violation names",
+                      style="dim"))
+    width = max((len(r) for r in requests), default=1)
+    previous: int | None = None
+    for step, request, text in scene.timeline:
+        offending = step in scene.offending_steps
+        head = f"{'!' if offending else ' '} step {step:>3} " if step != previous \
+            else " " * 11
+        previous = step
+        line = Text(head, style="bold red" if offending else "bold")
+        style = "red" if "RAISED" in text else ("yellow" if "deferred" in text else "")
+        line.append(f"{request:<{width}}  ", style="cyan")
+        line.append(text, style=style)
+        parts.append(line)
+    for note in scene.notes:
+        parts.append(Text(note))
+    return Group(*parts)
+
+
+def render_terminal(scene: Scene) -> Any:
+    """A rich renderable: one line of chunk cells per group, then a legend and findings
+    (a timeline scene: :func:`render_timeline`)."""
+    from rich.console import Group
+    from rich.text import Text
+
+    if scene.timeline:
+        return render_timeline(scene)
 
     lo, hi = scene.view()
     parts: list[Any] = [Text(scene.title, style="bold")]
@@ -367,6 +413,8 @@ def draw(scene: Scene, paths: Sequence[str | Path]) -> list[Path]:
     for path in paths:
         if Path(path).suffix.lower() not in (".png", ".svg"):
             raise UsageError(f"cannot draw {path}: the picture formats are .png and .svg")
+    if scene.timeline:
+        return _draw_timeline(scene, paths)
     lo, hi = scene.view()
     rows = scene.rows
     plt.rcParams["svg.hashsalt"] = "kvcontract"  # stable ids: identical SVG on every run
@@ -463,6 +511,69 @@ def draw(scene: Scene, paths: Sequence[str | Path]) -> list[Path]:
                 raise UsageError(f"cannot write {path}: {exc.strerror or exc}") from None
             written.append(target)
         return written
+    finally:
+        plt.close(fig)
+
+
+def _save(fig: Any, paths: Sequence[str | Path]) -> list[Path]:
+    written = []
+    for path in paths:
+        target = Path(path)
+        try:
+            if target.parent != Path(""):
+                target.parent.mkdir(parents=True, exist_ok=True)
+            if target.suffix.lower() == ".svg":
+                fig.savefig(target, format="svg", metadata={"Date": None})
+            else:
+                fig.savefig(target, format="png", dpi=110, metadata={"Software": None})
+        except OSError as exc:
+            raise UsageError(f"cannot write {path}: {exc.strerror or exc}") from None
+        written.append(target)
+    return written
+
+
+def _draw_timeline(scene: Scene, paths: Sequence[str | Path]) -> list[Path]:
+    """A timeline scene as swim lanes: x the scheduler step, one lane per request, each
+    event a labelled mark (deferrals yellow, exceptions red), named steps shaded."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    requests = sorted({request for _, request, _ in scene.timeline})
+    lane = {request: i for i, request in enumerate(reversed(requests))}
+    steps = [s for s, _, _ in scene.timeline]
+    plt.rcParams["svg.hashsalt"] = "kvcontract"
+    fig, ax = plt.subplots(figsize=(12, 2.2 + 1.3 * len(requests)))
+    try:
+        for step in sorted(scene.offending_steps):
+            ax.axvspan(step - 0.45, step + 0.45, color="#f4cccc", zorder=0)
+        placed: dict[tuple[int, str], int] = {}
+        last_text: dict[tuple[str, int], str] = {}
+        for step, request, text in scene.timeline:
+            height = placed.get((step, request), 0)
+            placed[(step, request)] = height + 1
+            colour = "#cc0000" if "RAISED" in text else (
+                "#e69138" if "deferred" in text else "#3d85c6")
+            y = lane[request] + 0.14 * height - 0.3
+            ax.plot(step, y, marker="o", markersize=4, color=colour, zorder=3)
+            # A label the lane showed at the same height one step before (a deferral
+            # repeated step after step) is drawn once: the marks say it goes on.
+            if last_text.get((request, height)) != text:
+                ax.text(step + 0.06, y + 0.03, text[:30], fontsize=5.5, rotation=18,
+                        va="bottom", zorder=4)
+            last_text[(request, height)] = text
+        ax.set_yticks(range(len(requests)))
+        ax.set_yticklabels(list(reversed(requests)), fontsize=8)
+        ax.set_xlim(min(steps, default=0) - 0.6, max(steps, default=0) + 1.6)
+        ax.set_ylim(-0.7, len(requests) - 0.2)
+        ax.set_xlabel("scheduler step")
+        title = scene.title if len(scene.title) <= 140 else scene.title[:139] + "…"
+        ax.set_title(title, fontsize=9, loc="left")
+        if scene.notes:
+            fig.text(0.01, 0.005, "\n".join(scene.notes)[:600], fontsize=7, va="bottom")
+        fig.tight_layout()
+        return _save(fig, paths)
     finally:
         plt.close(fig)
 

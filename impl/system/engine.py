@@ -59,7 +59,9 @@ import torch
 
 from kvcontract.errors import GeometryError, UsageError
 from kvcontract.impl.bundle import Implementation
+from kvcontract.impl.reference import NO_BOUND, NO_DEFERRAL, ready_after_deadline
 from kvcontract.impl.scheduler import (
+    LookupOutcome,
     StoreTracker,
     group_first_live_block,
     lookup_complete_chunks,
@@ -67,14 +69,22 @@ from kvcontract.impl.scheduler import (
 from kvcontract.impl.system.events import (
     AllocationEvent,
     AttentionEvent,
+    DecisionEvent,
+    DeferralEvent,
     Event,
+    LifecycleEvent,
+    LifecycleObserver,
     LoadCrashEvent,
     LoadError,
     LoadEvent,
     LookupEvent,
     Observer,
+    RecoveryEvent,
     RestoreEvent,
+    StateEvent,
     StoreEvent,
+    StoreOfferEvent,
+    TransferEvent,
 )
 from kvcontract.impl.system.offload import (
     ChunkKey,
@@ -93,6 +103,14 @@ from kvcontract.impl.system.oracle import (
     window_decode_attention,
 )
 from kvcontract.spec.geometry import Geometry, GroupSpec
+from kvcontract.spec.lifecycle import (
+    DEFAULT_DEFERRAL_BOUND,
+    DeferCause,
+    JobEvent,
+    JobKind,
+    RequestState,
+    StaleReason,
+)
 from kvcontract.vocabulary import GroupKind, LookupResult, RequestStatus
 
 NULL_BLOCK = 0
@@ -121,6 +139,12 @@ StorePath = Callable[[Geometry, int, bool], Sequence[GroupStorePath]]
 in here: ``tools/audit/system.py``)."""
 
 
+class StoreJobError(AssertionError):
+    """A store job whose offload keys and GPU block ids disagree in number: upstream's
+    ``assert len(offload_keys) == len(offload_block_ids)`` in ``_build_store_jobs``
+    (engine-fatal in vLLM: #49118 and its duplicates)."""
+
+
 @dataclass
 class SystemConfig:
     geometry: Geometry
@@ -133,6 +157,10 @@ class SystemConfig:
     prompt_only: bool = True
     vocab: int = 50
     gpu_prefix_cache: bool = True
+    deferral_bound: int | None = DEFAULT_DEFERRAL_BOUND
+    """``D`` of C13: scheduler steps after a request's first deferral at which its lookup
+    decides with the chunks that are ready (``impl.deferral_expired``); ``None``: no
+    deadline (a request may wait on a stalled job forever)."""
     store_path: StorePath | None = None
     """Each request's store path; None: kvcontract's StoreTracker over ``impl``."""
 
@@ -143,6 +171,8 @@ class SystemConfig:
         for name, value, minimum in (
             ("capacity_chunks", self.capacity_chunks, 1),
             ("delay_steps", self.delay_steps, 0),
+            *((("deferral_bound", self.deferral_bound, 0),)
+              if self.deferral_bound is not None else ()),
             ("vocab", self.vocab, 1),
         ):
             if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
@@ -179,6 +209,17 @@ class Request:
     """Chained hash of every complete hash block (``tph`` tokens) of ``tokens``."""
     future: list[int] = field(default_factory=list)
     """The tokens the request will sample, in order (deterministic per request id)."""
+    deferred_since: int = NO_DEFERRAL
+    """The step its current deferral started (``impl.deferral_clock``), or none."""
+    preempted: bool = False
+    """Preempted and not looked up again yet (its next lookup is a re-admission)."""
+    load_jobs: dict[int, tuple[int, list[ChunkKey], tuple[int, ...]]] = field(
+        default_factory=dict)
+    """Load jobs in flight: ``job id -> (group, keys, chunks)``."""
+    failed_loads: list[tuple[int, int, ChunkKey]] = field(default_factory=list)
+    """``(group, chunk, key)`` of this hit's loads that failed."""
+    load_local: int = 0
+    state: RequestState | None = None
 
 
 class BlockPool:
@@ -289,6 +330,20 @@ class OffloadSystem:
         self.loading_keys: Counter[ChunkKey] = Counter()
         self.fail_stores = 0
         """Store jobs still to fail (:meth:`inject_store_failure`)."""
+        self.stall_stores = 0
+        """Store jobs still to stall: submitted, never completed (:meth:`stall_next_store`)."""
+        self.fail_loads = 0
+        """Load jobs still to fail (:meth:`fail_next_load`)."""
+        self.failing_loads: set[int] = set()
+        self.stalled_keys: set[ChunkKey] = set()
+        self.job_chunks: dict[int, tuple[str, int, tuple[int, ...]]] = {}
+        """``job id -> (request, group, chunks)`` of every job built."""
+        self.stale_stores: list[tuple[int, str, int, int, int, StaleReason]] = []
+        """``(step, request, job id, group, block, why)`` of store pages whose block was no
+        longer the request's when the job was submitted (C14)."""
+        self.key_names: dict[ChunkKey, str] = {}
+        self._name_counts: Counter[str] = Counter()
+        self._lifecycle_observers: list[LifecycleObserver] = []
         self.next_job = 0
         self.log: list[str] = []
         """The decision log: lookups, loads, offers, completions (lockstep comparison)."""
@@ -307,6 +362,62 @@ class OffloadSystem:
     def _emit(self, event: Event) -> None:
         for observer in self._observers:
             observer(event)
+
+    def subscribe_lifecycle(self, observer: LifecycleObserver) -> None:
+        """Call ``observer(event)`` for every lifecycle event of :mod:`.events` (request
+        states, deferrals and decisions, job lines, store offers, recoveries)."""
+        self._lifecycle_observers.append(observer)
+
+    def _emit_lifecycle(self, event: LifecycleEvent) -> None:
+        for observer in self._lifecycle_observers:
+            observer(event)
+
+    def _enter(self, req: Request, state: RequestState) -> None:
+        """``req`` enters ``state`` (reported once per change, and on every deferral)."""
+        if req.state is state and state is not RequestState.DEFERRED:
+            return
+        req.state = state
+        if self._lifecycle_observers:
+            self._emit_lifecycle(StateEvent(req.rid, self.steps, state, req.num_computed))
+
+    def key_name(self, key: ChunkKey) -> str:
+        """A short stable name of a manager key (``g0c3``: group 0, chunk 3; a key of
+        another prompt with the same position gets a ``'``)."""
+        name = self.key_names.get(key)
+        return name if name is not None else repr(key)
+
+    def _name_key(self, key: ChunkKey, group: int, chunk: int) -> ChunkKey:
+        if key not in self.key_names:
+            base = f"g{group}c{chunk}"
+            self.key_names[key] = base + "'" * self._name_counts[base]
+            self._name_counts[base] += 1
+        return key
+
+    def _transfer(self, rid: str, job_id: int, kind: JobKind, event: JobEvent,
+                  keys: list[ChunkKey],
+                  stale: tuple[tuple[int, StaleReason], ...] = ()) -> None:
+        if not self._lifecycle_observers:
+            return
+        _, group, chunks = self.job_chunks.get(job_id, (rid, 0, ()))
+        self._emit_lifecycle(TransferEvent(rid, self.steps, job_id, kind, event, group,
+                                           chunks, tuple(self.key_name(k) for k in keys),
+                                           stale))
+
+    def lifecycle_final(self) -> dict[str, tuple[str, ...]]:
+        """What is left, as key names and request ids: ``pending``, ``loading_keys``,
+        ``loading_requests`` (a load still counted), ``referenced``, ``open`` (requests
+        not ended), ``stalled`` (keys of stalled jobs)."""
+        return {
+            "pending": tuple(sorted(self.key_name(k) for k in self.manager.pending_keys())),
+            "loading_keys": tuple(sorted(self.key_name(k) for k, n in self.loading_keys.items()
+                                         if n > 0)),
+            "loading_requests": tuple(r.rid for r in self.requests.values()
+                                      if r.phase is Phase.LOADING or r.pending_load_jobs),
+            "referenced": tuple(sorted(self.key_name(k)
+                                       for k in self.manager.referenced_keys())),
+            "open": tuple(r.rid for r in self.requests.values() if r.phase is not Phase.DONE),
+            "stalled": tuple(sorted(self.key_name(k) for k in self.stalled_keys)),
+        }
 
     # -- helpers ----------------------------------------------------------------------
     @property
@@ -333,7 +444,8 @@ class OffloadSystem:
         """Chunk ``chunk`` of ``group``: keyed by the prefix hash at its end, plus the group."""
         tpc = self.geometry.chunk_tokens(self.geometry.groups[group])
         probe = Request("", list(tokens[: (chunk + 1) * tpc]), 0, 0)
-        return (group, self._prefix_hash(probe, (chunk + 1) * tpc))
+        return self._name_key((group, self._prefix_hash(probe, (chunk + 1) * tpc)), group,
+                              chunk)
 
     def _chunk_keys(self, req: Request) -> dict[tuple[int, int], ChunkKey]:
         geo = self.geometry
@@ -343,7 +455,7 @@ class OffloadSystem:
             tpc = geo.chunk_tokens(spec)
             per = tpc // self.tph
             for k in range(len(req.tokens) // tpc):
-                keys[(g, k)] = (g, hashes[(k + 1) * per - 1])
+                keys[(g, k)] = self._name_key((g, hashes[(k + 1) * per - 1]), g, k)
         return keys
 
     def _queries(self, req: Request, g: int) -> torch.Tensor:
@@ -388,6 +500,7 @@ class OffloadSystem:
                 or max_new_tokens < 1:
             raise UsageError(f"request {rid!r}: max_new_tokens must be an integer >= 1")
         req = Request(rid, list(tokens), len(tokens), max_new_tokens)
+        self._enter(req, RequestState.WAITING)
         # Samples are a stable function of (request id, position): identical in the
         # mocked and the real system and across processes (no salted str hash).
         req.future = [
@@ -425,6 +538,25 @@ class OffloadSystem:
         """The next store job built fails: its chunks end absent, never readable."""
         self.fail_stores += 1
 
+    def stall_next_store(self) -> None:
+        """The next store job built is submitted and never completes (a stalled write:
+        its chunks stay HIT_PENDING)."""
+        self.stall_stores += 1
+        self.log.append("stall-next-store")
+
+    def fail_next_load(self) -> None:
+        """The next load job submitted fails: its chunks' bytes never reach the GPU."""
+        self.fail_loads += 1
+        self.log.append("fail-next-load")
+
+    def reset_prefix_cache(self) -> None:
+        """Drop every free block from the GPU prefix caches and every idle chunk of the
+        offload manager (pending chunks and chunks being loaded stay)."""
+        for pool in self.pools:
+            pool.evict_free()
+        dropped = self.manager.drop_idle()
+        self.log.append(f"reset-prefix-cache dropped={len(dropped)}")
+
     def finish(self, rid: str) -> None:
         req = self.requests.get(rid)
         if req is not None and req.phase is Phase.RUNNING and req.num_computed < req.prompt_len:
@@ -445,20 +577,53 @@ class OffloadSystem:
         self._free(req)
         req.num_computed = 0
         req.phase = Phase.WAITING
+        req.preempted = True
+        req.deferred_since = NO_DEFERRAL
+        self._enter(req, RequestState.PREEMPTED)
         self.log.append(f"preempt {rid}")
 
     def _end(self, rid: str, status: RequestStatus) -> None:
         req = self.requests.get(rid)
-        if req is None or req.phase in (Phase.DONE, Phase.LOADING):
+        if req is None or req.phase is Phase.DONE:
             return
-        if req.phase is Phase.RUNNING:
+        if req.phase is Phase.LOADING:
+            if status is not RequestStatus.ABORTED:
+                return  # a request is finished by sampling, which needs its KV loaded
+            self._cancel_loads(req)
+        if req.phase is Phase.RUNNING or (
+                status is RequestStatus.ABORTED and req.phase is Phase.WAITING):
+            # The connector builds the store job of every request that ends, scheduled or
+            # not (vLLM's finished_req_ids include a request aborted in the queue): what
+            # it may store is the implementation's get_num_offloadable_tokens.
             self._build_store_jobs(req, status, req.num_computed, 0)
         self._flush_store_jobs()
         self._free(req)
         req.phase = Phase.DONE
+        self._enter(req, RequestState.FINISHED if status is RequestStatus.FINISHED
+                    else RequestState.ABORTED)
         self._kv = {k: v for k, v in self._kv.items() if k[1] != rid}
         self._q = {k: v for k, v in self._q.items() if k[1] != rid}
         self.log.append(f"{status.value} {rid} at {req.num_computed}")
+
+    def _cancel_loads(self, req: Request) -> None:
+        """Cancel every load job of ``req`` still in flight: each ends exactly once
+        (cancelled), releases its manager references and its loading counts."""
+        for job_id, (_, keys, _) in sorted(req.load_jobs.items()):
+            self.worker.cancel(job_id)
+            self.in_flight.pop(job_id, None)
+            self.failing_loads.discard(job_id)
+            self.manager.complete_load(keys)
+            self._release_loading(keys)
+            self._transfer(req.rid, job_id, JobKind.LOAD, JobEvent.CANCELLED, keys)
+            self.log.append(f"load-cancel job{job_id} {req.rid}")
+        req.load_jobs.clear()
+        req.pending_load_jobs = 0
+
+    def _release_loading(self, keys: list[ChunkKey]) -> None:
+        for key in keys:
+            self.loading_keys[key] -= 1
+            if self.loading_keys[key] <= 0:
+                del self.loading_keys[key]
 
     def _free(self, req: Request) -> None:
         for g, table in req.tables.items():
@@ -502,9 +667,34 @@ class OffloadSystem:
     def _flush_store_jobs(self) -> None:
         self._sync_worker_tensors()
         for job, keys, failed in self.queued_store_jobs:
-            self.worker.submit(job)
-            self.in_flight[job.job_id] = ("store", keys, failed, "")
+            owner, _, _ = self.job_chunks.get(job.job_id, ("", 0, ()))
+            stale = self._stale_pages(owner, job)
+            stall = False
+            if not failed and self.stall_stores > 0:
+                self.stall_stores -= 1
+                stall = True
+                self.stalled_keys.update(keys)
+            self.worker.submit(job, stall=stall)
+            self.in_flight[job.job_id] = ("store", keys, failed, owner)
+            self._transfer(owner, job.job_id, JobKind.STORE, JobEvent.SUBMITTED, keys, stale)
         self.queued_store_jobs = []
+
+    def _stale_pages(self, rid: str, job: TransferJob) -> tuple[tuple[int, StaleReason], ...]:
+        """The pages of a store job whose GPU block is no longer the request's table's:
+        the copy would read a freed block or one another request now writes (C14)."""
+        req = self.requests.get(rid)
+        if req is None:
+            return ()
+        table = req.tables.get(job.group, [])
+        pool = self.pools[job.group]
+        stale: list[tuple[int, StaleReason]] = []
+        for block_id, _, _ in job.pages:
+            if block_id in table:
+                continue
+            reason = StaleReason.REUSED if pool.refs[block_id] > 0 else StaleReason.FREED
+            stale.append((block_id, reason))
+            self.stale_stores.append((self.steps, rid, job.job_id, job.group, block_id, reason))
+        return tuple(stale)
 
     def _acknowledge(self, job: TransferJob) -> None:
         direction, keys, failed, rid = self.in_flight.pop(job.job_id)
@@ -512,20 +702,67 @@ class OffloadSystem:
             # A failed store leaves its keys absent: nothing half-written becomes readable.
             self.manager.complete_store(keys, success=not failed)
             self.log.append(f"store-complete job{job.job_id} ok={not failed}")
+            self._transfer(rid, job.job_id, JobKind.STORE,
+                           JobEvent.FAILED if failed else JobEvent.COMPLETED, keys)
             return
         self.manager.complete_load(keys)
-        for key in keys:
-            self.loading_keys[key] -= 1
-            if self.loading_keys[key] <= 0:
-                del self.loading_keys[key]
+        self._release_loading(keys)
         req = self.requests[rid]
         req.pending_load_jobs -= 1
+        group, _, chunks = req.load_jobs.pop(job.job_id)
+        load_failed = job.job_id in self.failing_loads
+        self.failing_loads.discard(job.job_id)
+        self._transfer(rid, job.job_id, JobKind.LOAD,
+                       JobEvent.FAILED if load_failed else JobEvent.COMPLETED, keys)
+        if load_failed:
+            req.failed_loads.extend((group, c, k) for c, k in zip(chunks, keys, strict=True))
+            self.log.append(f"load-failed job{job.job_id} {rid}")
         if req.pending_load_jobs == 0:
+            if req.failed_loads:
+                self._recover(req)
+                return
             req.num_computed = req.load_hit
             req.phase = Phase.RUNNING
+            self._enter(req, self._running_state(req))
             self.log.append(f"load-complete {rid} at {req.load_hit}")
             if self.tensor_backed and self._observers:
                 self._compare_restored(req)
+
+    def _recover(self, req: Request) -> None:
+        """A load of the hit failed (C15): the failed chunks' bytes are not on the GPU and
+        not trusted, so they leave the manager (a later lookup answers MISS, never loads
+        them again nor defers on them); the request frees its blocks and goes back to
+        waiting with nothing computed, its store trackers restarted at token 0 (as vLLM
+        restarts them at a new lookup), and its next lookup decides over what is left,
+        so it resumes from the first token whose KV is on no GPU block (for a sliding
+        window, the whole window of the new boundary is loaded or computed again)."""
+        failed = list(req.failed_loads)
+        dropped = self.manager.drop([key for _, _, key in failed])
+        self._free(req)
+        req.num_computed = 0
+        req.phase = Phase.WAITING
+        req.failed_loads = []
+        req.deferred_since = NO_DEFERRAL
+        plugged = self.config.store_path
+        paths = (None if plugged is None
+                 else plugged(self.geometry, req.prompt_len, self.config.prompt_only))
+        for g in range(len(self.geometry.groups)):
+            req.trackers[g] = paths[g] if paths is not None else StoreTracker(
+                self.impl, self.geometry, g, req.prompt_len,
+                offload_prompt_only=self.config.prompt_only)
+        self.log.append(f"recover {req.rid} from hit {req.load_hit}: "
+                        f"{len(failed)} chunk(s) failed, {len(dropped)} dropped")
+        if self._lifecycle_observers:
+            self._emit_lifecycle(RecoveryEvent(
+                req.rid, self.steps, req.load_local, req.load_hit,
+                tuple((g, c) for g, c, _ in failed),
+                tuple(self.key_name(k) for _, _, k in failed)))
+        self._enter(req, RequestState.WAITING)
+
+    @staticmethod
+    def _running_state(req: Request) -> RequestState:
+        return (RequestState.RUNNING_PREFILL if req.num_computed < req.prompt_len
+                else RequestState.RUNNING_DECODE)
 
     # -- local (GPU prefix-cache) hits ----------------------------------------------------
     def _local_hit(self, req: Request) -> int:
@@ -565,6 +802,9 @@ class OffloadSystem:
         num_tokens = len(req.tokens)
         keys = self._chunk_keys(req)
         local = self._local_hit(req)
+        if req.preempted:
+            req.preempted = False
+            self._enter(req, RequestState.READMITTED)
 
         def lookup(g: int, k: int) -> LookupResult:
             result: LookupResult = self.manager.lookup(keys[(g, k)])
@@ -586,6 +826,29 @@ class OffloadSystem:
             )
             loading = frozenset(gk for gk, key in keys.items() if self.loading_keys[key] > 0)
         outcome = lookup_complete_chunks(self.impl, geo, num_tokens, local, lookup, is_loading)
+        by_deadline = False
+        if outcome.hit_tokens is None:
+            since = self.impl.deferral_clock(req.deferred_since, self.steps)
+            bound = self.config.deferral_bound
+            if self.impl.deferral_expired(since, self.steps,
+                                          NO_BOUND if bound is None else bound):
+                # The deadline (C13): decide now over the chunks that are ready and
+                # nobody else loads; the lookup runs again on that view, so it returns
+                # a number (the ready hit, or the local hit: recompute).
+                by_deadline = True
+
+                def ready(g: int, k: int) -> LookupResult:
+                    return ready_after_deadline(lookup(g, k), is_loading(g, k))
+
+                if observed:
+                    states = tuple(tuple(ready(g, k) for k in range(len(row)))
+                                   for g, row in enumerate(states))
+                    loading = frozenset()
+                self.log.append(f"lookup {req.rid} deadline after "
+                                f"{self.steps - since} step(s)")
+                outcome = lookup_complete_chunks(self.impl, geo, num_tokens, local, ready, None)
+            else:
+                self._deferred(req, since, local, outcome, lookup, keys)
         reported = tuple(outcome.load_ranges.items())
         if observed:
             self._emit(LookupEvent(req.rid, num_tokens, local, states, loading,
@@ -594,6 +857,15 @@ class OffloadSystem:
             self.log.append(f"lookup {req.rid} local={local} defer")
             return
         hit = outcome.hit_tokens
+        req.deferred_since = NO_DEFERRAL
+        req.load_local = local
+        if self._lifecycle_observers:
+            ranges_now = {g: outcome.load_ranges[g] for g in sorted(outcome.load_ranges)}
+            loaded = tuple(self.key_name(keys[(g, k)]) for g, (lo, hi) in ranges_now.items()
+                           for k in range(lo, hi)) if hit > local else ()
+            self._emit_lifecycle(DecisionEvent(req.rid, self.steps, local, hit, reported,
+                                               loaded, by_deadline))
+        self._enter(req, RequestState.HIT_ACCEPTED)
         ranges = {g: outcome.load_ranges[g] for g in sorted(outcome.load_ranges)}
         self.log.append(f"lookup {req.rid} local={local} hit={hit} loads={ranges}")
         external = hit > local
@@ -608,6 +880,7 @@ class OffloadSystem:
                 self._emit(LoadCrashEvent(req.rid, hit, local, error, str(exc), reported))
                 self.log.append(f"crash {req.rid}: {exc}")
                 req.phase = Phase.DONE
+                self._enter(req, RequestState.ABORTED)
                 return
             self._emit(LoadEvent(req.rid, hit, local, reported))
         for g, spec in enumerate(geo.groups):
@@ -622,11 +895,13 @@ class OffloadSystem:
         if not external:
             req.num_computed = hit
             req.phase = Phase.RUNNING
+            self._enter(req, self._running_state(req))
             if self.tensor_backed and hit > 0 and observed:
                 self._compare_restored(req)
             return
         req.load_keys = load_keys
         req.phase = Phase.LOADING
+        self._enter(req, RequestState.LOADING)
         self._sync_worker_tensors()
         slot_of = dict(zip(load_keys, slots, strict=True))
         bpc = geo.blocks_per_chunk
@@ -649,10 +924,43 @@ class OffloadSystem:
             self.next_job += 1
             self.in_flight[job.job_id] = ("load", group_keys, False, req.rid)
             req.pending_load_jobs += 1
+            chunks = tuple(range(lo, hi))
+            req.load_jobs[job.job_id] = (g, group_keys, chunks)
+            self.job_chunks[job.job_id] = (req.rid, g, chunks)
+            if self.fail_loads > 0:
+                self.fail_loads -= 1
+                self.failing_loads.add(job.job_id)
             self.worker.submit(job)
+            self._transfer(req.rid, job.job_id, JobKind.LOAD, JobEvent.SUBMITTED, group_keys)
         if req.pending_load_jobs == 0:
             req.num_computed = hit
             req.phase = Phase.RUNNING
+            self._enter(req, self._running_state(req))
+
+    def _deferred(self, req: Request, since: int, local: int, outcome: LookupOutcome,
+                  lookup: Callable[[int, int], LookupResult],
+                  keys: dict[tuple[int, int], ChunkKey]) -> None:
+        """Record a deferral: its start (the deadline counts from it) and, for the
+        lifecycle observers, what it waited on."""
+        req.deferred_since = since
+        if not self._lifecycle_observers:
+            self._enter(req, RequestState.DEFERRED)
+            return
+        waited: dict[tuple[int, int], DeferCause] = {}
+        for g, k in outcome.lookups:
+            answer = lookup(g, k)
+            if answer == LookupResult.HIT_PENDING:
+                waited.setdefault((g, k), DeferCause.HIT_PENDING)
+            elif answer == LookupResult.RETRY:
+                waited.setdefault((g, k), DeferCause.RETRY)
+        for g, k in outcome.loading:
+            waited.setdefault((g, k), DeferCause.LOADING_ELSEWHERE)
+        causes = tuple(dict.fromkeys(waited.values()))
+        self._emit_lifecycle(DeferralEvent(
+            req.rid, self.steps, local, causes,
+            tuple((g, k, self.key_name(keys[(g, k)]), cause)
+                  for (g, k), cause in sorted(waited.items())), since))
+        self._enter(req, RequestState.DEFERRED)
 
     def _allocate_hit(self, req: Request, local: int, hit: int) -> None:
         """Tables for a hit: null below the window, cached blocks up to ``L``, fresh after."""
@@ -775,6 +1083,7 @@ class OffloadSystem:
     def _forward(self, req: Request, scheduled: int) -> None:
         before = req.num_computed
         after = before + scheduled
+        self._enter(req, self._running_state(req))
         self._allocate(req, before, after)
         if self.tensor_backed:
             for g, pool in enumerate(self.pools):
@@ -817,6 +1126,18 @@ class OffloadSystem:
         next_before = tracker.next_stored_chunk_idx
         offered = tracker.step(status.value, before, scheduled, len(req.tokens))
         keys = [self.chunk_key_of(req, g, c) for c in offered]
+        table = req.tables[g]
+        # One GPU block per offered chunk (its last: upstream's _build_store_jobs takes
+        # every bpc-th entry of the table); a chunk past the table has no KV to store.
+        block_ids = [table[c * bpc + bpc - 1] for c in offered if c * bpc + bpc - 1 < len(table)]
+        if self._lifecycle_observers:
+            self._emit_lifecycle(StoreOfferEvent(req.rid, self.steps, g, status,
+                                                 req.num_computed, tuple(offered)))
+        if len(keys) != len(block_ids):
+            raise StoreJobError(
+                f"store job of {req.rid} group {g}: {len(keys)} offload keys but "
+                f"{len(block_ids)} block ids (chunks {offered}, {len(table)} blocks "
+                f"allocated): len(offload_keys) == len(offload_block_ids) fails")
         plan = self.manager.prepare_store(keys) if offered else None
         if offered:
             self.log.append(
@@ -837,7 +1158,6 @@ class OffloadSystem:
             ))
         if plan is None or not plan.keys:
             return
-        table = req.tables[g]
         slot_of = dict(zip(plan.keys, plan.slots, strict=True))
         pages: list[tuple[int, int, int]] = []
         for chunk, key in zip(offered, keys, strict=True):
@@ -852,8 +1172,10 @@ class OffloadSystem:
             self.fail_stores -= 1
         job = TransferJob(self.next_job, "store", g, pages)
         self.next_job += 1
+        self.job_chunks[job.job_id] = (
+            req.rid, g, tuple(c for c, k in zip(offered, keys, strict=True) if k in slot_of))
         self.queued_store_jobs.append((job, list(plan.keys), failed))
 
     def chunk_key_of(self, req: Request, g: int, chunk: int) -> ChunkKey:
         tpc = self.geometry.chunk_tokens(self.geometry.groups[g])
-        return (g, self._prefix_hash(req, (chunk + 1) * tpc))
+        return self._name_key((g, self._prefix_hash(req, (chunk + 1) * tpc)), g, chunk)

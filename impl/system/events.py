@@ -22,6 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TypeAlias
 
+from kvcontract.spec.lifecycle import DeferCause, JobEvent, JobKind, RequestState, StaleReason
 from kvcontract.vocabulary import LookupResult, RequestStatus
 
 LoadRanges: TypeAlias = tuple[tuple[int, tuple[int, int]], ...]
@@ -142,6 +143,96 @@ class AttentionEvent:
     group: int
     hit: int
     outputs_match: bool
+
+
+# -- the request lifecycle (C13-C15; ``OffloadSystem.subscribe_lifecycle``) -------------
+@dataclass(frozen=True)
+class StateEvent:
+    """A request entered ``state`` at scheduler step ``step``."""
+
+    request: str
+    step: int
+    state: RequestState
+    num_computed: int
+
+
+@dataclass(frozen=True)
+class DeferralEvent:
+    """A lookup deferred: why, on which chunks (``(group, chunk, key name, cause)``) and
+    since when (``deferred_since``: the step the deadline counts from, as the
+    implementation's ``deferral_clock`` keeps it)."""
+
+    request: str
+    step: int
+    local_hit: int
+    causes: tuple[DeferCause, ...]
+    waited_on: tuple[tuple[int, int, str, DeferCause], ...]
+    deferred_since: int
+
+
+@dataclass(frozen=True)
+class DecisionEvent:
+    """A lookup decided ``hit`` tokens (``by_deadline``: the deferral bound forced it,
+    over the chunks that were ready); ``load_ranges`` the chunks loaded per group and
+    ``load_keys`` their key names."""
+
+    request: str
+    step: int
+    local_hit: int
+    hit: int
+    load_ranges: LoadRanges
+    load_keys: tuple[str, ...]
+    by_deadline: bool
+
+
+@dataclass(frozen=True)
+class TransferEvent:
+    """One line of a transfer job's life. ``stale`` (a store's submission only): the
+    blocks it reads that are no longer the request's, with why."""
+
+    request: str
+    step: int
+    job_id: int
+    kind: JobKind
+    event: JobEvent
+    group: int
+    chunks: tuple[int, ...]
+    keys: tuple[str, ...]
+    stale: tuple[tuple[int, StaleReason], ...] = ()
+
+
+@dataclass(frozen=True)
+class StoreOfferEvent:
+    """The chunks one group's store step offered, with the status it ran with."""
+
+    request: str
+    step: int
+    group: int
+    status: RequestStatus
+    num_computed: int
+    offered: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class RecoveryEvent:
+    """Loads of an accepted hit failed or were cancelled: the chunks (``(group,
+    chunk)``) and key names; the request goes back to waiting with nothing computed."""
+
+    request: str
+    step: int
+    local_hit: int
+    hit: int
+    failed: tuple[tuple[int, int], ...]
+    failed_keys: tuple[str, ...]
+
+
+LifecycleEvent: TypeAlias = (
+    StateEvent | DeferralEvent | DecisionEvent | TransferEvent | StoreOfferEvent
+    | RecoveryEvent
+)
+LifecycleObserver: TypeAlias = Callable[[LifecycleEvent], None]
+"""What ``OffloadSystem.subscribe_lifecycle`` takes (a channel apart from
+:data:`Observer`, so the monitor's event handlers see exactly what they saw before)."""
 
 
 Event: TypeAlias = (

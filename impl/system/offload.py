@@ -161,6 +161,30 @@ class ChunkBook:
             if entry is not None and entry.ref_count > 0:
                 entry.ref_count -= 1
 
+    # -- lifecycle (C14, C15) ---------------------------------------------------------
+    def drop(self, keys: Iterable[ChunkKey]) -> list[ChunkKey]:
+        """Forget the ready, unreferenced ``keys`` (a failed load's chunks: their bytes
+        are not trusted, so a later lookup answers MISS instead of loading them again);
+        returns the keys dropped."""
+        dropped: list[ChunkKey] = []
+        for key in keys:
+            entry = self._entries.get(key)
+            if entry is not None and entry.ready and entry.ref_count == 0:
+                self._free_slots.append(self._entries.pop(key).slot)
+                dropped.append(key)
+        return dropped
+
+    def drop_idle(self) -> list[ChunkKey]:
+        """Forget every ready, unreferenced chunk (a prefix-cache reset); pending chunks
+        and chunks being loaded stay, so no job in flight loses its slot."""
+        return self.drop(list(self._entries))
+
+    def pending_keys(self) -> list[ChunkKey]:
+        return [k for k, e in self._entries.items() if not e.ready]
+
+    def referenced_keys(self) -> list[ChunkKey]:
+        return [k for k, e in self._entries.items() if e.ref_count > 0]
+
     # -- fixtures -------------------------------------------------------------------
     def force_state(self, key: ChunkKey, state: ChunkState) -> int | None:
         """Put a key into a state directly (test scenarios); returns its slot."""
@@ -248,12 +272,18 @@ class TransferWorker:
         default_factory=lambda: {"store": deque(), "load": deque()}
     )
     streams: dict[str, object] = field(default_factory=dict)
+    stalled: list[TransferJob] = field(default_factory=list)
+    """Jobs submitted that never complete (a stalled write: :meth:`submit` with
+    ``stall``); kept apart so later jobs of their direction still complete."""
 
     @property
     def on_cuda(self) -> bool:
         return self.gpu_blocks is not None and self.gpu_blocks[0].is_cuda
 
-    def submit(self, job: TransferJob) -> None:
+    def submit(self, job: TransferJob, stall: bool = False) -> None:
+        if stall:
+            self.stalled.append(job)  # never copied, never completed
+            return
         job.deadline = self.now + self.delay_steps
         if self.gpu_blocks is not None and self.cpu_chunks is not None and job.pages:
             self._copy(job)
@@ -360,6 +390,16 @@ class TransferWorker:
                         event.synchronize()  # deadline reached: keep lockstep determinism
                 done.append(queue.popleft())
         return done
+
+    def cancel(self, job_id: int) -> TransferJob | None:
+        """Take a job that has not completed out of the worker (its request was aborted):
+        it never completes; None if no such job is in flight."""
+        for queue in (*self.queues.values(), self.stalled):
+            for job in queue:
+                if job.job_id == job_id:
+                    queue.remove(job)
+                    return job
+        return None
 
     def drain(self) -> list[TransferJob]:
         """Complete everything in flight (end of a program)."""

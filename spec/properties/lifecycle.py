@@ -7,9 +7,12 @@ and the deferral bound, :mod:`kvcontract.spec.retention` for what an SWA group n
 the GPU). Each violation carries its impact: an unbounded deferral is ``stall``, a
 bounded one past ``D`` is ``delay``, an exception ``crash``, a store from a freed or
 reused block and a run over missing KV ``corruption``. The same judges judge the
-executable system (the case space :data:`LIFECYCLE_SPACE` in
-:mod:`kvcontract.spec.properties.lifecycle_space`) and vLLM's own scheduler through
-the live backend: a backend maps its run to the trace, never the other way round.
+executable system (the case space :data:`LIFECYCLE_SPACE` below: every short program of
+lifecycle operations over small geometries, run on :mod:`kvcontract.impl.system`) and
+vLLM's own scheduler through the live backend: a backend maps its run to the trace,
+never the other way round. The deadline rule itself (``impl.deferral_clock``,
+``impl.deferral_expired``) is proved for every step by induction
+(:func:`deadline_rule_bounds_age`, a formula property).
 
 What a trace cannot show is not a pass: a judge whose records are absent (a backend
 that does not observe jobs, say) returns no violation, and the backend names the gap
@@ -19,10 +22,16 @@ in ``trace.notes``; :func:`unobserved` lists them for the reports.
 from __future__ import annotations
 
 import itertools
+import re
 from collections import defaultdict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
 
-from kvcontract.spec.geometry import Geometry, GroupSpec
+from kvcontract.errors import WitnessError
+from kvcontract.impl.bundle import Implementation
+from kvcontract.spec.arith import Bool, and_, or_
+from kvcontract.spec.geometry import Geometry, GroupSpec, fa, swa
 from kvcontract.spec.lifecycle import (
     DEFAULT_DEFERRAL_BOUND,
     ENDED_STATES,
@@ -37,7 +46,17 @@ from kvcontract.spec.lifecycle import (
     transition_allowed,
     within_deferral_bound,
 )
-from kvcontract.spec.properties.base import Violation
+from kvcontract.spec.properties.base import (
+    CaseProperty,
+    CaseSpace,
+    Config,
+    Env,
+    FormulaProperty,
+    LastCase,
+    Picture,
+    Property,
+    Violation,
+)
 from kvcontract.spec.retention import skipped_tokens
 from kvcontract.vocabulary import GroupKind, Impact, RequestStatus
 
@@ -400,3 +419,244 @@ def judge_trace(trace: LifecycleTrace, geometry: Geometry,
     wanted = set(clauses)
     return {f"{clause}/{name}": judge(trace, geometry)
             for clause, name, _, judge in JUDGES if clause in wanted}
+
+
+# -- the executable system's lifecycle programs (the case space) -------------------------
+ACTIONS = ("-", "add c", "abort p", "abort c", "preempt p", "preempt c", "stall-store",
+           "fail-store", "fail-load", "reset-cache")
+"""What may happen before each scheduler step of a program: nothing (``-``), the
+consumer ``c`` arrives (a resend of the producer's prompt), an abort or a preemption
+of either, the environment stalls or fails the next store job or fails the next load
+job, the prefix caches are reset."""
+
+SEED_PROGRAMS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("stalled-store", ("stall-store", "add c")),
+    ("abort-unscheduled", ("abort p",)),
+    ("abort-loading", ("-", "add c", "abort c")),
+    ("preempt-store-in-flight", ("-", "preempt p", "add c")),
+    ("failed-load", ("-", "fail-load", "add c")),
+    ("reset-during-load", ("-", "add c", "reset-cache")),
+)
+"""The named lifecycle scenarios of issue 21, checked first (their witnesses are the
+ones a report shows): a stalled write a resend waits on (vLLM #49829), an abort before
+the first schedule (#49118), an abort with loads in flight, a preemption with its store
+in flight and a re-admission (#46014), a failed load (#35223, #45474), a cache reset
+while a load holds its chunks."""
+
+LIFECYCLE_DEPTH = 3
+"""Actions per program in the catalogue: every sequence up to this length is run."""
+
+
+@dataclass(frozen=True)
+class LifecycleCase:
+    """One program: the producer ``p`` arrives, then ``actions[i]`` happens before step
+    ``i + 1``; then the tail of steps of :class:`~kvcontract.impl.system.lifecycle.
+    ProgramConfig` runs (longer than the bound ``D``) and every job that can end ends."""
+
+    geometry_name: str
+    geometry: Geometry
+    actions: tuple[str, ...]
+    label: str = ""
+    """A seed scenario's name (empty for the enumerated programs)."""
+
+    def program(self) -> list[str]:
+        ops = ["add p"]
+        for action in self.actions:
+            if action != "-":
+                ops.append(action)
+            ops.append("step")
+        return ops
+
+    def to_json(self) -> dict[str, Any]:
+        return {"geometry_name": self.geometry_name, "geometry": self.geometry.to_dict(),
+                "actions": list(self.actions), "label": self.label}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> LifecycleCase:
+        actions = tuple(str(a) for a in data["actions"])
+        unknown = [a for a in actions if a not in ACTIONS]
+        if unknown:
+            raise WitnessError(f"unknown lifecycle action {unknown[0]!r}; the actions are "
+                               f"{', '.join(ACTIONS)}")
+        return cls(str(data.get("geometry_name", "witness")),
+                   Geometry.from_dict(dict(data["geometry"])), actions,
+                   str(data.get("label", "")))
+
+
+def lifecycle_geometries() -> list[tuple[str, Geometry]]:
+    """Small hybrid geometries: full attention and a sliding window of two blocks, one
+    block per chunk (every chunk its own job) and two (a window's first chunk partly
+    out of the window)."""
+    return [("fa4+swa4(sw8)", Geometry((fa(4), swa(4, 8)), blocks_per_chunk=1)),
+            ("fa4+swa4(sw8),bpc2", Geometry((fa(4), swa(4, 8)), blocks_per_chunk=2))]
+
+
+def lifecycle_cases(depth: int = LIFECYCLE_DEPTH) -> Iterator[LifecycleCase]:
+    """The seed scenarios, then every action sequence up to ``depth``, shortest first,
+    on every geometry of :func:`lifecycle_geometries`."""
+    geometries = lifecycle_geometries()
+    for name, geometry in geometries:
+        for label, actions in SEED_PROGRAMS:
+            yield LifecycleCase(name, geometry, actions, label)
+    for length in range(depth + 1):
+        for actions in itertools.product(ACTIONS, repeat=length):
+            for name, geometry in geometries:
+                yield LifecycleCase(name, geometry, actions)
+
+
+def lifecycle_domain(depth: int = LIFECYCLE_DEPTH) -> str:
+    from kvcontract.impl.system.lifecycle import ProgramConfig
+
+    config = ProgramConfig()
+    names = ", ".join(name for name, _ in lifecycle_geometries())
+    return (f"the system on {names}: {len(SEED_PROGRAMS)} seed scenarios and every "
+            f"sequence of <= {depth} of {len(ACTIONS)} actions, one per step, after a "
+            f"{config.prompt_len}-token producer ({config.token_budget} tokens a step, "
+            f"{config.tail_steps} more steps, D = {config.deferral_bound})")
+
+
+def _observe(case: LifecycleCase, impl: Implementation) -> LifecycleTrace:
+    from kvcontract.impl.system.lifecycle import run_program
+
+    return run_program(case.geometry, impl, case.program())
+
+
+observe_lifecycle: LastCase[LifecycleCase, LifecycleTrace] = LastCase(_observe)
+
+LIFECYCLE_SPACE: CaseSpace[LifecycleCase, LifecycleTrace] = CaseSpace(
+    family="lifecycle", cases=lifecycle_cases, describe=lifecycle_domain,
+    to_json=LifecycleCase.to_json, from_json=LifecycleCase.from_json,
+    observe=observe_lifecycle, geometry_of=lambda case: case.geometry,
+)
+
+LIFECYCLE_FUNCTIONS = ("deferral_clock", "deferral_expired", "get_num_offloadable_tokens",
+                       "sliding_window_lookup", "prefix_lookup", "multigroup_lookup_step",
+                       "load_chunk_range", "is_block_reachable", "store_final_segment_end")
+"""The bundle functions a lifecycle program's decisions run (deadline first)."""
+
+
+@dataclass
+class TimelinePicture(Picture):
+    """A lifecycle witness as a timeline: one row per scheduler step and request
+    (``(step, request, what happened)``), drawn by ``kvcontract explain`` as steps."""
+
+    timeline: list[tuple[int, str, str]] = field(default_factory=list)
+    offending_steps: set[int] = field(default_factory=set)
+
+
+def timeline_of(trace: LifecycleTrace) -> list[tuple[int, str, str]]:
+    """Every record of a trace as ``(step, request, text)``, in step order."""
+    rows: list[tuple[int, int, str, str]] = []
+    order = 0
+
+    def add(step: int, request: str, text: str) -> None:
+        nonlocal order
+        rows.append((step, order, request, text))
+        order += 1
+
+    for lookup in trace.lookups:
+        if lookup.answer is None:
+            waited = ", ".join(f"{w.key} {w.cause.value}" for w in lookup.waited_on[:3])
+            add(lookup.step, lookup.request, f"lookup deferred: {waited or 'no cause'}")
+        else:
+            how = " by the deadline" if lookup.by_deadline else ""
+            add(lookup.step, lookup.request,
+                f"lookup decided {lookup.answer} tokens{how} (local {lookup.local_hit})")
+    for s in trace.states:
+        add(s.step, s.request, f"{s.state.value} ({s.num_computed} computed)")
+    for job in trace.jobs:
+        keys = ",".join(job.keys[:4]) + ("..." if len(job.keys) > 4 else "")
+        add(job.step, job.request, f"{job.kind.value} job {job.job_id} {job.event.value} "
+            f"[{keys}]")
+    for e in trace.exceptions:
+        add(e.step, e.request or "-", f"RAISED {e.type_name} in {e.where}: {e.message}")
+    for r in trace.recoveries:
+        add(r.step, r.request, f"load failed for {','.join(r.failed_keys[:4])}: resumes "
+            f"at {r.resumed_at}")
+    for stale in trace.final.stale_stores:
+        add(stale.step, stale.request, f"store job {stale.job_id} reads {stale.reason.value} "
+            f"block {stale.block}")
+    rows.sort(key=lambda r: (r[0], r[1]))
+    return [(step, request, text) for step, _, request, text in rows]
+
+
+def _steps_named(message: str) -> set[int]:
+    return {int(m) for m in re.findall(r"step (\d+)", message)}
+
+
+def lifecycle_picture(judge: TraceJudge) -> Callable[[LifecycleCase, Implementation],
+                                                      Picture]:
+    def draw(case: LifecycleCase, impl: Implementation) -> Picture:
+        trace = observe_lifecycle(case, impl)
+        found = judge(trace, case.geometry)
+        from kvcontract.impl.system.lifecycle import ProgramConfig
+
+        notes = [f"program: {' ; '.join(case.program())}, then "
+                 f"{ProgramConfig().tail_steps} steps"
+                 + (f" ({case.label})" if case.label else ""),
+                 *[str(v) for v in found[:3]], *trace.notes]
+        steps = set().union(*(_steps_named(str(v)) for v in found)) if found else set()
+        return TimelinePicture(case.geometry, len(prompt_of_case()), None, notes=notes,
+                               timeline=timeline_of(trace), offending_steps=steps)
+
+    return draw
+
+
+def prompt_of_case() -> list[int]:
+    from kvcontract.impl.system.lifecycle import ProgramConfig, prompt_tokens
+
+    return prompt_tokens(ProgramConfig().prompt_len)
+
+
+def _case_judge(judge: TraceJudge) -> Callable[[LifecycleCase, LifecycleTrace], str | None]:
+    def case_judge(case: LifecycleCase, trace: LifecycleTrace) -> str | None:
+        found = judge(trace, case.geometry)
+        return found[0] if found else None
+
+    case_judge.__name__ = judge.__name__
+    return case_judge
+
+
+# -- the deadline rule for every step (Z3, by induction) ---------------------------------
+DEADLINE_BOUNDS = (0, 1, 4, 16, 1024)
+"""The bounds of the deadline rule's case split, should the symbolic bound not decide."""
+
+
+def deadline_rule_bounds_age(env: Env, impl: Implementation) -> tuple[list[Bool], Bool]:
+    """Induction over the steps of one deferral: the clock's start never moves past the
+    first deferral (base: the first deferral at ``t0`` starts it at most at ``t0``;
+    step: a start at most ``t0`` stays at most ``t0`` at any later step ``t``), and a
+    start at most ``t0`` expires at every step ``t >= t0 + D``. Together: a request
+    deferred at every step from ``t0`` is decided by step ``t0 + D`` (C13)."""
+    t0, t, start, bound = env["t0"], env["t"], env["start"], env["D"]
+    hyps = [t0 >= 0, t > t0, start >= 0, start <= t0, bound >= 0]
+    env.assume(hyps)
+    first = env.call(impl.deferral_clock, -1, t0)
+    kept = env.call(impl.deferral_clock, start, t)
+    expires = env.call(impl.deferral_expired, kept, t, bound)
+    base = and_(first >= 0, first <= t0)
+    step = and_(kept >= 0, kept <= t0)
+    deadline = or_(t < t0 + bound, expires)
+    return hyps, and_(base, step, deadline)
+
+
+def lifecycle_properties() -> list[Property]:
+    """C13-C15: the deadline rule for every step (formula), and every lifecycle judge on
+    every program of the case space (exhaustive)."""
+    made: list[Property] = [FormulaProperty(
+        "C13", "deadline-rule-bounds-age",
+        "a deferral's clock starts at its first deferral and expires D steps later",
+        ("t0", "t", "start"), deadline_rule_bounds_age,
+        lambda: [Config(f"D={bound}", {"D": bound}) for bound in DEADLINE_BOUNDS],
+        "every first-deferral step t0 >= 0, later step t and clock start <= t0, "
+        f"D in {{{', '.join(str(b) for b in DEADLINE_BOUNDS)}}}",
+        uses=("deferral_clock", "deferral_expired"),
+        symbolic_sizes=("D",),
+        symbolic_domain="every bound D >= 0",
+        impact=Impact.STALL,
+    )]
+    for clause, name, description, judge in JUDGES:
+        made.append(CaseProperty(clause, name, description, LIFECYCLE_SPACE,
+                                 _case_judge(judge), LIFECYCLE_FUNCTIONS,
+                                 lifecycle_picture(judge)))
+    return made

@@ -17,9 +17,11 @@ FUNCTIONS = (
 )
 STORE_STEP = ("get_num_offloadable_tokens", "store_step_bounds", "store_chunk_offered")
 """The store step's decisions: optional, the reference's by default."""
-OPTIONAL = (*STORE_STEP, "multigroup_lookup_step")
-"""Every function with a default (the reference's): the store step's decisions and one
-group's turn of the multi-group lookup."""
+DEADLINE = ("deferral_clock", "deferral_expired")
+"""The deferral deadline's rule (C13): optional, the reference's by default."""
+OPTIONAL = (*STORE_STEP, "multigroup_lookup_step", *DEADLINE)
+"""Every function with a default (the reference's): the store step's decisions, one
+group's turn of the multi-group lookup and the deferral deadline."""
 
 
 def _bundle(**change: object) -> Implementation:

@@ -34,6 +34,9 @@ CHANGED: dict[str, set[str]] = {
     "mtp-extra-retained": {WINDOW, LOAD_WINDOW, MASK},
     "prefill-horizon": {"store_final_segment_end"},
     "upstream-current": {WINDOW, LOAD_WINDOW, MASK, REPLAY},
+    "abort-unscheduled-crash": {"get_num_offloadable_tokens"},
+    "resetting-deadline": {"deferral_clock"},
+    "no-deadline": {"deferral_expired"},
 }
 # Clauses the docstring says each variant violates.
 DOCUMENTED: dict[str, set[str]] = {
@@ -42,6 +45,9 @@ DOCUMENTED: dict[str, set[str]] = {
     "mtp-extra-retained": {"C2"},
     "prefill-horizon": {"C8", "C9"},
     "upstream-current": {"C3", "C4", "C7", "C9", "C12"},
+    "abort-unscheduled-crash": {"C14"},
+    "resetting-deadline": {"C13"},
+    "no-deadline": {"C13"},
 }
 
 
@@ -75,6 +81,15 @@ DISCRIMINATING: dict[tuple[str, str], tuple[Callable[[Implementation], Any], Any
     # 12: P 33, A 16, retention 0, an EAGLE group: the GPU's EAGLE replay boundary 16 too.
     ("upstream-current", REPLAY): (
         lambda i: i.store_replay_boundaries(33, 16, 0, True), (16, 32), (32,)),
+    # #49118: a request aborted before its first schedule (0 computed, prompt 17) stores
+    # nothing; the defect stores its prompt.
+    ("abort-unscheduled-crash", "get_num_offloadable_tokens"): (
+        lambda i: i.get_num_offloadable_tokens("aborted", 0, 0, 17, 17, None, True), 0, 17),
+    # #53087: deferred since step 2 and again at step 6: the clock keeps 2, the defect 6.
+    ("resetting-deadline", "deferral_clock"): (lambda i: i.deferral_clock(2, 6), 2, 6),
+    # #49829: deferred since step 2, bound 4, at step 6: the reference decides.
+    ("no-deadline", "deferral_expired"): (lambda i: bool(i.deferral_expired(2, 6, 4)),
+                                          True, False),
 }
 
 
@@ -93,7 +108,7 @@ def test_each_variant_differs_in_exactly_its_defective_functions(name: str) -> N
     impl = VARIANTS[name]
     functions = [f for f in REFERENCE.__dataclass_fields__
                  if callable(getattr(REFERENCE, f))]
-    assert len(functions) == 14
+    assert len(functions) == 16
     changed = {f for f in functions if getattr(impl, f) is not getattr(REFERENCE, f)}
     assert changed == CHANGED[name]
 
@@ -136,4 +151,5 @@ def test_unknown_implementation() -> None:
         get_implementation("stale_pending")
     assert info.value.target == "stale_pending"
     assert info.value.known == sorted(VARIANTS)
-    assert "choose one of: mtp-extra-retained, prefill-horizon, reference" in str(info.value)
+    assert "choose one of: abort-unscheduled-crash, mtp-extra-retained, no-deadline, " \
+        "prefill-horizon, reference" in str(info.value)

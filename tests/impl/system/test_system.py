@@ -405,8 +405,13 @@ def test_the_system_imports_no_spec_formula() -> None:
                 imported |= {(a.name, "") for a in node.names if "spec" in a.name}
             elif isinstance(node, ast.ImportFrom) and "spec" in (node.module or ""):
                 imported |= {(str(node.module), a.name) for a in node.names}
+        # The lifecycle's words (states, causes, job lines, the configured bound D) are
+        # vocabulary; its formulas (deferral_age, within_deferral_bound) are not allowed.
+        lifecycle_words = {"DEFAULT_DEFERRAL_BOUND", "DeferCause", "JobEvent", "JobKind",
+                           "RequestState", "StaleReason"}
         allowed = {("kvcontract.spec.geometry", "Geometry"),
-                   ("kvcontract.spec.geometry", "GroupSpec")}
+                   ("kvcontract.spec.geometry", "GroupSpec"),
+                   *(("kvcontract.spec.lifecycle", name) for name in lifecycle_words)}
         assert imported <= allowed, (module.__name__, imported - allowed)
 
 
