@@ -245,6 +245,10 @@ def _vllm_config(geometry: Geometry, options: BuildOptions, cpu_bytes: int) -> A
     cache_kwargs: dict[str, Any] = {}
     if has_mamba:
         cache_kwargs["mamba_cache_mode"] = "align"
+    if geometry.hash_block_size != math.gcd(*(g.block_size for g in geometry.groups)):
+        # A hash block finer than the blocks (0.33's partial tails need one): vLLM's
+        # prefix_match_unit, which resolve_kv_cache_block_sizes takes as the hash block.
+        cache_kwargs["prefix_match_unit"] = geometry.hash_block_size
     cache = config.CacheConfig(block_size=base, enable_prefix_caching=True,
                                prefix_cache_retention_interval=geometry.retention_interval,
                                num_gpu_blocks_override=gpu_blocks(geometry, options),

@@ -25,6 +25,7 @@ from kvcontract.live.confirm import (
 )
 from kvcontract.live.lifecycle import judge, run_lifecycle
 from kvcontract.live.observation import LiveObservation
+from kvcontract.live.partial_tail import PARTIAL_TAIL_GEOMETRY, run_partial_tail
 from kvcontract.live.trace import (
     Phase,
     Trace,
@@ -34,7 +35,7 @@ from kvcontract.live.trace import (
     prompt_tokens,
 )
 from kvcontract.live.worker import Timing
-from kvcontract.spec.geometry import Geometry, fa, swa
+from kvcontract.spec.geometry import Geometry, fa, mamba, swa
 from kvcontract.spec.models import get_preset
 from kvcontract.spec.properties.end_to_end import gpu_hit_unit, promised_hit
 from kvcontract.vocabulary import Impact, Verdict
@@ -655,6 +656,65 @@ def _with_finding(verdict: ClauseVerdict, impact: Impact, finding: str) -> Claus
                          (finding, *verdict.findings), verdict.reason)
 
 
+# -- partial tails (0.33.0's sub-chunk boundary, docs/CONTRACT.md 9.2) ---------------------
+def _partial_tail(name: str, doc: str, geometry: Geometry = PARTIAL_TAIL_GEOMETRY,
+                  prompt_len: int = 230, consumer: str = "resend", *,
+                  shared: int | None = None,
+                  steps: tuple[int, ...] | None = None) -> ScenarioResult:
+    """A producer/consumer trace through :func:`~kvcontract.live.partial_tail.run_partial_tail`,
+    its checks those of the stated clauses (``PartialTailRun.checks``)."""
+    run = run_partial_tail(geometry, prompt_len, consumer, shared=shared, steps=steps)
+    if isinstance(run, Refused):
+        return _result(name, doc, geometry, run)
+    result = ScenarioResult(name, doc, geometry.describe(), _outcome(run.observation),
+                            numbers=run.numbers(), observation=run.observation)
+    result.checks.extend(Check(what, expected, observed, ok)
+                         for what, expected, observed, ok in run.checks())
+    return result
+
+
+def partial_tail_resend() -> ScenarioResult:
+    """FA + Mamba (bs 64, hashed in 16s), a producer of 230 tokens: its prompt ends past
+    its last complete chunk (192), so vLLM stores a partial block at b(P) = 224 in both
+    groups; the resend's hit is 224, its load reads the partial blocks back."""
+    return _partial_tail("partial-tail-resend", partial_tail_resend.__doc__ or "")
+
+
+def partial_tail_continuation() -> ScenarioResult:
+    """As ``partial-tail-resend``, the consumer the producer's whole history and new
+    tokens: its complete-chunk hit ends at 192, the partial tail serves 224."""
+    return _partial_tail("partial-tail-continuation",
+                         partial_tail_continuation.__doc__ or "", consumer="continuation")
+
+
+def partial_tail_sibling() -> ScenarioResult:
+    """A sibling sharing the producer's first 229 tokens (b(P) = 224 of them): 224."""
+    return _partial_tail("partial-tail-sibling", partial_tail_sibling.__doc__ or "",
+                         consumer="sibling")
+
+
+def partial_tail_short_sibling() -> ScenarioResult:
+    """A sibling sharing 220 tokens, fewer than b(P) = 224: the partial tail owes it
+    nothing (its key hashes tokens the sibling does not have); the complete chunks do."""
+    return _partial_tail("partial-tail-short-sibling",
+                         partial_tail_short_sibling.__doc__ or "", consumer="sibling",
+                         shared=220)
+
+
+def partial_tail_chunked() -> ScenarioResult:
+    """The producer in chunked-prefill steps of 64 tokens: vLLM still ends a step at
+    b(P) = 224 and stores the partial tail; the resend gets 224."""
+    return _partial_tail("partial-tail-chunked", partial_tail_chunked.__doc__ or "",
+                         steps=(64, 64, 64, 38))
+
+
+def partial_tail_off() -> ScenarioResult:
+    """The same model hashed in blocks of 64 (the block): no boundary finer than a
+    chunk, vLLM turns partial tails off, the resend's hit is the complete chunks' 192."""
+    return _partial_tail("partial-tail-off", partial_tail_off.__doc__ or "",
+                         Geometry((fa(64), mamba(64)), hash_block_size=64))
+
+
 SCENARIOS: dict[str, Callable[[], ScenarioResult]] = {
     "window-formula": window_formula,
     "eagle-replay": eagle_replay,
@@ -674,6 +734,12 @@ SCENARIOS: dict[str, Callable[[], ScenarioResult]] = {
     "failed-load": failed_load,
     "failed-load-recompute": failed_load_recompute,
     "failed-load-fail-policy": failed_load_fail_policy,
+    "partial-tail-resend": partial_tail_resend,
+    "partial-tail-continuation": partial_tail_continuation,
+    "partial-tail-sibling": partial_tail_sibling,
+    "partial-tail-short-sibling": partial_tail_short_sibling,
+    "partial-tail-chunked": partial_tail_chunked,
+    "partial-tail-off": partial_tail_off,
 }
 """Every named scenario (``kvcontract live --scenario NAME``)."""
 
@@ -681,7 +747,10 @@ FINDINGS = ("window-formula", "eagle-replay")
 FAILURES = ("failed-store", "failed-load", "failed-load-recompute", "failed-load-fail-policy")
 """Lifecycle scenarios that inject a failed transfer: their outcome is what the release
 does with it (a raise or a failed request is their finding, not an error of the run)."""
-LIFECYCLE = tuple(name for name in SCENARIOS if name not in FINDINGS + FAILURES)
+PARTIAL_TAILS = tuple(name for name in SCENARIOS if name.startswith("partial-tail-"))
+"""0.33.0's partial tails, judged by C2 and C12 at a sub-chunk boundary (not lifecycle)."""
+LIFECYCLE = tuple(name for name in SCENARIOS
+                  if name not in FINDINGS + FAILURES + PARTIAL_TAILS)
 LIFECYCLE_JUDGED = LIFECYCLE + FAILURES
 """Every scenario judged by C13-C15 (the audit's lifecycle rows)."""
 

@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from kvcontract.live.scenarios import FAILURES, FINDINGS, LIFECYCLE, SCENARIOS, run_scenario
+from kvcontract.live.scenarios import (
+    FAILURES,
+    FINDINGS,
+    LIFECYCLE,
+    PARTIAL_TAILS,
+    SCENARIOS,
+    run_scenario,
+)
 from tests.live.conftest import EAGLE_PLANNED, needs_vllm
 
 pytestmark = [needs_vllm, pytest.mark.live]
@@ -48,4 +55,4 @@ def test_lru_keeps_the_newest() -> None:
 
 
 def test_every_scenario_is_named() -> None:
-    assert set(FINDINGS) | set(LIFECYCLE) | set(FAILURES) == set(SCENARIOS)
+    assert set(FINDINGS) | set(LIFECYCLE) | set(FAILURES) | set(PARTIAL_TAILS) == set(SCENARIOS)

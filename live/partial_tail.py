@@ -1,0 +1,240 @@
+"""Partial tails on the live engine: vLLM 0.33.0's sub-chunk boundary, held against the
+contract's statement (docs/CONTRACT.md 9.2, :mod:`kvcontract.spec.partial_tail`).
+
+A producer/consumer trace (the end-to-end family's own case shape,
+:func:`kvcontract.live.confirm.end_to_end_case`) runs on vLLM's scheduler, KV-cache
+manager and ``OffloadingConnector`` as they are; whether partial tails are on is vLLM's
+own planning's answer (``SchedulerOffloadConfig.supports_partial_tail`` and the GPU
+coordinator's ``enable_partial_hash_hits``), read off the built objects. Every
+``lookup``, ``prepare_load`` and ``prepare_store`` the connector makes is recorded with
+the token position vLLM gave its key (``ReqContext.get_offload_key_position``): a key at
+a position that is not a multiple of the chunk is a partial-tail key. The checks
+(:meth:`PartialTailRun.checks`) are the stated clauses:
+
+* vLLM turns partial tails on exactly where the contract says (``partial_tail_off``);
+* C2: vLLM raised nothing (no "not found"/"not ready"), and every key the consumer loads
+  was answered ``HIT`` to it and stored by the producer;
+* what is stored: the producer's partial keys are at ``b(P)``, one per group;
+* C12: the consumer's hit is at least ``partial_tail_promise``, and a hit at ``b(P)``
+  reads every group's partial block back.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from kvcontract.live.build import BuildOptions, LiveEngine, Refused, build
+from kvcontract.live.confirm import _traces, end_to_end_case, options_for
+from kvcontract.live.env import vllm_names
+from kvcontract.live.observation import LiveObservation
+from kvcontract.live.run import LiveRun, shutdown
+from kvcontract.live.trace import producer_consumer
+from kvcontract.spec.geometry import Geometry, fa, mamba
+from kvcontract.spec.partial_tail import (
+    partial_tail_boundary,
+    partial_tail_off,
+    partial_tail_promise,
+)
+
+PARTIAL_TAIL_GEOMETRY = Geometry((fa(64), mamba(64)), hash_block_size=16)
+"""FA and a Mamba group (align mode), both 64-token blocks, hashed in blocks of 16,
+``bpc`` 1, retention None: vLLM 0.33.0 turns partial tails on."""
+
+
+@dataclass(frozen=True)
+class KeyEvent:
+    """One manager call on one key: ``what`` is ``lookup``, ``load`` or ``store``;
+    ``position`` the token position vLLM keyed it at; ``result`` the lookup's answer,
+    or for a store whether the manager took it as new."""
+
+    step: int
+    what: str
+    request: str
+    group: int
+    position: int
+    result: str
+
+
+@dataclass
+class PartialTailRun:
+    """One producer/consumer trace and what the contract says about it."""
+
+    geometry: Geometry
+    prompt_len: int
+    consumer: str
+    consumer_tokens: int
+    shared_tokens: int
+    supports_partial_tail: bool | None
+    """The connector's decision; None: the release has no partial-tail path."""
+    partial_hash_hits: bool
+    observation: LiveObservation
+    events: list[KeyEvent] = field(default_factory=list)
+
+    @property
+    def chunk_tokens(self) -> int:
+        return self.geometry.chunk_tokens(self.geometry.groups[0])
+
+    @property
+    def boundary(self) -> int | None:
+        """``b(P)`` by the contract."""
+        return partial_tail_boundary(self.geometry, self.prompt_len)
+
+    @property
+    def promise(self) -> int:
+        return partial_tail_promise(self.geometry, self.prompt_len, self.consumer_tokens,
+                                    self.shared_tokens)
+
+    @property
+    def hit(self) -> int | None:
+        return self.observation.accepted_hit("consumer")
+
+    def partial(self, what: str, request: str) -> dict[int, set[int]]:
+        """Per geometry group, the sub-chunk positions of ``what`` calls by ``request``."""
+        found: dict[int, set[int]] = {}
+        for event in self.events:
+            if event.what == what and event.request == request and \
+                    event.position % self.chunk_tokens:
+                found.setdefault(event.group, set()).add(event.position)
+        return found
+
+    def checks(self) -> list[tuple[str, Any, Any, bool]]:
+        """``(what, expected, observed, ok)`` for each stated clause (module docstring)."""
+        groups = set(range(len(self.geometry.groups)))
+        off = partial_tail_off(self.geometry)
+        on = bool(self.supports_partial_tail) and self.partial_hash_hits
+        found: list[tuple[str, Any, Any, bool]] = [
+            ("vLLM turns partial tails on where the contract says",
+             "off: " + off if off else "on",
+             "the release has no partial-tail path (0.33.0 added it)"
+             if self.supports_partial_tail is None else
+             f"supports_partial_tail={self.supports_partial_tail}, "
+             f"enable_partial_hash_hits={self.partial_hash_hits}",
+             self.supports_partial_tail is not None and on == (off is None))]
+        raised = [f"{e.type}: {e.message}" for e in self.observation.exceptions]
+        found.append(("C2: vLLM raised nothing (no not found / not ready)", [], raised,
+                      not raised))
+        answered = {(e.group, e.position) for e in self.events
+                    if e.what == "lookup" and e.request == "consumer" and e.result == "HIT"}
+        stored = {(e.group, e.position) for e in self.events
+                  if e.what == "store" and e.request == "producer" and e.result == "new"}
+        loaded = {(e.group, e.position) for e in self.events
+                  if e.what == "load" and e.request == "consumer"}
+        found.append(("C2: every key the consumer loads was HIT and stored by the producer",
+                      "loaded <= HIT & stored", sorted(loaded - (answered & stored)),
+                      loaded <= answered & stored))
+        boundary = self.boundary
+        partial_stores = self.partial("store", "producer")
+        expected_stores = {g: {boundary} for g in groups} if boundary is not None else {}
+        found.append(("the producer stores a partial block at b(P) in every group",
+                      _shown(expected_stores), _shown(partial_stores),
+                      partial_stores == expected_stores))
+        hit = self.hit
+        found.append(("C12: the consumer's hit is at least the partial-tail promise",
+                      f">= {self.promise}", hit, hit is not None and hit >= self.promise))
+        if boundary is not None and hit == boundary:
+            read = self.partial("load", "consumer")
+            found.append(("a hit at b(P) reads every group's partial block back",
+                          _shown({g: {boundary} for g in groups}), _shown(read),
+                          read == {g: {boundary} for g in groups}))
+        return found
+
+    @property
+    def ok(self) -> bool:
+        return all(check[3] for check in self.checks())
+
+    def numbers(self) -> dict[str, Any]:
+        producer = self.observation.requests.get("producer")
+        return {"prompt_len": self.prompt_len, "consumer": self.consumer,
+                "consumer_tokens": self.consumer_tokens, "shared": self.shared_tokens,
+                "boundary": self.boundary, "promise": self.promise, "hit": self.hit,
+                "producer_steps": list(producer.scheduled) if producer else [],
+                "partial_stores": _shown(self.partial("store", "producer")),
+                "partial_loads": _shown(self.partial("load", "consumer")),
+                "supports_partial_tail": self.supports_partial_tail,
+                "enable_partial_hash_hits": self.partial_hash_hits}
+
+
+def _shown(found: dict[int, set[int]]) -> dict[str, list[int]]:
+    return {str(g): sorted(found[g]) for g in sorted(found)}
+
+
+class _KeyRecorder:
+    """The connector's manager (LiveRun's recording proxy), every call delegated; each
+    key of a ``lookup``, ``prepare_load`` or ``prepare_store`` logged with its position."""
+
+    def __init__(self, inner: Any, run: LiveRun, events: list[KeyEvent]) -> None:
+        self._inner = inner
+        self._run = run
+        self._events = events
+
+    def __getattr__(self, name: str) -> Any:
+        attribute = getattr(self._inner, name)
+        what = {"lookup": "lookup", "prepare_load": "load", "prepare_store": "store"}.get(name)
+        if what is None:
+            return attribute
+
+        def recorded(*args: Any, **kwargs: Any) -> Any:
+            result = attribute(*args, **kwargs)
+            context = args[1] if len(args) > 1 else kwargs.get("req_context")
+            keys = [args[0]] if what == "lookup" else list(args[0])
+            new = set(result.keys_to_store) if what == "store" and result is not None \
+                else set()
+            for key in keys:
+                outcome = (str(result.name) if what == "lookup" else
+                           ("new" if key in new else "not new") if what == "store" else "")
+                self._log(what, context, key, outcome)
+            return result
+
+        return recorded
+
+    def _log(self, what: str, context: Any, key: Any, outcome: str) -> None:
+        get_offload_group_idx = vllm_names("vllm.v1.kv_offload.base", "get_offload_group_idx")
+        engine = self._run.engine
+        rid = str(getattr(context, "req_id", ""))
+        position = context.get_offload_key_position(key)
+        self._events.append(KeyEvent(
+            self._run.step, what, self._run.recorder.names.get(rid, rid),
+            engine.group_of[int(get_offload_group_idx(key))],
+            -1 if position is None else int(position), outcome))
+
+
+def _flags(engine: LiveEngine) -> tuple[bool | None, bool]:
+    """vLLM's own decisions: the connector's ``supports_partial_tail`` (None: the
+    release has no partial-tail path, before 0.33) and the GPU coordinator's
+    ``enable_partial_hash_hits``."""
+    config = engine.connector_scheduler.config
+    coordinator = engine.scheduler.kv_cache_manager.coordinator
+    supports = getattr(config, "supports_partial_tail", None)
+    return (None if supports is None else bool(supports),
+            bool(getattr(coordinator, "enable_partial_hash_hits", False)))
+
+
+def run_partial_tail(geometry: Geometry = PARTIAL_TAIL_GEOMETRY, prompt_len: int = 230,
+                     consumer: str = "resend", *, shared: int | None = None,
+                     steps: tuple[int, ...] | None = None,
+                     options: BuildOptions | None = None) -> PartialTailRun | Refused:
+    """A producer of ``prompt_len`` prompt tokens (prefill in ``steps``, one shot by
+    default), its stores completed, the GPU prefix cache reset, then a ``resend``,
+    ``continuation`` or ``sibling`` consumer (sharing ``shared`` tokens), on the live
+    engine; or why vLLM would not build ``geometry``."""
+    case = end_to_end_case(geometry, prompt_len, consumer, shared=shared, steps=steps)
+    engine = build(geometry, options_for(case, options))
+    if isinstance(engine, Refused):
+        return engine
+    try:
+        producer, consumer_request = _traces(case)
+        run = LiveRun(engine, producer_consumer(producer, consumer_request))
+        events: list[KeyEvent] = []
+        connector_scheduler = engine.connector_scheduler
+        connector_scheduler.manager = _KeyRecorder(connector_scheduler.manager, run, events)
+        supports, partial_hits = _flags(engine)
+        observation = run.run()
+    finally:
+        shutdown(engine)
+    return PartialTailRun(geometry, prompt_len, consumer, case.consumer.num_tokens,
+                          case.consumer.shared_tokens, supports, partial_hits, observation,
+                          events)
+
+
+__all__ = ["PARTIAL_TAIL_GEOMETRY", "KeyEvent", "PartialTailRun", "run_partial_tail"]

@@ -1,0 +1,65 @@
+"""Partial tails on vLLM 0.33.0's own scheduler (live/partial_tail.py): vLLM turns them
+on where docs/CONTRACT.md 9.2 says, the producer stores a partial block at ``b(P)`` in
+every group, and the consumer's hit meets the partial-tail promise (C12) with every key
+it loads answered HIT and stored (C2). The resend is the quick slice; the other
+scenarios run under ``-m slow``."""
+
+from __future__ import annotations
+
+import pytest
+
+from kvcontract.live.partial_tail import PARTIAL_TAIL_GEOMETRY, PartialTailRun, run_partial_tail
+from kvcontract.live.scenarios import PARTIAL_TAILS, run_scenario
+from tests.live.conftest import needs_vllm
+
+pytestmark = [needs_vllm, pytest.mark.live]
+
+
+def _release_has_partial_tails() -> None:
+    import importlib.metadata
+
+    version = importlib.metadata.version("vllm")
+    if tuple(int(p) for p in version.split(".")[:2]) < (0, 33):
+        pytest.skip(f"vLLM {version} has no partial-tail path (0.33.0 added it)")
+
+
+def test_resend_is_served_at_the_partial_tail() -> None:
+    """P = 230 on FA + Mamba (bs 64, hash 16): complete chunks end at 192, b(P) = 224;
+    vLLM ends a prefill step there, stores both groups' blocks keyed at 224, and the
+    resend loads them back: its hit is 224, not the complete chunks' 192."""
+    _release_has_partial_tails()
+    run = run_partial_tail(PARTIAL_TAIL_GEOMETRY, 230, "resend")
+    assert isinstance(run, PartialTailRun)
+    failed = [check for check in run.checks() if not check[3]]
+    assert failed == []
+    assert run.supports_partial_tail is True and run.partial_hash_hits is True
+    assert (run.boundary, run.promise, run.hit) == (224, 224, 224)
+    assert run.partial("store", "producer") == {0: {224}, 1: {224}}
+    assert run.partial("load", "consumer") == {0: {224}, 1: {224}}
+    # The complete chunks alone would give 192: the partial tail is what serves 224.
+    assert run.hit > (230 - 1) // 64 * 64
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", [n for n in PARTIAL_TAILS if n != "partial-tail-resend"])
+def test_partial_tail_scenarios_hold(name: str) -> None:
+    _release_has_partial_tails()
+    result = run_scenario(name)
+    assert result.outcome == "clean", result.outcome
+    assert [c for c in result.checks if not c.ok] == []
+
+
+@pytest.mark.slow
+def test_a_consumer_short_of_the_key_gets_the_complete_chunks() -> None:
+    _release_has_partial_tails()
+    result = run_scenario("partial-tail-short-sibling")
+    assert (result.numbers["promise"], result.numbers["hit"]) == (0, 192)
+    assert result.numbers["partial_loads"] == {}
+
+
+@pytest.mark.slow
+def test_partial_tails_off_when_the_hash_block_is_the_block() -> None:
+    _release_has_partial_tails()
+    result = run_scenario("partial-tail-off")
+    assert result.numbers["supports_partial_tail"] is False
+    assert (result.numbers["boundary"], result.numbers["hit"]) == (None, 192)
