@@ -37,6 +37,23 @@ C12 no lost hits
     prefix-cache rule serves from the chunks the producer owes by contract
     (``spec/properties/end_to_end.promised_hit``).
 
+C13 bounded deferral
+    Every deferral of a lookup names its cause (a RETRY, a pending chunk in the window it
+    would use, a chunk another request is loading, the request's own transfers); once
+    the stores it waited on have ended the next lookup does not wait on them; a request
+    first deferred at step ``s`` is decided (recompute, or the hit its ready chunks
+    serve) by step ``s + D`` (``spec.lifecycle.DEFAULT_DEFERRAL_BOUND``).
+C14 lifecycle safety
+    Abort at every point, preemption, re-admission and prefix-cache reset raise
+    nothing; requests move only as ``spec.lifecycle.TRANSITIONS`` allows; every job
+    ends exactly once; no chunk stays pending, no request or key loading; nothing is
+    stored from a freed or reused block or past the tokens an ended request computed.
+C15 load-failure recovery
+    A failed or cancelled load leaves the request resuming at a boundary whose needed
+    KV is on the GPU in every group (an SWA group: the whole window of the new
+    boundary), with no reference or loading count left for the failed chunks and no
+    later hit loading them again unchanged.
+
 Reachable boundaries (C7, C8): the A-aligned boundaries up to the store horizon, the
 replay boundaries of a retention interval, and the final horizon of a finished or
 aborted request. This is the set upstream's mask is built for; ARCHITECTURE.md states it.
@@ -135,6 +152,15 @@ CLAUSES: tuple[Clause, ...] = validated((
     Clause("C12", "no lost hits",
            "a consumer of an ended producer gets the promised hit, end to end",
            "prover", Impact.LOST_HIT),  # a consumer recomputes a prefix the producer owed it
+    Clause("C13", "bounded deferral",
+           "a deferral names its cause and is decided within D steps of the first",
+           "prover", Impact.STALL),  # the request waits until the client gives up
+    Clause("C14", "lifecycle safety",
+           "abort, preemption, reset at any point: no crash, jobs end once, no leak",
+           "prover", Impact.CRASH),  # an engine-fatal assertion, or a chunk pending forever
+    Clause("C15", "load-failure recovery",
+           "a failed load resumes where every needed chunk is on the GPU",
+           "prover", Impact.CORRUPTION),  # the request runs on missing KV
 ))
 
 

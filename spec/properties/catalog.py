@@ -22,6 +22,7 @@ from kvcontract.spec.clauses import CLAUSES, CatalogueError
 from kvcontract.spec.properties.base import CaseProperty, Observer, Property
 from kvcontract.spec.properties.end_to_end import end_to_end_properties
 from kvcontract.spec.properties.formulas import formula_properties
+from kvcontract.spec.properties.lifecycle import lifecycle_properties
 from kvcontract.spec.properties.lookup import lookup_properties
 from kvcontract.spec.properties.scan import scan_properties
 from kvcontract.spec.properties.sequences import sequence_properties
@@ -69,7 +70,7 @@ def validated(every: Iterable[Property]) -> tuple[Property, ...]:
 PROPERTY_LISTS: tuple[Callable[[], Iterable[Property]], ...] = (
     formula_properties, unbounded_properties, unbounded_lookup_properties,
     unbounded_store_properties, sequence_properties, scan_properties, lookup_properties,
-    store_properties, end_to_end_properties,
+    store_properties, end_to_end_properties, lifecycle_properties,
 )
 """Where the properties come from, one list per module (a new clause's module adds its
 list here); :func:`properties` orders them by clause, this order within a clause."""
