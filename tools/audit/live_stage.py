@@ -272,7 +272,12 @@ def _replay(replays: list[Replay], overlay: Overlay) -> dict[str, Any]:
     results: dict[str, list[dict[str, Any]]] = {}
     for replay in replays:
         run = _run_store if replay.kind == "store" else _run_end_to_end
-        results.setdefault(replay.defect, []).append(run(replay))
+        try:
+            result = run(replay)
+        except Exception as exc:  # one case that cannot run leaves the others' results
+            result = {"case": replay.label, "kind": replay.kind, "verdict": "error",
+                      "error": f"{type(exc).__name__}: {exc}"}
+        results.setdefault(replay.defect, []).append(result)
     return {"results": results, "overlay": installed}
 
 
@@ -312,6 +317,8 @@ STAND_INS = {"store": "the audit's stand-in store path (tools/audit/store.py: up
 
 
 def _unrun(result: Mapping[str, Any]) -> str:
+    if result["verdict"] == "error":
+        return f"the live stage could not run the case ({result['case']}): {result['error']}"
     if result["verdict"] == "refused":
         return f"vLLM would not build the case: {result['refused']}"
     return (f"vLLM schedules the producer {result['scheduled']} under the case's budget, "
@@ -323,7 +330,7 @@ def status_of(impact: str, replays: list[dict[str, Any]]) -> tuple[str, str]:
     shown = [r for r in replays if _shows(impact, r)]
     if shown:
         return "confirmed", _describe(shown[0])
-    ran = [r for r in replays if r["verdict"] not in ("refused", "other schedule")]
+    ran = [r for r in replays if r["verdict"] not in ("refused", "other schedule", "error")]
     if not ran:
         return "not replayable", ("; ".join(_unrun(r) for r in replays)
                                   if replays else "no case to replay")
@@ -358,7 +365,7 @@ def confirm_defects(report: dict[str, Any], options: Any) -> None:
     if where.why is not None:
         unreplayable(where.why)
         return
-    if not where.overlay.empty:
+    if not where.overlay.empty or where.overlay.notes:
         section["overlay"] = where.overlay.to_json()
     replays: list[Replay] = []
     for defect in defects:

@@ -167,6 +167,10 @@ def test_statuses() -> None:
     assert status_of("crash", [_result("store", "crash", raised="KeyError: x")])[0] == \
         "confirmed"
     assert status_of("waste", [_result("end-to-end", "refused")])[0] == "not replayable"
+    status, text = status_of("lost-hit", [_result("end-to-end", "error", error="E: x"),
+                                          _result("end-to-end", "lost-hit")])
+    assert status == "confirmed"  # a case that could not run leaves the others' verdict
+    assert "E: x" in status_of("lost-hit", [_result("end-to-end", "error", error="E: x")])[1]
 
 
 def test_a_builtin_or_another_base_release_is_not_replayable(tmp_path: Path) -> None:
