@@ -37,7 +37,11 @@ _RECORDED = ("lookup", "prepare_load", "prepare_store")
 
 
 @dataclass
-class _Recorder:
+class Recorder:
+    """What the connector asked its manager (and what it matched), in kvcontract's
+    words, appended to ``observation``; the one recorder of :class:`LiveRun` and
+    :class:`~kvcontract.live.session.LiveSession`."""
+
     engine: LiveEngine
     observation: LiveObservation
     step: int = 0
@@ -104,7 +108,7 @@ class _Recorder:
 class _ManagerProxy:
     """The connector's manager, every call delegated; the recorded ones logged."""
 
-    def __init__(self, inner: Any, recorder: _Recorder) -> None:
+    def __init__(self, inner: Any, recorder: Recorder) -> None:
         self._inner = inner
         self._recorder = recorder
 
@@ -121,7 +125,7 @@ class _ManagerProxy:
         return recorded
 
 
-def _install_recorders(engine: LiveEngine, recorder: _Recorder) -> None:
+def install_recorders(engine: LiveEngine, recorder: Recorder) -> None:
     connector_scheduler = engine.connector_scheduler
     connector_scheduler.manager = _ManagerProxy(connector_scheduler.manager, recorder)
     connector = engine.scheduler.connector
@@ -155,12 +159,12 @@ class LiveRun:
         self.observation = LiveObservation(engine.geometry.to_dict(), vllm_version(),
                                            cpu_chunks=engine.cpu_chunks,
                                            notes=list(engine.notes))
-        self.recorder = _Recorder(engine, self.observation)
+        self.recorder = Recorder(engine, self.observation)
         self.worker = HostWorker(trace.timing)
         self.step = 0
         self.live: dict[str, Any] = {}
         """trace name -> vLLM Request, for the requests that arrived."""
-        _install_recorders(engine, self.recorder)
+        install_recorders(engine, self.recorder)
 
     # -- requests -----------------------------------------------------------------------
     def _request(self, spec: TraceRequest) -> Any:
@@ -176,13 +180,15 @@ class LiveRun:
             request.kv_transfer_params = dict(spec.kv_transfer_params)
         return request
 
-    def _arrive(self, spec: TraceRequest) -> None:
+    def arrive(self, spec: TraceRequest) -> None:
+        """Add the request ``spec`` to the scheduler now."""
         request = self._request(spec)
         self.live[spec.name] = request
         self.observation.requests[spec.name] = RequestOutcome(spec.name, arrived=self.step)
         self.engine.scheduler.add_request(request)
 
-    def _abort(self, name: str) -> None:
+    def abort(self, name: str) -> None:
+        """Abort the request named ``name`` (nothing when it is finished or unknown)."""
         RequestStatus = vllm_names("vllm.v1.request", "RequestStatus")
 
         request = self.live.get(name)
@@ -190,7 +196,8 @@ class LiveRun:
             self.engine.scheduler.finish_requests(request.request_id,
                                                   RequestStatus.FINISHED_ABORTED)
 
-    def _reset(self, kind: str) -> None:
+    def reset(self, kind: str) -> None:
+        """``reset-prefix-cache`` (the GPU prefix cache alone) or ``reset-all``."""
         result = self.engine.scheduler.reset_prefix_cache(
             reset_connector=(kind == "reset-all"))
         self.observation.resets.append((self.step, kind, bool(result)))
@@ -239,7 +246,9 @@ class LiveRun:
                     and request.request_id not in output.num_scheduled_tokens):
                 outcome.deferred_steps += 1
 
-    def _step(self) -> Any:
+    def step_once(self) -> Any:
+        """One ``schedule()`` / worker / ``update_from_output()``; the step's connector
+        metadata."""
         scheduler = self.engine.scheduler
         self.recorder.step = self.step
         output = scheduler.schedule()
@@ -250,7 +259,8 @@ class LiveRun:
         self.step += 1
         return metadata
 
-    def _idle(self, metadata: Any) -> bool:
+    def is_idle(self, metadata: Any) -> bool:
+        """No unfinished request, no job in ``metadata``, none the worker will report."""
         scheduler = self.engine.scheduler
         if scheduler.has_unfinished_requests():
             return False
@@ -267,27 +277,27 @@ class LiveRun:
             try:
                 for spec in arrivals:
                     if spec.arrive_at == local:
-                        self._arrive(spec)
+                        self.arrive(spec)
                     if spec.abort_at is not None and spec.abort_at == local:
-                        self._abort(spec.name)
+                        self.abort(spec.name)
                 for event in phase.events:
                     if event.step == local:
                         if event.kind == "abort" and event.request is not None:
-                            self._abort(event.request)
+                            self.abort(event.request)
                         elif event.kind in ("reset-prefix-cache", "reset-all"):
-                            self._reset(event.kind)
-                metadata = self._step()
+                            self.reset(event.kind)
+                metadata = self.step_once()
             except Exception as exc:  # vLLM's own failure is the observation
                 self.observation.exceptions.append(LiveException(
                     self.step, "step", type(exc).__name__, str(exc)))
                 return False
             pending_arrivals = any(r.arrive_at > local for r in arrivals)
             pending_events = any(e.step > local for e in phase.events)
-            if not pending_arrivals and not pending_events and self._idle(metadata):
+            if not pending_arrivals and not pending_events and self.is_idle(metadata):
                 break
         if phase.reset_prefix_cache_after:
             try:
-                self._reset("reset-prefix-cache")
+                self.reset("reset-prefix-cache")
             except Exception as exc:
                 self.observation.exceptions.append(LiveException(
                     self.step, "reset_prefix_cache", type(exc).__name__, str(exc)))
@@ -298,10 +308,10 @@ class LiveRun:
         for phase in self.trace.phases:
             if not self.run_phase(phase):
                 break
-        self._finish()
-        return self.observation
+        return self.finish()
 
-    def _finish(self) -> None:
+    def finish(self) -> LiveObservation:
+        """Fill the observation's totals and per-request outcomes; the observation."""
         observation = self.observation
         observation.steps = self.step
         observation.flushed_jobs = len(self.worker.flushed)
@@ -311,6 +321,7 @@ class LiveRun:
             outcome = observation.requests[name]
             outcome.status = str(request.status.name)
             outcome.num_computed = int(request.num_computed_tokens)
+        return observation
 
 
 def run_trace(geometry: Geometry, trace: Trace,

@@ -16,8 +16,19 @@ C11 byte or attention mismatch). Programs come from fixed seed scenarios
 matrix (``matrix=True``: docs/CONTRACT.md section 10 and boundary / e / EAGLE / bpc /
 geometry / left-chunk state / GPU prefix hit combinations;
 ``matrix_scenarios(quick=True)`` is a fixed sample of it for the test suite) and from a
-Hypothesis state machine whose failures shrink to a short printed program. Exit
-semantics for the CLI: 0 when ``differences`` is empty, 1 otherwise; bad input raises
+Hypothesis state machine whose failures shrink to a short printed program.
+
+With ``live=True`` the installed vLLM is a third backend (:func:`run_live_scenario`,
+:mod:`kvcontract.live.differential`): every seed or matrix scenario, and every program
+the state machine generated, runs again on kvcontract's executable system (mocked
+manager, the implementation under test: normally ``upstream-current``, kvcontract's
+model of vLLM) and on vLLM's own scheduler in lockstep; any difference in accepted
+hits, load sets or store offers is a ``model-gap``: a finding about kvcontract's model
+of vLLM, reported in ``FuzzReport.live``, never graded as a contract violation.
+
+Exit semantics for the CLI: 0 when no difference's impact is in ``fail_on``, 1
+otherwise; model gaps never change it unless ``fail_on_model_gap`` (then an
+``unexplained`` gap, one no documented class explains, is exit 1 too); bad input raises
 :mod:`kvcontract.errors` exceptions.
 """
 
@@ -88,12 +99,21 @@ class FuzzReport:
     geometries: list[dict[str, Any]] = field(default_factory=list)
     """The geometries of a scoped run (``--model``/``--geometry``); empty: the built-in
     seed scenarios."""
+    live: Any = None
+    """The live comparison (a ``kvcontract.live.differential.LiveComparisonReport``)
+    when the run had ``live=True``; None otherwise."""
+    fail_on_model_gap: bool = False
 
     @property
     def exit_code(self) -> int:
-        """1 when a difference's impact is in ``fail_on``, else 0."""
-        return finding_exit_code(
+        """1 when a difference's impact is in ``fail_on`` (or, with
+        ``fail_on_model_gap``, when a model gap is ``unexplained``), else 0."""
+        code = finding_exit_code(
             ((Verdict.COUNTEREXAMPLE, d.impact) for d in self.differences), self.fail_on)
+        if code == 0 and self.fail_on_model_gap and self.live is not None and any(
+                gap.gap_class == "unexplained" for gap in self.live.gaps):
+            return 1
+        return code
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -108,6 +128,7 @@ class FuzzReport:
             "differences": [_jsonable({**asdict(d), "impact": d.impact.value})
                             for d in self.differences],
             **({"geometries": self.geometries} if self.geometries else {}),
+            **({"live": _jsonable(self.live.to_json())} if self.live is not None else {}),
         }
 
 
@@ -176,6 +197,8 @@ class Lockstep:
         self.monitors = [Monitor.attach(system) for system in self.systems]
         self.harnesses = [SystemHarness(system) for system in self.systems]
         self.program: list[str] = []
+        self.ops: list[Op] = []
+        """The operations applied so far (a live replay runs them again)."""
         self.findings: list[Difference] = []
         self._seen = [0, 0]
         self.latent = latent_reason(scenario.geometry)
@@ -188,6 +211,7 @@ class Lockstep:
                 f"known: {', '.join(sorted(OPERATIONS))}"
             )
         self.program.append(format_op(op))
+        self.ops.append(op)
         name, *args = op
         for system, harness in zip(self.systems, self.harnesses, strict=True):
             target: OffloadSystem | SystemHarness = (
@@ -538,11 +562,13 @@ class FuzzFinding(AssertionError):
 
 
 def make_state_machine(impl: Implementation, device: str, salt: int,
-                       geometries: Sequence[Geometry] = ()) -> type[RuleBasedStateMachine]:
-    """The Hypothesis state machine over :data:`FUZZ_GEOMETRIES`, or over ``geometries``
-    (a scoped run), whose shared prefixes then reach the longest prompt of
-    :func:`scoped_prompts` and whose steps include budgets of a third and all of it."""
-    pool = list(geometries) or FUZZ_GEOMETRIES
+                       geometries: Sequence[Geometry] = (),
+                       base_pool: Sequence[Geometry] = ()) -> type[RuleBasedStateMachine]:
+    """The Hypothesis state machine over :data:`FUZZ_GEOMETRIES` (or ``base_pool``, a
+    subset of them: a live run's), or over ``geometries`` (a scoped run), whose shared
+    prefixes then reach the longest prompt of :func:`scoped_prompts` and whose steps
+    include budgets of a third and all of it."""
+    pool = list(geometries) or list(base_pool) or FUZZ_GEOMETRIES
     prefix_len = max([160, *(n for g in geometries for n in scoped_prompts(g))])
     budgets = [1, 5, 16, 37, 64, 500]
     if geometries:
@@ -634,6 +660,54 @@ _STATS: Counter[str] = Counter()
 _CHECKS: Counter[str] = Counter()
 
 
+def keeping_programs(machine: type[RuleBasedStateMachine], kept: list[Scenario],
+                     limit: int) -> type[RuleBasedStateMachine]:
+    """``machine`` that also keeps (in ``kept``, in generation order, at most ``limit``)
+    every program it ran without a finding, as a :class:`Scenario` for a live replay.
+    A subclass, so the state machine's own source, from which Hypothesis derives its
+    derandomized seed, stays the same in a run that keeps nothing."""
+
+    class KeptPrograms(machine):  # type: ignore[valid-type,misc]
+        def teardown(self) -> None:
+            super().teardown()  # raises FuzzFinding on a finding: nothing kept then
+            lockstep: Lockstep | None = self.lockstep
+            if lockstep is not None and not lockstep.findings and len(kept) < limit:
+                base = lockstep.scenario
+                kept.append(Scenario(
+                    f"state machine program {len(kept) + 1}", base.geometry,
+                    list(lockstep.ops), base.delay_steps, base.capacity_chunks,
+                    base.prompt_only, base.gpu_prefix_cache))
+
+    return KeptPrograms
+
+
+def run_live_scenario(impl: Implementation, scenario: Scenario) -> Any:
+    """``scenario`` on kvcontract's executable system (the mocked manager: the live
+    comparison is about decisions, not bytes) and on the installed vLLM in lockstep: a
+    :class:`kvcontract.live.differential.ProgramComparison`."""
+    from kvcontract.live.differential import build_options, compare_program
+
+    system = OffloadSystem(SystemConfig(
+        scenario.geometry, impl, tensor_backed=False,
+        capacity_chunks=scenario.capacity_chunks, delay_steps=scenario.delay_steps,
+        prompt_only=scenario.prompt_only, gpu_prefix_cache=scenario.gpu_prefix_cache))
+    harness = SystemHarness(system)
+
+    def apply(op: Op) -> None:
+        target: OffloadSystem | SystemHarness = (
+            harness if op[0] in FIXTURE_OPERATIONS else system)
+        getattr(target, op[0])(*op[1:])
+
+    # The default capacity (4096 chunks) is "plenty": the live tier then keeps its own
+    # (larger) default; a scenario's smaller capacity is the live tier's too.
+    capacity = None if scenario.capacity_chunks >= 4096 else scenario.capacity_chunks
+    options = build_options(scenario.program, capacity_chunks=capacity,
+                            prompt_only=scenario.prompt_only)
+    return compare_program(scenario.name, scenario.geometry, scenario.program,
+                           model=system, apply_model=apply, options=options,
+                           delay_steps=scenario.delay_steps)
+
+
 def _check_device(device: str) -> str:
     if device not in ("cpu", "cuda"):
         raise UsageError(f"unknown device {device!r}; choose cpu or cuda")
@@ -656,8 +730,14 @@ def run_fuzz(
     fail_on: frozenset[Impact] = DEFAULT_FAIL_ON,
     geometries: Sequence[tuple[str, Geometry]] = (),
     on_progress: Callable[[str, int, int], None] | None = None,
+    live: bool = False,
+    fail_on_model_gap: bool = False,
 ) -> FuzzReport:
     """Fuzz one implementation; see the module docstring for what counts as a finding.
+
+    ``live``: the installed vLLM as the third backend (``FuzzReport.live``); raises
+    :class:`kvcontract.live.env.LiveUnavailable` (with the install recipe) when it
+    cannot run here. ``fail_on_model_gap``: an unexplained model gap is exit 1.
 
     ``geometries`` (``(label, geometry)`` pairs, ``--model``/``--geometry``) replace the
     built-in seed scenarios by :func:`scoped_seed_scenarios` (unless ``scenarios`` are
@@ -671,7 +751,15 @@ def run_fuzz(
     if geometries and matrix:
         raise UsageError("--matrix runs the built-in geometry matrix; drop it to fuzz the "
                          "geometries of --model/--geometry (or drop those)")
-    report = FuzzReport(target=impl.name, device=device, fail_on=fail_on)
+    report = FuzzReport(target=impl.name, device=device, fail_on=fail_on,
+                        fail_on_model_gap=fail_on_model_gap)
+    if live:
+        from kvcontract.live.differential import LiveComparisonReport
+        from kvcontract.live.env import require
+        from kvcontract.live.run import vllm_version
+
+        require()
+        report.live = LiveComparisonReport(impl.name, vllm_version())
     if geometries:
         from kvcontract.spec.properties.scoped import describe_scope
 
@@ -706,6 +794,10 @@ def _run_programs(
     on_progress: Callable[[str, int, int], None] | None = None,
 ) -> None:
 
+    def compare_live(scenario: Scenario) -> None:
+        if report.live is not None:
+            report.live.programs.append(run_live_scenario(impl, scenario))
+
     def record(lockstep: Lockstep) -> None:
         report.cases += 1
         report.steps += lockstep.steps
@@ -726,13 +818,24 @@ def _run_programs(
     for done, scenario in enumerate(fixed, 1):
         _validate(scenario)
         record(run_scenario(impl, scenario, device))
+        compare_live(scenario)
         if on_progress is not None:
             on_progress(scenario.name, done, total)
 
     if examples > 0:
         _STATS.clear()
         _CHECKS.clear()
-        machine = make_state_machine(impl, device, seed, geometries)
+        kept: list[Scenario] = []
+        live_pool: list[Geometry] = []
+        if report.live is not None:
+            from kvcontract.live.build import unsupported
+
+            # The live backend cannot declare every geometry (e > 0 needs an MTP
+            # drafter): a live run's programs draw from those it can, so they compare.
+            live_pool = [g for g in FUZZ_GEOMETRIES if unsupported(g) is None]
+        machine = make_state_machine(impl, device, seed, geometries, live_pool)
+        if report.live is not None:
+            machine = keeping_programs(machine, kept, examples)
         lines: list[str] = []
         try:
             def collect(text: object) -> None:
@@ -763,6 +866,8 @@ def _run_programs(
         report.cases += _STATS["cases"]
         report.steps += _STATS["steps"]
         checks.update(_CHECKS)
+        for generated in kept:
+            compare_live(generated)
         if on_progress is not None:
             on_progress(f"state machine ({examples} programs)", total, total)
 

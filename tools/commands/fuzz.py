@@ -1,4 +1,11 @@
-"""``kvcontract fuzz``: differential fuzzing of the mocked and tensor-backed managers."""
+"""``kvcontract fuzz``: differential fuzzing of the mocked and tensor-backed managers.
+
+``--live`` adds the installed vLLM as a third backend (kvcontract's model of vLLM
+against vLLM's own scheduler on every program): exit 3 with the install recipe when the
+live backend cannot run here; its model gaps are printed after the contract findings
+(one summary line, then each gap) and carried in the JSON report's ``live`` object;
+they never change the exit code unless ``--fail-on-model-gap`` (then an unexplained
+gap is exit 1)."""
 
 from __future__ import annotations
 
@@ -25,6 +32,7 @@ from kvcontract.tools.commands._common import (
     report_options,
     resolve_geometries,
 )
+from kvcontract.vocabulary import EXIT_UNKNOWN
 
 MAX_EXAMPLES = 10_000_000
 """The most Hypothesis examples one run accepts (a typo guard, far above any campaign)."""
@@ -44,6 +52,13 @@ MAX_EXAMPLES = 10_000_000
 @click.option("--json", "json_path", metavar="FILE", help="write the JSON report here")
 @click.option("--quiet", is_flag=True,
               help="no progress and no table, only the differences and the summary line")
+@click.option("--live", "live", is_flag=True,
+              help="also run every program on the installed vLLM (kvcontract.live) against "
+                   "kvcontract's model of it (--impl, normally upstream-current): "
+                   "differences are model gaps, findings about kvcontract's model")
+@click.option("--fail-on-model-gap", "fail_on_model_gap", is_flag=True,
+              help="with --live: exit 1 when a model gap is unexplained (no documented "
+                   "class of disagreement fits it)")
 @click.option("--shard", "shard_text", metavar="I/N", default=None,
               help="run only shard I of N (1-based) of the scenarios (seed scenarios, the "
                    "--matrix, the state machine as one unit), split by a static cost; "
@@ -52,8 +67,8 @@ MAX_EXAMPLES = 10_000_000
 @fail_on_option
 @report_options
 def fuzz(impl_name: str, matrix: bool, device: str, examples: int, seed: int,
-         json_path: str | None, quiet: bool, shard_text: str | None,
-         models: tuple[str, ...],
+         json_path: str | None, quiet: bool, live: bool, fail_on_model_gap: bool,
+         shard_text: str | None, models: tuple[str, ...],
          geometry_files: tuple[str, ...],
          bpcs: tuple[int, ...], retentions: tuple[str, ...], fail_on: str,
          formats: tuple[str, ...], outputs: tuple[str, ...]) -> None:
@@ -92,7 +107,20 @@ def fuzz(impl_name: str, matrix: bool, device: str, examples: int, seed: int,
     if scope and matrix:
         raise UsageError("--matrix runs the built-in geometry matrix; drop it to fuzz the "
                          "geometries of --model/--geometry (or drop those)")
+    if fail_on_model_gap and not live:
+        raise UsageError("--fail-on-model-gap judges the live comparison: add --live")
+    if live and shard is not None:
+        raise UsageError("--live runs unsharded (kvcontract merge does not join live "
+                         "comparisons): drop --shard or --live")
     console = make_console(stderr=any(path is None for _, path in pairs))
+    if live:
+        from kvcontract.live.env import check
+
+        found = check(import_modules=True)
+        if not found.ok:
+            for line in found.lines():
+                console.print(escape(line))
+            sys.exit(EXIT_UNKNOWN)
     if scope and not quiet:
         print_scope(console, scope, notes=False)
     plan = _shard_plan(shard, matrix=matrix, seed=seed, examples=examples,
@@ -101,7 +129,8 @@ def fuzz(impl_name: str, matrix: bool, device: str, examples: int, seed: int,
         report = run_fuzz(impl_name, device=device, examples=examples if plan is None
                           else plan.examples, matrix=matrix, seed=seed, fail_on=failing,
                           geometries=scope, on_progress=advance,
-                          scenarios=None if plan is None else plan.scenarios)
+                          scenarios=None if plan is None else plan.scenarios,
+                          live=live, fail_on_model_gap=fail_on_model_gap)
     data = report.to_json()
     if plan is not None:
         data["shard"] = plan.section(data["differences"])
@@ -125,6 +154,10 @@ def fuzz(impl_name: str, matrix: bool, device: str, examples: int, seed: int,
         f"{len(data['differences'])} differences"
         + (f"; shard {shard}" if shard is not None else "")
     )
+    if report.live is not None:
+        console.print(escape(report.live.summary()), highlight=False)
+        for gap in report.live.gaps:
+            console.print(f"  {escape(gap.line())}", highlight=False)
     if json_path:
         pairs.append(("json", json_path))
     emit_reports(data, pairs)

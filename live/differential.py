@@ -1,0 +1,421 @@
+"""kvcontract's executable model of vLLM against the live engine, on one fuzz program.
+
+Contract: :func:`compare_program` runs one program (the fuzzer's operations) on two
+systems in lockstep: kvcontract's executable system
+(:class:`~kvcontract.impl.system.engine.OffloadSystem`, running the implementation under
+test, normally ``upstream-current``: kvcontract's model of vLLM 0.33.0), given by the
+caller with the function that applies an operation to it, and a
+:class:`~kvcontract.live.session.LiveSession` on vLLM's own scheduler. Per request, it
+compares what each side decided: the accepted hits (GPU prefix hit plus offloaded hit,
+one per admission), the load sets (chunk ranges per geometry group, one per load) and
+the store offers (chunks per geometry group, all steps together), and whether a load
+crashed. A difference is a :class:`ModelGap`: a finding about **kvcontract's model of
+vLLM**, never a contract violation of vLLM. Each gap is put in a named class
+(:data:`GAP_CLASSES`, :func:`classify`) when the program shows the cause; otherwise it
+is ``unexplained``.
+
+A geometry the live backend or vLLM will not build is ``refused``; where vLLM's verdict
+and :func:`kvcontract.spec.build.buildable` disagree, that disagreement is itself a gap
+(class ``buildable``). A program operation without a faithful live equivalent makes the
+program ``not-replayable`` with the reason
+(:class:`~kvcontract.live.session.NotReplayableError`), never a silent skip.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from kvcontract.impl.system.engine import OffloadSystem
+from kvcontract.impl.system.events import Event, LoadCrashEvent, LoadEvent, LookupEvent, StoreEvent
+from kvcontract.live.build import BuildOptions, Refused
+from kvcontract.live.observation import LiveObservation
+from kvcontract.live.session import LiveSession, NotReplayableError
+from kvcontract.live.worker import Timing
+from kvcontract.spec.build import buildable
+from kvcontract.spec.geometry import Geometry
+from kvcontract.vocabulary import GroupKind
+
+Op = tuple[Any, ...]
+
+ASPECTS = ("hits", "loads", "offers", "crash")
+"""What is compared per request."""
+
+OUTCOMES = ("agreed", "disagreed", "refused", "not-replayable")
+
+GAP_CLASSES: dict[str, str] = {
+    "buildable": "spec.build.buildable and vLLM disagree on whether the geometry builds "
+                 "(a gap in kvcontract's planning model)",
+    "failed-store": "0.33.0 has no failed store: the live worker never reports the job "
+                    "(its chunks stay HIT_PENDING), the executable system drops the chunks "
+                    "(absent)",
+    "gpu-prefix-hit": "the request's GPU prefix hit L differs: the executable system's "
+                      "GPU prefix-hit rule and block pool are not vLLM's KV-cache manager "
+                      "(ARCHITECTURE.md lists the rule as a departure), so the hit, the "
+                      "loads and the offers past L differ",
+    "mamba-checkpoints": "only Mamba groups' offers differ: vLLM's scheduler (Mamba align "
+                         "mode) ends prefill steps on checkpoint boundaries and keeps a "
+                         "state only there, the executable system keeps one at every "
+                         "chunk end its steps pass",
+    "hit-chunk-offers": "the offers differ only below the chunk end at or after the hit: "
+                        "after a load vLLM resumes storing at cdiv(hit, tpc) (the chunk "
+                        "the hit ends in was loaded whole), after a GPU-only hit at chunk "
+                        "0 (next_stored_chunk_idx moves only on a load); the executable "
+                        "system resumes at hit // tpc in both cases (re-offers of stored "
+                        "chunks: prepare_store stores nothing new)",
+    "deferral-deadline": "the executable system stopped deferring the request at its C13 "
+                         "deadline (SystemConfig.deferral_bound) and decided over the ready "
+                         "chunks; vLLM 0.33.0 keeps deferring while a chunk it needs is "
+                         "pending or being loaded",
+    "admission": "vLLM never looked the request up: its scheduler admits waiting requests "
+                 "only while the step's token budget lasts, the executable system looks "
+                 "up every waiting request at each step whatever the budget",
+    "sub-chunk-hit": "a gap in kvcontract's model of vLLM's lookup: vLLM's "
+                     "_lookup_complete_chunks answers 0 when the hit past the GPU hit L "
+                     "is shorter than a chunk of a group it visits; kvcontract's lookup "
+                     "(impl.scheduler.lookup_complete_chunks over upstream-current) has no "
+                     "such rule and loads the sub-chunk hit",
+    "follows-earlier-gap": "an earlier request of the program already differs (what it "
+                           "stored, or when it finished), so what this one finds differs",
+    "unexplained": "no class of the program explains it",
+}
+"""The classes of disagreement between kvcontract's model and vLLM (docs/usage.md and
+docs/vllm-findings.md explain each)."""
+
+
+@dataclass
+class RequestDecisions:
+    """What one system decided for one request."""
+
+    hits: list[int] = field(default_factory=list)
+    """Accepted hits (tokens reused: local plus offloaded), one per admission."""
+    loads: list[dict[int, tuple[int, int]]] = field(default_factory=list)
+    """Per load, the ``[lo, hi)`` chunk range per geometry group (empty ones left out)."""
+    offers: dict[int, set[int]] = field(default_factory=dict)
+    """Per geometry group, every chunk offered to the manager's ``prepare_store``."""
+    crashed: bool = False
+    local_hits: list[int] = field(default_factory=list)
+    """The GPU prefix hit ``L`` of each admission (classification only, not compared)."""
+    lookups: int = 0
+    """Lookups made for it, deferred ones included (classification only)."""
+
+    def aspect(self, name: str) -> Any:
+        """The compared value of ``name`` (one of :data:`ASPECTS`), plain data."""
+        if name == "hits":
+            return _collapse(self.hits)
+        if name == "loads":
+            return _collapse([{g: list(r) for g, r in sorted(d.items())} for d in self.loads])
+        if name == "offers":
+            return {g: sorted(c) for g, c in sorted(self.offers.items()) if c}
+        return self.crashed
+
+
+def _collapse(values: list[Any]) -> list[Any]:
+    """Consecutive repeats dropped: vLLM asks its connector again when a request it
+    matched could not be scheduled, the executable system admits it at once."""
+    out: list[Any] = []
+    for value in values:
+        if not out or out[-1] != value:
+            out.append(value)
+    return out
+
+
+class ModelRecorder:
+    """The decisions of an :class:`OffloadSystem`, from its events."""
+
+    def __init__(self, system: OffloadSystem) -> None:
+        self.requests: dict[str, RequestDecisions] = {}
+        system.subscribe(self)
+
+    def _of(self, request: str) -> RequestDecisions:
+        return self.requests.setdefault(request, RequestDecisions())
+
+    def __call__(self, event: Event) -> None:
+        if isinstance(event, LookupEvent):
+            self._of(event.request).lookups += 1
+        if isinstance(event, LookupEvent) and event.hit is not None:
+            self._of(event.request).hits.append(event.hit)
+            self._of(event.request).local_hits.append(event.local_hit)
+        elif isinstance(event, LoadEvent):
+            self._of(event.request).loads.append(
+                {g: r for g, r in event.load_ranges if r[1] > r[0]})
+        elif isinstance(event, LoadCrashEvent):
+            self._of(event.request).crashed = True
+        elif isinstance(event, StoreEvent) and event.offered:
+            self._of(event.request).offers.setdefault(event.group, set()).update(
+                event.offered)
+
+
+def live_decisions(observation: LiveObservation) -> dict[str, RequestDecisions]:
+    """The same decisions read from a live observation."""
+    requests: dict[str, RequestDecisions] = {
+        name: RequestDecisions() for name in observation.requests}
+
+    def of(name: str) -> RequestDecisions:
+        return requests.setdefault(name, RequestDecisions())
+
+    for match in observation.matches:
+        of(match.request).lookups += 1
+        if match.external is not None:
+            of(match.request).hits.append(match.local_hit + match.external)
+            of(match.request).local_hits.append(match.local_hit)
+    for load in observation.loads:
+        of(load.request).loads.append(load.ranges())
+    for offer in observation.stores:
+        for g, chunks in offer.offered.items():
+            of(offer.request).offers.setdefault(g, set()).update(chunks)
+    if observation.exceptions:
+        for name, outcome in observation.requests.items():
+            if outcome.status not in ("FINISHED_STOPPED", "FINISHED_ABORTED",
+                                      "FINISHED_LENGTH_CAPPED"):
+                of(name).crashed = True
+    return requests
+
+
+@dataclass
+class ModelGap:
+    """One difference between kvcontract's model and vLLM: a finding about the model."""
+
+    scenario: str
+    request: str
+    aspect: str
+    model: Any
+    live: Any
+    gap_class: str = "unexplained"
+    program: list[str] = field(default_factory=list)
+    kind: str = "model-gap"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"kind": self.kind, "scenario": self.scenario, "request": self.request,
+                "aspect": self.aspect, "model": self.model, "live": self.live,
+                "class": self.gap_class, "explanation": GAP_CLASSES[self.gap_class],
+                "program": list(self.program)}
+
+    def line(self) -> str:
+        return (f"model-gap [{self.gap_class}] {self.scenario}: {self.request} {self.aspect}"
+                f" model={self.model} live={self.live}")
+
+
+@dataclass
+class ProgramComparison:
+    """One program on both systems."""
+
+    scenario: str
+    outcome: str
+    reason: str | None = None
+    """Why it was refused or not replayable."""
+    gaps: list[ModelGap] = field(default_factory=list)
+    live_crash: str | None = None
+    live_steps: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        return {"scenario": self.scenario, "outcome": self.outcome, "reason": self.reason,
+                "gaps": [g.to_json() for g in self.gaps], "live_crash": self.live_crash,
+                "live_steps": self.live_steps}
+
+
+def format_op(op: Op) -> str:
+    name, *args = op
+    shown = [f"<{len(a)} tokens>" if isinstance(a, list) and len(a) > 8 else repr(a)
+             for a in args]
+    return f"{name}({', '.join(shown)})"
+
+
+def _live_timing(delay_steps: int) -> Timing:
+    """The live worker's timing that matches the executable system's ``delay_steps``: a
+    job the system submits at a step's start completes ``delay_steps`` polls later,
+    while vLLM's worker reports a job of step ``t`` in step ``t``'s output at the
+    earliest, which the next schedule reads (one step of the system's delay)."""
+    if delay_steps <= 1:
+        return Timing()
+    return Timing("delayed", delay_steps - 1)
+
+
+def build_options(program: Sequence[Op], *, capacity_chunks: int | None,
+                  prompt_only: bool) -> BuildOptions:
+    """Engine settings for a program: a batch budget and model length that admit its
+    largest step and longest request, a GPU pool no program exhausts (the executable
+    system's pool grows), the CPU tier's capacity in chunks."""
+    budgets = [int(op[1]) for op in program if op[0] == "step" and len(op) > 1]
+    lengths = [len(op[2]) + (int(op[3]) if len(op) > 3 else 2)
+               for op in program if op[0] == "add_request"]
+    requests = sum(1 for op in program if op[0] == "add_request")
+    longest = max([64, *lengths])
+    model_len = -(-(longest + 64) // 256) * 256
+    return BuildOptions(max_num_batched_tokens=max([8192, *budgets]),
+                        max_model_len=model_len, max_num_seqs=max(16, requests + 1),
+                        gpu_blocks=None, cpu_chunks=capacity_chunks,
+                        offload_prompt_only=prompt_only)
+
+
+def compare_program(scenario: str, geometry: Geometry, program: Sequence[Op], *,
+                    model: OffloadSystem, apply_model: Callable[[Op], None],
+                    options: BuildOptions | None = None, delay_steps: int = 1,
+                    ) -> ProgramComparison:
+    """Run ``program`` (then a drain) on ``model`` (through ``apply_model``) and on a live
+    session of ``geometry``; compare their decisions (see the module docstring)."""
+    ok, why_not = buildable(geometry)
+    opened = LiveSession.open(geometry, options, _live_timing(delay_steps))
+    if isinstance(opened, Refused):
+        comparison = ProgramComparison(scenario, "refused", opened.reason)
+        if opened.by_vllm and ok:
+            comparison.gaps.append(ModelGap(
+                scenario, "-", "buildable", "buildable", f"refused: {opened.reason}",
+                "buildable"))
+        return comparison
+    session = opened
+    recorder = ModelRecorder(model)
+    shown: list[str] = []
+    try:
+        for op in [*program, ("drain",)]:
+            shown.append(format_op(op))
+            apply_model(op)
+            try:
+                getattr(session, op[0])(*op[1:])
+            except NotReplayableError as exc:
+                return ProgramComparison(scenario, "not-replayable",
+                                         f"{format_op(op)}: {exc}")
+    finally:
+        observation = session.close()
+    comparison = ProgramComparison(scenario, "agreed", live_steps=observation.steps)
+    if not ok:
+        comparison.gaps.append(ModelGap(scenario, "-", "buildable",
+                                        f"not buildable: {why_not}", "built", "buildable"))
+    if observation.exceptions:
+        first = observation.exceptions[0]
+        comparison.live_crash = f"{first.type}: {first.message}"
+    live = live_decisions(observation)
+    order = _request_order(program)
+    deadlined = {line.split()[1] for line in model.log
+                 if line.startswith("lookup ") and " deadline after " in line}
+    earlier_gap = False
+    for request in sorted(set(recorder.requests) | set(live), key=order):
+        mine = recorder.requests.get(request, RequestDecisions())
+        theirs = live.get(request, RequestDecisions())
+        found = False
+        for aspect in ASPECTS:
+            a, b = mine.aspect(aspect), theirs.aspect(aspect)
+            if a != b:
+                gap = ModelGap(scenario, request, aspect, a, b, program=list(shown))
+                gap.gap_class = classify(gap, geometry, program, mine, theirs, earlier_gap,
+                                         request in deadlined)
+                comparison.gaps.append(gap)
+                found = True
+        earlier_gap = earlier_gap or found
+    if comparison.gaps:
+        comparison.outcome = "disagreed"
+    return comparison
+
+
+def _request_order(program: Sequence[Op]) -> Callable[[str], tuple[int, str]]:
+    arrivals = [str(op[1]) for op in program if op[0] == "add_request"]
+
+    def key(name: str) -> tuple[int, str]:
+        return (arrivals.index(name) if name in arrivals else len(arrivals), name)
+
+    return key
+
+
+def classify(gap: ModelGap, geometry: Geometry, program: Sequence[Op],
+             model: RequestDecisions, live: RequestDecisions, earlier_gap: bool,
+             deadlined: bool = False) -> str:
+    """The class of :data:`GAP_CLASSES` the program and the two sides' decisions show to
+    be the gap's cause (checked in this order; ``unexplained`` when none fits)."""
+    if any(op[0] == "fail_next_store" for op in program):
+        return "failed-store"
+    if deadlined:
+        return "deferral-deadline"
+    if model.lookups and not live.lookups:
+        return "admission"
+    if gap.aspect in ("hits", "loads") and _sub_chunk_hit(geometry, model, live):
+        return "sub-chunk-hit"
+    if model.local_hits and live.local_hits and model.local_hits[0] != live.local_hits[0]:
+        return "gpu-prefix-hit"
+    if gap.aspect == "offers":
+        differing = {g for g in set(gap.model) | set(gap.live)
+                     if gap.model.get(g) != gap.live.get(g)}
+        if differing and all(geometry.groups[g].kind is GroupKind.MAMBA for g in differing):
+            return "mamba-checkpoints"
+        hits = model.hits[-1:] + live.hits[-1:]
+        if hits and len(model.hits) == len(live.hits) and _agree_past_hit(
+                geometry, max(hits), gap.model, gap.live):
+            return "hit-chunk-offers"
+    if earlier_gap:
+        return "follows-earlier-gap"
+    return "unexplained"
+
+
+def _sub_chunk_hit(geometry: Geometry, model: RequestDecisions,
+                   live: RequestDecisions) -> bool:
+    """The model took an offloaded hit shorter than some group's chunk past ``L`` where
+    vLLM took none (its hit is its GPU hit)."""
+    if not (model.hits and live.hits and model.local_hits and live.local_hits):
+        return False
+    past = model.hits[0] - model.local_hits[0]
+    largest = max(geometry.chunk_tokens(g) for g in geometry.groups)
+    return 0 < past < largest and live.hits[0] == live.local_hits[0]
+
+
+def _agree_past_hit(geometry: Geometry, hit: int, model: dict[int, list[int]],
+                    live: dict[int, list[int]]) -> bool:
+    """Whether two offer sets agree on every chunk at or past ``cdiv(hit, tpc)``."""
+    for g, spec in enumerate(geometry.groups):
+        first = -(-hit // geometry.chunk_tokens(spec))
+        if [c for c in model.get(g, []) if c >= first] != \
+                [c for c in live.get(g, []) if c >= first]:
+            return False
+    return True
+
+
+@dataclass
+class LiveComparisonReport:
+    """The live comparison of a fuzz run: every program's outcome and the gaps."""
+
+    implementation: str
+    vllm_version: str
+    programs: list[ProgramComparison] = field(default_factory=list)
+
+    def count(self, outcome: str) -> int:
+        return sum(1 for p in self.programs if p.outcome == outcome)
+
+    @property
+    def compared(self) -> int:
+        return self.count("agreed") + self.count("disagreed")
+
+    @property
+    def agreement(self) -> float | None:
+        """Agreed over compared programs (None when none was compared)."""
+        return self.count("agreed") / self.compared if self.compared else None
+
+    @property
+    def gaps(self) -> list[ModelGap]:
+        return [g for p in self.programs for g in p.gaps]
+
+    def classes(self) -> dict[str, int]:
+        found: dict[str, int] = {}
+        for gap in self.gaps:
+            found[gap.gap_class] = found.get(gap.gap_class, 0) + 1
+        return dict(sorted(found.items()))
+
+    def summary(self) -> str:
+        rate = "n/a" if self.agreement is None else f"{self.agreement:.1%}"
+        return (f"live (vLLM {self.vllm_version}) vs {self.implementation}: "
+                f"{self.count('agreed')}/{self.compared} programs agree ({rate}); "
+                f"{self.count('refused')} refused, {self.count('not-replayable')} not "
+                f"replayable; {len(self.gaps)} model gaps")
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "implementation": self.implementation, "vllm_version": self.vllm_version,
+            "compared": self.compared, "agreed": self.count("agreed"),
+            "disagreed": self.count("disagreed"), "refused": self.count("refused"),
+            "not_replayable": self.count("not-replayable"), "agreement": self.agreement,
+            "gap_classes": self.classes(),
+            "gaps": [g.to_json() for g in self.gaps],
+            "refused_programs": [{"scenario": p.scenario, "reason": p.reason}
+                                 for p in self.programs if p.outcome == "refused"],
+            "not_replayable_programs": [{"scenario": p.scenario, "reason": p.reason}
+                                        for p in self.programs
+                                        if p.outcome == "not-replayable"],
+        }

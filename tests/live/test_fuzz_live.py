@@ -1,0 +1,198 @@
+"""vLLM as the third backend of the differential fuzzer (``kvcontract fuzz --live``).
+
+kvcontract's executable system running ``upstream-current`` (its model of vLLM 0.33.0)
+and vLLM's own scheduler in lockstep on the fuzzer's programs: every disagreement is a
+model gap of a documented class (``live.differential.GAP_CLASSES``); a model that
+differs from upstream gives an unexplained gap, so the check can fail.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner, Result
+
+from kvcontract.impl.system.offload import ChunkState
+from kvcontract.impl.variants import get_implementation
+from kvcontract.live import env
+from kvcontract.live.differential import GAP_CLASSES, OUTCOMES, LiveComparisonReport
+from kvcontract.live.session import LiveSession, NotReplayableError
+from kvcontract.spec.geometry import Geometry, fa, swa
+from kvcontract.tools.cli import cli
+from kvcontract.tools.fuzz import (
+    Scenario,
+    matrix_scenarios,
+    run_fuzz,
+    run_live_scenario,
+    seed_scenarios,
+)
+from kvcontract.vocabulary import EXIT_OK, EXIT_UNKNOWN, EXIT_USAGE, LookupResult
+from tests.live.conftest import needs_vllm
+
+EXPLAINED = set(GAP_CLASSES) - {"unexplained"}
+UPSTREAM = "upstream-current"
+
+
+def invoke(args: list[str]) -> Result:
+    return CliRunner().invoke(cli, args, prog_name="kvcontract", terminal_width=200)
+
+
+def _compare(scenarios: list[Scenario], impl: str = UPSTREAM) -> LiveComparisonReport:
+    report = LiveComparisonReport(impl, "installed")
+    implementation = get_implementation(impl)
+    for scenario in scenarios:
+        report.programs.append(run_live_scenario(implementation, scenario))
+    return report
+
+
+def _unexplained(report: LiveComparisonReport) -> list[str]:
+    return [gap.line() for gap in report.gaps if gap.gap_class not in EXPLAINED]
+
+
+@needs_vllm
+def test_seed_scenarios_in_lockstep() -> None:
+    report = _compare(seed_scenarios())
+    outcomes = {p.scenario: p.outcome for p in report.programs}
+    assert set(outcomes.values()) <= set(OUTCOMES)
+    # MTP's e > 0 has no live drafter: refused by the live backend, with the reason.
+    refused = [p for p in report.programs if p.outcome == "refused"]
+    assert [p.scenario for p in refused] == ["seed003-mtp"]
+    assert "extra retained tokens" in str(refused[0].reason)
+    assert report.compared == len(report.programs) - 1
+    assert outcomes["seed000-stale-pending"] == "agreed"
+    assert outcomes["window-sw9-tpc4"] == "agreed"  # the window bound: hit 0 on both
+    assert not _unexplained(report), _unexplained(report)
+    classes = report.classes()
+    assert classes.get("mamba-checkpoints", 0) >= 1  # vLLM's Mamba align-mode steps
+    assert classes.get("hit-chunk-offers", 0) >= 1  # seed 001: the chunk holding N
+    print(report.summary(), classes)
+
+
+@needs_vllm
+def test_quick_matrix_agreement_rate_and_every_disagreement_explained() -> None:
+    report = _compare(list(matrix_scenarios(quick=True)))
+    print(report.summary(), report.classes())
+    assert report.compared > 0 and report.agreement is not None
+    assert report.count("agreed") > 0
+    assert not _unexplained(report), _unexplained(report)
+    for program in report.programs:
+        if program.outcome == "not-replayable":
+            assert "no API" in str(program.reason)  # a stored chunk vLLM cannot drop
+        if program.outcome == "refused":
+            assert program.reason
+
+
+@needs_vllm
+def test_a_model_that_differs_from_upstream_is_a_model_gap() -> None:
+    """The reference stores the window bound's last chunk and hits 48 tokens; vLLM
+    0.33.0 (like upstream-current) hits none: kvcontract's model would be wrong."""
+    window = [s for s in seed_scenarios() if s.name == "window-sw9-tpc4"]
+    wrong = _compare(window, impl="reference")
+    gaps = [g for g in wrong.gaps if g.aspect == "hits"]
+    assert gaps and gaps[0].gap_class == "unexplained"
+    assert (gaps[0].model, gaps[0].live) == ([48], [0])
+    assert wrong.gaps[0].kind == "model-gap"
+    right = _compare(window)
+    assert right.count("agreed") == 1
+
+
+@needs_vllm
+def test_the_state_machine_programs_replay_live() -> None:
+    report = run_fuzz(UPSTREAM, examples=4, scenarios=[], live=True)
+    assert report.live is not None
+    programs = report.live.programs
+    assert len(programs) == 4
+    assert all(p.scenario.startswith("state machine program") for p in programs)
+    # The live run draws geometries the live backend declares: every program compares.
+    assert report.live.compared == 4
+    assert not _unexplained(report.live), _unexplained(report.live)
+    assert report.exit_code == 0
+
+
+@needs_vllm
+def test_fixtures_reach_vllms_manager_through_its_api() -> None:
+    geometry = Geometry((fa(4), swa(4, 8)))
+    session = LiveSession.open(geometry)
+    assert isinstance(session, LiveSession)
+    try:
+        tokens = list(range(1, 14))
+        session.install_chunk(tokens, 0, 0, ChunkState.READY)
+        session.install_chunk(tokens, 1, 2, ChunkState.PENDING)
+        keys, context = session.offload_keys(tokens)
+        states = {gk: str(session.manager.lookup(k[0], context).name)
+                  for gk, k in keys.items()}
+        assert states[(0, 0)] == LookupResult.HIT.name
+        assert states[(1, 2)] == LookupResult.HIT_PENDING.name
+        assert states[(0, 1)] == LookupResult.MISS.name
+        with pytest.raises(NotReplayableError, match="no API to drop"):
+            session.install_chunk(tokens, 0, 0, ChunkState.ABSENT)
+        with pytest.raises(NotReplayableError, match="no API"):
+            session.perturb_left_chunk(tokens, "absent")
+        session.mark_loading(tokens, 0, 0)
+        assert set(keys[(0, 0)]) <= session.engine.connector_scheduler._chunks_being_loaded
+    finally:
+        session.close()
+
+
+@needs_vllm
+def test_a_failed_store_is_never_reported_and_the_budget_is_honoured() -> None:
+    session = LiveSession.open(Geometry((fa(4), swa(4, 8))))
+    assert isinstance(session, LiveSession)
+    try:
+        session.fail_next_store()
+        session.add_request("r", list(range(1, 18)), 1)
+        session.step(8)
+        assert session.observation.requests["r"].scheduled == [8]
+        assert session.worker.stalled, "the failed store's job is never reported"
+        session.step(64)
+        session.drain()
+        assert session.worker.stalled
+    finally:
+        observation = session.close()
+    assert not observation.exceptions
+
+
+@needs_vllm
+def test_cli_fuzz_live_reports_model_gaps_without_changing_the_exit_code(
+        tmp_path: Path) -> None:
+    out = tmp_path / "fuzz.json"
+    result = invoke(["fuzz", "--impl", "reference", "--live", "--examples", "0", "--quiet",
+                     "--json", str(out)])
+    assert result.exit_code == EXIT_OK, result.output
+    live = json.loads(out.read_text())["live"]
+    assert live["compared"] == live["agreed"] + live["disagreed"]
+    assert Counter(g["class"] for g in live["gaps"])["unexplained"] >= 1
+    assert "model-gap [unexplained] window-sw9-tpc4" in result.output
+    strict = invoke(["fuzz", "--impl", "reference", "--live", "--examples", "0",
+                     "--quiet", "--fail-on-model-gap"])
+    assert strict.exit_code == 1, strict.output
+
+
+def test_fail_on_model_gap_needs_live() -> None:
+    result = invoke(["fuzz", "--fail-on-model-gap", "--examples", "0"])
+    assert result.exit_code == EXIT_USAGE
+    assert "--live" in result.output
+
+
+def test_fuzz_live_without_vllm_exits_3_with_the_recipe(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(env.PURE_PYTHON_CLOSURE, "kvcontract_no_such_module",
+                        "no-such-distribution")
+    result = invoke(["fuzz", "--live", "--examples", "0"])
+    assert result.exit_code == EXIT_UNKNOWN
+    assert "no-such-distribution" in result.output
+    assert "install:" in result.output
+
+
+@needs_vllm
+@pytest.mark.slow
+def test_full_matrix_every_disagreement_explained() -> None:
+    report = _compare(list(matrix_scenarios()))
+    print(report.summary(), report.classes())
+    assert report.compared > 0
+    unexplained = _unexplained(report)
+    print("\n".join(unexplained))
+    assert not unexplained
