@@ -531,6 +531,28 @@ def abort_loads_in_flight(delay: int = 3) -> ScenarioResult:
     return result
 
 
+def abort_deferred(defer_steps: int = 3) -> ScenarioResult:
+    """The producer's stores never finish; a resend defers on them and is aborted after
+    ``defer_steps`` deferred steps: the abort ends its deferral, and the connector keeps
+    nothing of it (no ``_req_status``, nothing counted as loading)."""
+    geometry = LIFECYCLE_GEOMETRY
+    producer = TraceRequest("producer", tuple(prompt_tokens(LIFECYCLE_PROMPT)), max_tokens=1)
+    consumer = TraceRequest("consumer", tuple(prompt_tokens(LIFECYCLE_PROMPT)), max_tokens=1,
+                            abort_at=defer_steps)
+    trace = _producer_then((Phase((consumer,), max_steps=defer_steps + 5),), producer,
+                           Timing("never", 0, "store"))
+    run = run_lifecycle(geometry, trace, BuildOptions(max_num_batched_tokens=STEP_TOKENS))
+    result = _result("abort-deferred", abort_deferred.__doc__ or "", geometry, run)
+    _lifecycle_numbers(result, run, "consumer")
+    if isinstance(run, LiveObservation) and run.lifecycle is not None:
+        result.numbers.update(_deferral_numbers(run, "consumer"))
+        end = run.lifecycle.end
+        kept = end is not None and end.requests["consumer"].tracked
+        result.checks.append(Check("the aborted request is released by the connector",
+                                   False, kept, not kept))
+    return result
+
+
 def preemption_stores_in_flight(gpu_blocks: int = 20, prompt_len: int = 32,
                                 decode: int = 100, delay: int = 200) -> ScenarioResult:
     """As ``preemption``, with stores finishing ``delay`` steps late (past the
@@ -729,6 +751,7 @@ SCENARIOS: dict[str, Callable[[], ScenarioResult]] = {
     "abort-final-prefill": abort_final_prefill,
     "abort-decode": abort_decode,
     "abort-loads-in-flight": abort_loads_in_flight,
+    "abort-deferred": abort_deferred,
     "preemption-stores-in-flight": preemption_stores_in_flight,
     "failed-store": failed_store,
     "failed-load": failed_load,

@@ -221,3 +221,20 @@ def test_audit_rows_for_the_installed_release() -> None:
     assert {r["scenario"] for r in rows} == set(LIFECYCLE_JUDGED)
     stall = [r for r in rows if r["scenario"] == "stalled-store" and r["clause"] == "C13"]
     assert stall[0]["impact"] == "stall" and stall[0]["live"].startswith("confirmed live")
+
+
+@needs_vllm
+def test_an_abort_ends_a_deferral_and_releases_the_request() -> None:
+    result = scenario("abort-deferred")
+    observation = result.observation
+    assert observation is not None and observation.lifecycle is not None
+    log = observation.lifecycle
+    arrived = observation.requests["consumer"].arrived
+    assert arrived is not None
+    deferred = log.deferred_steps("consumer")
+    assert deferred and deferred[0] == arrived
+    aborted = [s.step for s in log.snapshots
+               if s.request == "consumer" and s.status == "FINISHED_ABORTED"]
+    assert aborted and max(deferred) < aborted[0]  # no lookup after the abort
+    assert log.end is not None and not log.end.requests["consumer"].tracked
+    assert verdict_of(result, "C14")[0] is Verdict.TESTED
