@@ -243,33 +243,54 @@ def _rebind(package: str, old: Any, new: Any) -> int:
     return count
 
 
+class OverlayError(RuntimeError):
+    """A patch's definition could not be laid over the release (it does not compile or
+    its decorators do not run in the release module): the live run would not be the
+    patch's, so nothing runs."""
+
+
 def install(overlay: Overlay) -> list[str]:
     """Apply ``overlay`` to the release in this process (the live child); what it did,
-    one line per replaced definition, and any note."""
+    one line per replaced definition, and any note. Raises :class:`OverlayError` naming
+    the definition that cannot be laid over."""
     lines = list(overlay.notes)
     for layer in overlay.layers:
-        module = importlib.import_module(layer.module)
-        tree = _parse(Path(layer.source))
-        defs = _definitions(tree)
-        _add_names(module, tree.body, set(layer.added) - set(vars(module)), layer.source,
-                   lines)
-        for patch_qualname, release_qualname in layer.replaced:
-            node = defs.functions[patch_qualname]
-            owner, name = _resolve(module, release_qualname)
-            old = vars(owner).get(name)
-            if isinstance(owner, type):
-                setattr(owner, name, _method(owner, node, module, layer.source))
-                lines.append(f"{layer.module}: {release_qualname} <- {layer.source}:"
-                             f"{node.lineno}")
-                continue
-            scope: dict[str, Any] = {}
-            exec(_compile([node], layer.source), vars(module), scope)
-            new = scope[node.name]
-            setattr(module, name, new)
-            rebound = _rebind(layer.module.split(".")[0], old, new) if old is not None else 0
-            lines.append(f"{layer.module}: {release_qualname} <- {layer.source}:{node.lineno}"
-                         + (f" (rebound in {rebound} places)" if rebound > 1 else ""))
+        try:
+            lines += _install_layer(layer, lines)
+        except OverlayError:
+            raise
+        except Exception as exc:
+            raise OverlayError(f"laying {layer.source} over {layer.module} failed: "
+                               f"{type(exc).__name__}: {exc}") from exc
     return lines
 
 
-__all__ = ["Layer", "Overlay", "combine", "install", "module_name", "plan_overlay"]
+def _install_layer(layer: Layer, notes: list[str]) -> list[str]:
+    """One layer laid over its module; a helper that cannot run is a line of ``notes``."""
+    lines: list[str] = []
+    module = importlib.import_module(layer.module)
+    tree = _parse(Path(layer.source))
+    defs = _definitions(tree)
+    _add_names(module, tree.body, set(layer.added) - set(vars(module)), layer.source,
+               notes)
+    for patch_qualname, release_qualname in layer.replaced:
+        node = defs.functions[patch_qualname]
+        owner, name = _resolve(module, release_qualname)
+        old = vars(owner).get(name)
+        if isinstance(owner, type):
+            setattr(owner, name, _method(owner, node, module, layer.source))
+            lines.append(f"{layer.module}: {release_qualname} <- {layer.source}:"
+                         f"{node.lineno}")
+            continue
+        scope: dict[str, Any] = {}
+        exec(_compile([node], layer.source), vars(module), scope)
+        new = scope[node.name]
+        setattr(module, name, new)
+        rebound = _rebind(layer.module.split(".")[0], old, new) if old is not None else 0
+        lines.append(f"{layer.module}: {release_qualname} <- {layer.source}:{node.lineno}"
+                     + (f" (rebound in {rebound} places)" if rebound > 1 else ""))
+    return lines
+
+
+__all__ = ["Layer", "Overlay", "OverlayError", "combine", "install", "module_name",
+           "plan_overlay"]

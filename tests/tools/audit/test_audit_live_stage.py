@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from kvcontract.live.overlay import install, plan_overlay
+from kvcontract.live.overlay import OverlayError, install, plan_overlay
 from kvcontract.spec.geometry import Geometry, GroupSpec
 from kvcontract.spec.properties.end_to_end import resend_case
 from kvcontract.spec.properties.store import StoreCase
@@ -117,6 +117,16 @@ def test_a_name_several_classes_define_is_not_guessed(release: Path, tmp_path: P
     overlay = plan_overlay(patch, release, ["sched.py"], package="pkg_kvc_overlay")
     assert overlay.empty
     assert any("matches 2 definitions" in note for note in overlay.notes)
+
+
+def test_a_definition_that_cannot_be_laid_over_stops_the_run(release: Path,
+                                                            tmp_path: Path) -> None:
+    patch = tmp_path / "patch.py"
+    patch.write_text("class Scheduler:\n    @no_such_decorator\n    def keep(self):\n"
+                     "        return 1\n")
+    overlay = plan_overlay(patch, release, ["sched.py"], package="pkg_kvc_overlay")
+    with pytest.raises(OverlayError, match="no_such_decorator"):
+        install(overlay)
 
 
 def _geometry(sw: int = 8) -> Geometry:
