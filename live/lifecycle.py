@@ -117,7 +117,9 @@ class _ManagerTap:
             return lookup
         if name == "prepare_store":
             def prepare_store(keys: Any, *args: Any, **kwargs: Any) -> Any:
-                self._recorder.store_offered(list(keys), args[0] if args else None)
+                keys = list(keys)
+                self._recorder.guarded("prepare_store", lambda: self._recorder.store_offered(
+                    keys, args[0] if args else None))
                 return attribute(keys, *args, **kwargs)
 
             return prepare_store
@@ -147,6 +149,16 @@ class _LifecycleRecorder:
     def name(self, rid: str) -> str:
         names: dict[str, str] = getattr(getattr(self.run, "recorder", None), "names", {})
         return names.get(rid, rid.split("#", 1)[0])
+
+    def guarded(self, what: str, record: Callable[[], None]) -> None:
+        """Run one piece of recording; an error of the recorder's own (never vLLM's: the
+        wrapped calls are outside) is kept in the log, so the run is not judged on an
+        incomplete record and vLLM is not blamed for it."""
+        try:
+            record()
+        except Exception as exc:
+            self.log.recorder_errors.append(f"{what} at step {self.step}: "
+                                            f"{type(exc).__name__}: {exc}")
 
     # -- installation ---------------------------------------------------------------
     def install(self) -> None:
@@ -189,10 +201,12 @@ class _LifecycleRecorder:
 
     def _wrap_meta(self, build_meta: Callable[[Any], Any]) -> Callable[[Any], Any]:
         def recorded(scheduler_output: Any) -> Any:
-            allocated = self._allocated(scheduler_output)
+            allocated: set[int] = set()
+            self.guarded("allocated blocks",
+                         lambda: allocated.update(self._allocated(scheduler_output)))
             self.scheduler_output = scheduler_output
             meta = build_meta(scheduler_output)
-            self._record_jobs(meta, allocated)
+            self.guarded("jobs", lambda: self._record_jobs(meta, allocated))
             return meta
 
         return recorded
@@ -268,7 +282,8 @@ class _LifecycleRecorder:
             try:
                 return update(scheduler_output, model_output)
             finally:
-                self._after_update(reported, failed, before, computed)
+                self.guarded("job reports", lambda: self._after_update(
+                    reported, failed, before, computed))
                 self.step += 1
 
         return recorded
@@ -308,16 +323,19 @@ class _LifecycleRecorder:
         def recorded(*args: Any, **kwargs: Any) -> Any:
             before = self._open_jobs()
             result = reset(*args, **kwargs)
-            dropped = before - self._open_jobs()
-            for job_id in dropped:
-                job = self.log.jobs.get(job_id)
-                if job is not None and job.completed is None:
-                    job.dropped = self.step
-            if dropped:
-                self.log.cancelled_by_reset.append((self.step, tuple(sorted(dropped))))
+            self.guarded("reset", lambda: self._after_reset(before))
             return result
 
         return recorded
+
+    def _after_reset(self, before: set[int]) -> None:
+        dropped = before - self._open_jobs()
+        for job_id in dropped:
+            job = self.log.jobs.get(job_id)
+            if job is not None and job.completed is None:
+                job.dropped = self.step
+        if dropped:
+            self.log.cancelled_by_reset.append((self.step, tuple(sorted(dropped))))
 
     def _wrap_matched(self, matched: Callable[..., tuple[int | None, bool]],
                       ) -> Callable[..., tuple[int | None, bool]]:
@@ -330,35 +348,42 @@ class _LifecycleRecorder:
             own = tuple(sorted(int(j) for j in status.transfer_jobs)) if status else ()
             self.lookup_answers = []
             result = matched(request, num_computed_tokens, *args, **kwargs)
-            answer = None if result[0] is None else int(result[0])
-            waited: list[tuple[int, int, str, str]] = []
-            for key, context, found in self.lookup_answers:
-                name = str(getattr(found, "name", found))
-                if name in (LookupResult.HIT_PENDING.name, LookupResult.RETRY.name):
-                    group, chunk = self.chunk_of(key, context)
-                    cause = "hit-pending" if name == LookupResult.HIT_PENDING.name else "retry"
-                    waited.append((group, chunk, key_text(key), cause))
-            pending = sum(1 for w in waited if w[3] == "hit-pending")
-            retry = sum(1 for w in waited if w[3] == "retry")
-            others = False
-            being_loaded = getattr(connector, "_chunks_being_loaded", None) or set()
-            if answer is None and not own and not pending and not retry and being_loaded:
-                status = connector._req_status.get(rid)
-                for group_state in getattr(status, "group_states", ()):
-                    for key in group_state.offload_keys:
-                        if key in being_loaded:
-                            group, chunk = self.chunk_of(key, status.req_context)
-                            waited.append((group, chunk, key_text(key),
-                                           "loading-elsewhere"))
-                            others = True
-            clock = status is not None and getattr(
-                status, "deferred_lookup_start_time", None) is not None
-            self.log.decisions.append(LookupDecision(
-                self.step, self.name(rid), int(num_computed_tokens), answer, own, pending,
-                retry, others, clock, tuple(waited)))
+            self.guarded("lookup decision", lambda: self._decision(
+                rid, int(num_computed_tokens), own, result))
             return result
 
         return recorded
+
+    def _decision(self, rid: str, num_computed_tokens: int, own: tuple[int, ...],
+                  result: tuple[int | None, bool]) -> None:
+        """The lookup decision just made and, for a deferral, what it waited on."""
+        connector = self.engine.connector_scheduler
+        status = connector._req_status.get(rid)
+        answer = None if result[0] is None else int(result[0])
+        waited: list[tuple[int, int, str, str]] = []
+        for key, context, found in self.lookup_answers:
+            name = str(getattr(found, "name", found))
+            if name in (LookupResult.HIT_PENDING.name, LookupResult.RETRY.name):
+                group, chunk = self.chunk_of(key, context)
+                cause = "hit-pending" if name == LookupResult.HIT_PENDING.name else "retry"
+                waited.append((group, chunk, key_text(key), cause))
+        pending = sum(1 for w in waited if w[3] == "hit-pending")
+        retry = sum(1 for w in waited if w[3] == "retry")
+        others = False
+        being_loaded = getattr(connector, "_chunks_being_loaded", None) or set()
+        if answer is None and not own and not pending and not retry and being_loaded:
+            for group_state in getattr(status, "group_states", ()):
+                for key in group_state.offload_keys:
+                    if key in being_loaded:
+                        group, chunk = self.chunk_of(key, status.req_context)
+                        waited.append((group, chunk, key_text(key),
+                                       "loading-elsewhere"))
+                        others = True
+        clock = status is not None and getattr(
+            status, "deferred_lookup_start_time", None) is not None
+        self.log.decisions.append(LookupDecision(
+            self.step, self.name(rid), num_computed_tokens, answer, own, pending,
+            retry, others, clock, tuple(waited)))
 
     # -- the end --------------------------------------------------------------------
     def finish(self) -> None:
@@ -638,6 +663,8 @@ def to_trace(observation: LiveObservation) -> LifecycleTrace:
                    for o in log.offers for g, chunks in sorted(o.offered.items()))
     notes = TRACE_NOTES if log.end is not None else (
         *TRACE_NOTES, "live: the end state could not be read (the run stopped in a step)")
+    notes = (*notes, *(f"live: the recorder failed ({e}): the record is incomplete"
+                       for e in log.recorder_errors))
     return LifecycleTrace(
         steps=observation.steps, deferral_bound=None, lookups=tuple(lookups),
         jobs=tuple(line for job in sorted(log.jobs.values(), key=lambda j: j.job_id)

@@ -260,6 +260,8 @@ class LifecycleLog:
     """``(step, job ids)`` a cache reset discarded."""
     raised_in: list[str] = field(default_factory=list)
     """Where the release's worker raised on a failed transfer (``file:line function``)."""
+    recorder_errors: list[str] = field(default_factory=list)
+    """Errors of the recorder itself (not vLLM's): the record is incomplete."""
     end: LifecycleEnd | None = None
 
     def deferred_steps(self, request: str) -> list[int]:

@@ -90,6 +90,10 @@ def judge_lifecycle(result: LiveObservation | Refused, geometry: Geometry,
     if result.lifecycle is None:
         return [ClauseVerdict(c, Verdict.UNKNOWN, reason="the run has no lifecycle record")
                 for c in LIFECYCLE_CLAUSES]
+    if result.lifecycle.recorder_errors:
+        why = ("the lifecycle record is incomplete (the recorder failed: "
+               f"{result.lifecycle.recorder_errors[0]})")
+        return [ClauseVerdict(c, Verdict.UNKNOWN, reason=why) for c in LIFECYCLE_CLAUSES]
     found = judge(result, geometry)
     verdicts: list[ClauseVerdict] = []
     order = list(Impact)

@@ -26,8 +26,10 @@ from kvcontract.live.observation import (
 from kvcontract.live.scenarios import (
     FAILURES,
     LIFECYCLE,
+    LIFECYCLE_GEOMETRY,
     LIFECYCLE_JUDGED,
     ScenarioResult,
+    judge_lifecycle,
     run_scenario,
 )
 from kvcontract.spec.lifecycle import RequestState, transition_allowed
@@ -92,6 +94,15 @@ def test_states_follow_the_lifecycle_through_defer_load_run_and_preemption() -> 
 def test_a_run_without_a_lifecycle_record_is_refused() -> None:
     with pytest.raises(ValueError, match="run_lifecycle"):
         to_trace(LiveObservation({}, "test"))
+
+
+def test_an_incomplete_record_is_unknown_never_a_pass() -> None:
+    log = LifecycleLog(recorder_errors=["jobs at step 3: KeyError: 7"])
+    observation = LiveObservation({}, "test", lifecycle=log)
+    verdicts = judge_lifecycle(observation, LIFECYCLE_GEOMETRY)
+    assert [v.verdict for v in verdicts] == [Verdict.UNKNOWN] * 3
+    assert all("KeyError" in v.reason for v in verdicts)
+    assert any("incomplete" in note for note in to_trace(observation).notes)
 
 
 def test_the_audit_names_what_it_cannot_check() -> None:
