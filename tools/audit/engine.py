@@ -47,7 +47,6 @@ from kvcontract.proofs.verdicts import TheoremResult, Verdict
 from kvcontract.spec.clauses import CLAUSES, CatalogueError, get_clause
 from kvcontract.spec.properties import CaseProperty, Config, Env, FormulaProperty, Property
 from kvcontract.spec.properties.base import HYPOTHESES_ONLY, Observer, latent_reason, raised
-from kvcontract.spec.properties.catalog import observed_by
 from kvcontract.tools.audit.binding import (
     FIELD_ROLES,
     Binding,
@@ -124,16 +123,15 @@ def theorems_for(binding: Binding, scope: Scope = ()) -> list[Property]:
 
     theorems = catalog(scope)
     _check_observers(theorems)
+    # Each upstream adapter keeps the properties that declare it can observe them
+    # (``observable_on``: lookup.upstream_loop_properties, store.store_path_properties,
+    # store.end_to_end_path_properties).
     lookups = [t for t in theorems if isinstance(t, CaseProperty) and t.family == "lookup"]
-    # What runs on upstream's store path is what declares it can be observed there
-    # (Observer.UPSTREAM_STORE_PATH): the store family's, and the end-to-end family's
-    # that declare upstream's loop too (its consumer).
-    stores = observed_by(Observer.UPSTREAM_STORE_PATH, theorems, family="store")
-    ends = [t for t in observed_by(Observer.UPSTREAM_STORE_PATH, theorems, family="end-to-end")
-            if Observer.UPSTREAM_LOOP in t.observable_on]
+    stores = [t for t in theorems if isinstance(t, CaseProperty) and t.family == "store"]
+    ends = [t for t in theorems if isinstance(t, CaseProperty) and t.family == "end-to-end"]
     return [*theorems, *upstream_lookup_theorems(binding, lookups if scope else None),
-            *upstream_store_theorems(binding, stores),
-            *upstream_end_to_end_theorems(binding, ends)]
+            *upstream_store_theorems(binding, stores if scope else None),
+            *upstream_end_to_end_theorems(binding, ends if scope else None)]
 
 
 OBSERVED_FAMILIES: dict[Observer, frozenset[str]] = {

@@ -66,7 +66,8 @@ from kvcontract.impl.variants import REFERENCE
 from kvcontract.spec import multigroup
 from kvcontract.spec.geometry import Geometry, GroupKind, GroupSpec
 from kvcontract.spec.properties import CaseProperty
-from kvcontract.spec.properties.base import CaseSpace, LastCase
+from kvcontract.spec.properties.base import CaseSpace, LastCase, Observer
+from kvcontract.spec.properties.catalog import observed_by
 from kvcontract.spec.properties.end_to_end import (
     END_TO_END_SPACE,
     EndToEndCase,
@@ -74,7 +75,6 @@ from kvcontract.spec.properties.end_to_end import (
     _unread,
     consumer_keys,
     contract_supply,
-    end_to_end_properties,
     manager_state,
     promise,
 )
@@ -85,7 +85,6 @@ from kvcontract.spec.properties.store import (
     StoreRun,
     offered_chunks,
     schedule_steps,
-    store_properties,
 )
 from kvcontract.tools.audit import lookup
 from kvcontract.tools.audit.binding import (
@@ -192,16 +191,34 @@ def unchecked(binding: Binding, wanted: set[str] | None) -> list[dict[str, Any]]
     (the engine adds them next to the upstream lookup's)."""
     absent = missing(binding)
     lines = []
-    for prop in store_properties():
+    for prop in store_path_properties():
         if absent and (wanted is None or prop.clause in wanted):
             lines.append({"clause": prop.clause, "theorem": UPSTREAM_STORE + prop.name,
                           "reason": "upstream's store path needs " + ", ".join(absent)})
     absent_lookup = lookup.missing_roles(binding)
-    if (absent or absent_lookup) and (wanted is None or "C12" in wanted):
-        needs = absent + [_role_line(binding, r) for r in absent_lookup]
-        lines.append({"clause": "C12", "theorem": UPSTREAM_NO_LOST_HITS,
-                      "reason": "upstream's store path and lookup need " + ", ".join(needs)})
+    for prop in end_to_end_path_properties():
+        if (absent or absent_lookup) and (wanted is None or prop.clause in wanted):
+            needs = absent + [_role_line(binding, r) for r in absent_lookup]
+            lines.append({"clause": prop.clause, "theorem": f"upstream-{prop.name}",
+                          "reason": "upstream's store path and lookup need "
+                                    + ", ".join(needs)})
     return lines
+
+
+def store_path_properties(properties: Sequence[CaseProperty] | None = None,
+                          ) -> list[CaseProperty]:
+    """The store family's properties that declare ``Observer.UPSTREAM_STORE_PATH`` (of
+    ``properties``, else of the catalogue): what upstream's store path is judged by."""
+    return observed_by(Observer.UPSTREAM_STORE_PATH, properties, family="store")
+
+
+def end_to_end_path_properties(properties: Sequence[CaseProperty] | None = None,
+                               ) -> list[CaseProperty]:
+    """The end-to-end family's properties that declare both upstream observers (its
+    producer is upstream's store path, its consumer upstream's loop)."""
+    return [p for p in observed_by(Observer.UPSTREAM_STORE_PATH, properties,
+                                   family="end-to-end")
+            if Observer.UPSTREAM_LOOP in p.observable_on]
 
 
 # -- the stand-ins ----------------------------------------------------------------------------
@@ -640,11 +657,12 @@ def upstream_store_theorems(binding: Binding,
     upstream's ``_build_store_jobs`` (empty when it cannot run); ids
     ``Cn/upstream-store-<name>``. Every judge applies: each reads only the offers per
     step, the stored index after each step and the spec. ``properties``: the store
-    properties to observe (by default the catalogue's; a scoped run passes its own)."""
+    properties to choose from (by default the catalogue's; a scoped run passes its own),
+    of which those declaring ``Observer.UPSTREAM_STORE_PATH`` run
+    (:func:`store_path_properties`)."""
     if binding.target.kind == "builtin" or missing(binding):
         return []
-    if properties is None:
-        properties = store_properties()
+    properties = store_path_properties(properties)
     run = make_store_runner(binding)
 
     def observe_upstream(case: StoreCase, impl: Implementation) -> StoreRun:
@@ -674,8 +692,7 @@ def upstream_end_to_end_theorems(binding: Binding,
     observation's ``num_keys``, as upstream meets it). The judge is unchanged."""
     if binding.target.kind == "builtin" or missing(binding) or lookup.missing_roles(binding):
         return []
-    if properties is None:
-        properties = end_to_end_properties()
+    properties = end_to_end_path_properties(properties)
     store_run = make_store_runner(binding)
     lookup_run = lookup.make_runner(binding)
     producer_run: LastCase[StoreCase, StoreRun] = LastCase(
@@ -708,7 +725,7 @@ def upstream_end_to_end_theorems(binding: Binding,
     return [dataclasses.replace(prop, name=f"upstream-{prop.name}", space=space, uses=(),
                                 description=f"upstream's store path and lookup: "
                                             f"{prop.description}")
-            for prop in properties if prop.name == "no-lost-hits"]
+            for prop in properties]
 
 
 def is_upstream(name: str) -> bool:

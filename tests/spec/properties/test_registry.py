@@ -150,6 +150,26 @@ def test_upstream_lists_are_the_catalogues_declarations() -> None:
     assert "upstream-lookup-eagle-peek" not in names  # its pops are not observable there
 
 
+@pytest.mark.skipif(not HAS_VLLM, reason="vLLM is not installed (the audit binds its source)")
+def test_a_toy_store_property_reaches_upstreams_store_path(
+        with_catalogue: Callable[[Iterable[Property]], None]) -> None:
+    from kvcontract.tools.audit.binding import bind
+    from kvcontract.tools.audit.engine import theorems_for
+    from kvcontract.tools.audit.store import UPSTREAM_STORE, missing
+    from kvcontract.tools.audit.targets import resolve_target
+
+    steps = next(p for p in catalog.properties() if p.name == "store-steps")
+    assert isinstance(steps, CaseProperty)
+    toy = dataclasses.replace(steps, name="toy-store")
+    quiet = dataclasses.replace(steps, name="toy-store-quiet", observable_on=frozenset())
+    with_catalogue([toy, quiet])
+    binding = bind(resolve_target("vllm:installed"))
+    assert missing(binding) == []  # 0.33.0's store path runs through the stand-ins
+    names = {t.name for t in theorems_for(binding)}
+    assert UPSTREAM_STORE + "toy-store" in names
+    assert UPSTREAM_STORE + "toy-store-quiet" not in names and "toy-store-quiet" in names
+
+
 def test_a_declaration_no_consumer_honours_is_an_error(
         with_catalogue: Callable[[Iterable[Property]], None]) -> None:
     from kvcontract.tools.audit.engine import _check_observers
