@@ -128,8 +128,9 @@ def plan_overlay(patch: Path, release_package: Path, candidates: Sequence[str], 
     notes: list[str] = []
     for qualname in patch_defs.functions:
         exact = [rel for rel, defs in release.items() if qualname in defs.functions]
+        for rel in exact:  # a name two files define (moved between releases): both
+            by_file.setdefault(rel, []).append((qualname, qualname))
         if exact:
-            by_file.setdefault(exact[0], []).append((qualname, qualname))
             continue
         bare = qualname.rsplit(".", 1)[-1]
         named = [(rel, q) for rel, defs in release.items() for q in defs.functions
