@@ -40,9 +40,14 @@ Stand-ins carry only what those bodies read:
   (``update_state_after_alloc`` after a load from the offload tier, chunk-level policy);
 * per step a ``SchedulerOutput`` (``num_scheduled_tokens``, ``finished_req_ids``).
 
-The observation is a :class:`~kvcontract.spec.properties.store.StoreRun` (per group the
+One request's run is an :class:`UpstreamStorePath` (:func:`make_store_path`): a builder
+call per step serves every group, as upstream's does. The observation is a
+:class:`~kvcontract.spec.properties.store.StoreRun` (per group the
 chunks offered to ``prepare_store`` at each step and ``next_stored_chunk_idx`` after
 it), so the store family's judges apply unchanged (:func:`upstream_store_theorems`).
+The same path is the executable system's store path on upstream code
+(:mod:`.system`), and the bound ``store_replay_boundaries`` is read off it
+(:func:`executed_replay_boundaries`: what the builder passes to its mask, observed).
 :func:`upstream_end_to_end_theorems` composes this producer with upstream's
 ``_lookup_complete_chunks`` (:mod:`.lookup`) as the consumer and keeps C12's judge.
 """
