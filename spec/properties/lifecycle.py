@@ -397,7 +397,7 @@ JUDGES: tuple[tuple[str, str, str, TraceJudge], ...] = (
     ("C14", "nothing-left-pending",
      "no chunk stays pending, no request or key stays counted as loading",
      nothing_left_pending),
-    ("C14", "stores-only-live-blocks", "nothing is stored from a freed or reused block",
+    ("C14", "no-store-from-freed-block", "nothing is stored from a freed or reused block",
      stores_only_live_blocks),
     ("C14", "ended-store-horizon",
      "an ended request's store step offers no chunk past its computed tokens",
@@ -527,12 +527,19 @@ LIFECYCLE_SPACE: CaseSpace[LifecycleCase, LifecycleTrace] = CaseSpace(
     family="lifecycle", cases=lifecycle_cases, describe=lifecycle_domain,
     to_json=LifecycleCase.to_json, from_json=LifecycleCase.from_json,
     observe=observe_lifecycle, geometry_of=lambda case: case.geometry,
+    driver="kvcontract's executable system (impl/system) over the bound primitives",
+    drivers=("lookup_complete_chunks", "StoreTracker.*", "group_first_live_block",
+             "group_load_range"),
 )
 
-LIFECYCLE_FUNCTIONS = ("deferral_clock", "deferral_expired", "get_num_offloadable_tokens",
-                       "sliding_window_lookup", "prefix_lookup", "multigroup_lookup_step",
-                       "load_chunk_range", "is_block_reachable", "store_final_segment_end")
-"""The bundle functions a lifecycle program's decisions run (deadline first)."""
+LIFECYCLE_FUNCTIONS = (
+    "deferral_clock", "deferral_expired", "get_num_offloadable_tokens", "store_step_bounds",
+    "store_chunk_offered", "store_final_segment_end", "store_replay_boundaries",
+    "is_block_reachable", "multigroup_lookup_step", "sliding_window_lookup", "prefix_lookup",
+    "get_sliding_window_size_in_chunks", "load_window_size_in_chunks", "load_chunk_range",
+    "retained_block_range", "get_num_skipped_tokens")
+"""Every bundle function a lifecycle program's decisions run: the deadline rule first
+(the lifecycle's own), then the store path and the lookup the system drives."""
 
 
 @dataclass

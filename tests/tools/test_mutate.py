@@ -85,7 +85,9 @@ def test_reference_target_covers_both_modules_and_maps_clauses() -> None:
     by_function = {p.function: prepared.judges_of(p) for p in prepared.points}
     assert "C1/retained-blocks-exact" in by_function["get_num_skipped_tokens"].theorems
     # C12 drives the store path and the lookup end to end: it judges both.
-    assert by_function["StoreTracker.step"].clauses == ("C8", "C9", "C10", "C12")
+    # The lifecycle family (C13-C15) runs the store path of the executable system too.
+    assert by_function["StoreTracker.step"].clauses == (
+        "C8", "C9", "C10", "C12", "C13", "C14", "C15")
     assert "C12/no-lost-hits" in by_function["lookup_complete_chunks"].theorems
     sampled = plan("reference", sample=5, seed=3)
     assert len(sampled.points) == 5 and sampled.total_points == len(target.points())
