@@ -155,6 +155,12 @@ def _check_observers(theorems: Iterable[Property]) -> None:
                     f"property {theorem.theorem_id} declares {observer.value} but is of the "
                     f"{theorem.family} family; the audit observes upstream's code for "
                     f"{', '.join(sorted(families))} cases only")
+        if Observer.UPSTREAM_LOOP in theorem.observable_on and theorem.family == "lookup" \
+                and not theorem.name.startswith("lookup-"):
+            raise CatalogueError(
+                f"property {theorem.theorem_id} declares upstream-loop: name it lookup-... "
+                f"(the audit's theorem on upstream's loop is {UPSTREAM_LOOKUP}..., the name "
+                "the root cause and the reports recognise)")
 
 
 def is_spec_only(theorem: Property) -> bool:
@@ -862,7 +868,7 @@ def via_of(theorem: Property) -> str:
     if theorem.name.startswith(UPSTREAM_LOOKUP):
         return VIA_UPSTREAM_LOOKUP
     if store.is_upstream(theorem.name):
-        return (VIA_UPSTREAM_END_TO_END if theorem.name == store.UPSTREAM_NO_LOST_HITS
+        return (VIA_UPSTREAM_END_TO_END if store.is_upstream_end_to_end(theorem.name)
                 else VIA_UPSTREAM_STORE)
     if isinstance(theorem, CaseProperty):
         return theorem.space.driver

@@ -180,7 +180,7 @@ def upstream_lookup_theorems(binding: Binding,
     """The lookup properties that declare :attr:`Observer.UPSTREAM_LOOP`
     (:func:`upstream_loop_properties`), observed on upstream's
     ``_lookup_complete_chunks`` (empty when it is not bound); their ids are
-    ``Cn/upstream-lookup-<name less lookup->`` (:func:`upstream_loop_name`).
+    ``Cn/upstream-<name>`` (:func:`upstream_loop_name`).
     ``properties`` are the lookup properties to choose from (by default the catalogue's;
     a scoped run passes its own, whose space enumerates the cases of its geometries)."""
     if missing_roles(binding):
@@ -219,9 +219,11 @@ cause and the summary recognise them by)."""
 
 
 def upstream_loop_name(name: str) -> str:
-    """``lookup-is-maximal`` -> ``upstream-lookup-is-maximal``; any other catalogue name
-    gets the prefix whole (``toy`` -> ``upstream-lookup-toy``)."""
-    return UPSTREAM_LOOKUP + name.removeprefix("lookup-")
+    """``lookup-is-maximal`` -> ``upstream-lookup-is-maximal``: a lookup property judged
+    on upstream's loop is named ``lookup-*`` (the engine checks it:
+    ``engine._check_observers``), so the upstream theorem's name starts with
+    :data:`UPSTREAM_LOOKUP` and gives back the catalogue name (``root_cause``)."""
+    return "upstream-" + name
 
 
 def upstream_loop_properties(properties: Sequence[CaseProperty] | None = None,

@@ -735,7 +735,14 @@ def upstream_end_to_end_theorems(binding: Binding,
 
 def is_upstream(name: str) -> bool:
     """Whether a theorem name is one of this module's."""
-    return name.startswith(UPSTREAM_STORE) or name == UPSTREAM_NO_LOST_HITS
+    return name.startswith(UPSTREAM_STORE) or is_upstream_end_to_end(name)
+
+
+def is_upstream_end_to_end(name: str) -> bool:
+    """Whether a theorem name is an end-to-end property's on upstream's store path and
+    loop (``upstream-<name>`` of :func:`end_to_end_path_properties`)."""
+    return name == UPSTREAM_NO_LOST_HITS or name in {
+        f"upstream-{p.name}" for p in end_to_end_path_properties()}
 
 
 def blame(theorem: CaseProperty, case: Any) -> tuple[list[str], str]:

@@ -51,7 +51,7 @@ def toy_judge(case: LookupCase, observation: LookupObservation) -> str | None:
     return None
 
 
-TOY = CaseProperty("C4", "toy-no-external-hit", "toy: no external hit is accepted",
+TOY = CaseProperty("C4", "lookup-toy-no-external-hit", "toy: no external hit is accepted",
                    LOOKUP_SPACE, toy_judge, LOOKUP_FUNCTIONS,
                    observable_on=frozenset({Observer.UPSTREAM_LOOP, Observer.MONITOR}))
 
@@ -92,7 +92,7 @@ def test_a_toy_property_reaches_the_monitor(
     monitor(LookupEvent("r", 9, 0, states, frozenset(), 8, load_ranges))
     assert TOY_CALLS == [(8, 0)]
     assert [(v.clause, v.kind, v.witness.get("theorem")) for v in monitor.violations] == [
-        ("C4", "lookup", "C4/toy-no-external-hit")]
+        ("C4", "lookup", "C4/lookup-toy-no-external-hit")]
     assert monitor.checks["C4"] == 2  # the monitor's own C4 check, then the toy's
 
 
@@ -123,7 +123,7 @@ def test_a_toy_property_reaches_the_audit_of_upstreams_loop(
     assert upstream[0].family == "upstream-lookup" and upstream[0].judge is toy_judge
     indices, unchecked = plan(binding, AuditOptions(clauses=["C4"]))
     planned = {theorems[i].theorem_id for i in indices}
-    assert {"C4/toy-no-external-hit", "C4/upstream-lookup-toy-no-external-hit"} <= planned
+    assert {"C4/lookup-toy-no-external-hit", "C4/upstream-lookup-toy-no-external-hit"} <= planned
     assert not any("toy" in line["theorem"] for line in unchecked)
 
 
@@ -180,6 +180,9 @@ def test_a_declaration_no_consumer_honours_is_an_error(
                               observable_on=frozenset({Observer.UPSTREAM_LOOP}))
     with pytest.raises(CatalogueError, match="toy-scan-on-loop declares upstream-loop"):
         _check_observers([odd])
+    unnamed = dataclasses.replace(TOY, name="toy")
+    with pytest.raises(CatalogueError, match="C4/toy declares upstream-loop: name it lookup-"):
+        _check_observers([unnamed])
     with_catalogue([dataclasses.replace(odd, observable_on=frozenset({Observer.MONITOR}))])
     with pytest.raises(CatalogueError, match="toy-scan-on-loop declares the monitor"):
         monitored_properties()
