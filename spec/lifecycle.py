@@ -302,6 +302,9 @@ class LifecycleTrace:
     system is not blamed for them staying pending, only for waiting on them forever."""
     notes: tuple[str, ...] = ()
     """What the backend could not observe (named, so an absent record is not a pass)."""
+    fatal: bool = False
+    """The run ended at an exception (engine-fatal): its end state is what the crash
+    left, so the judges of the end state say nothing (the exception is the finding)."""
 
     def requests(self) -> tuple[str, ...]:
         seen: dict[str, None] = {}

@@ -208,6 +208,7 @@ def run_program(geometry: Geometry, impl: Implementation, program: Sequence[str]
             stale_stores=tuple(recorder.stale), open_requests=final["open"]),
         stalled_keys=final["stalled"],
         notes=() if not fatal else ("the program ended at the exception (engine-fatal)",),
+        fatal=fatal,
     )
 
 

@@ -219,7 +219,8 @@ def follows_transitions(trace: LifecycleTrace, geometry: Geometry) -> list[Viola
 
 def jobs_end_once(trace: LifecycleTrace, geometry: Geometry) -> list[Violation]:
     """C14: every job is submitted once and ends exactly once (completed, failed or
-    cancelled); a job the environment stalls may stay open, any other may not."""
+    cancelled); a job the environment stalls may stay open, any other may not (unless
+    the run ended at an engine-fatal exception, which is the finding)."""
     del geometry
     lines: dict[int, list[JobEvent]] = defaultdict(list)
     first: dict[int, str] = {}
@@ -240,7 +241,7 @@ def jobs_end_once(trace: LifecycleTrace, geometry: Geometry) -> list[Violation]:
             found.append(Violation(
                 f"{first[job_id]} ended {len(endings)} times "
                 f"({', '.join(e.value for e in endings)})", Impact.CRASH))
-        if not endings and not (set(keys[job_id]) & stalled):
+        if not endings and not trace.fatal and not (set(keys[job_id]) & stalled):
             found.append(Violation(f"{first[job_id]} never ended", Impact.STALL))
     return found
 
@@ -249,6 +250,8 @@ def nothing_left_pending(trace: LifecycleTrace, geometry: Geometry) -> list[Viol
     """C14: at the end no chunk stays HIT_PENDING (but those of a stalled job), no
     request stays counted as loading, no key stays referenced by a load."""
     del geometry
+    if trace.fatal:
+        return []  # what an engine-fatal exception left behind: the exception is the finding
     stalled = set(trace.stalled_keys)
     final = trace.final
     found: list[Violation] = []
@@ -360,6 +363,8 @@ def failed_load_state_consistent(trace: LifecycleTrace,
     """C15: a failed or cancelled load leaves no key referenced or counted as loading
     (the manager's state for the failed chunks is consistent afterwards)."""
     del geometry
+    if trace.fatal:
+        return []
     failed = {key for rec in trace.recoveries for key in rec.failed_keys}
     final = trace.final
     found: list[Violation] = []

@@ -111,6 +111,11 @@ def test_jobs_end_exactly_once_unless_stalled() -> None:
     open_job = (JobRecord(1, 3, "p", JobKind.STORE, JobEvent.SUBMITTED, 0, (0,), ("g0c0",)),)
     assert "never ended" in lc.jobs_end_once(_trace(jobs=open_job), GEOMETRY)[0]
     assert lc.jobs_end_once(_trace(jobs=open_job, stalled_keys=("g0c0",)), GEOMETRY) == []
+    # After an engine-fatal exception the end state is the crash's: only the exception is
+    # a finding (C14/raises-nothing), not the jobs and chunks it left behind.
+    crashed = _trace(jobs=open_job, fatal=True, final=FinalState(pending_keys=("g0c0",)))
+    assert lc.jobs_end_once(crashed, GEOMETRY) == []
+    assert lc.nothing_left_pending(crashed, GEOMETRY) == []
 
 
 def test_what_is_left_at_the_end() -> None:
