@@ -76,6 +76,13 @@ GAP_CLASSES: dict[str, str] = {
                      "is shorter than a chunk of a group it visits; kvcontract's lookup "
                      "(impl.scheduler.lookup_complete_chunks over upstream-current) has no "
                      "such rule and loads the sub-chunk hit",
+    "sliding-recheck-only": "vLLM took an offloaded hit shorter than a full-attention "
+                            "chunk past L: after a sliding-window group (here an EAGLE "
+                            "pop) shrinks the boundary, vLLM's _lookup_complete_chunks "
+                            "re-checks only its sliding-window groups, so the "
+                            "full-attention groups' at-least-a-chunk rule is not applied "
+                            "again; kvcontract's lookup re-checks every group and answers "
+                            "less",
     "follows-earlier-gap": "an earlier request of the program already differs (what it "
                            "stored, or when it finished), so what this one finds differs",
     "unexplained": "no class of the program explains it",
@@ -330,6 +337,8 @@ def classify(gap: ModelGap, geometry: Geometry, program: Sequence[Op],
         return "admission"
     if gap.aspect in ("hits", "loads") and _sub_chunk_hit(geometry, model, live):
         return "sub-chunk-hit"
+    if gap.aspect in ("hits", "loads") and _sub_chunk_hit(geometry, live, model):
+        return "sliding-recheck-only"
     if model.local_hits and live.local_hits and model.local_hits[0] != live.local_hits[0]:
         return "gpu-prefix-hit"
     if gap.aspect == "offers":
@@ -348,8 +357,8 @@ def classify(gap: ModelGap, geometry: Geometry, program: Sequence[Op],
 
 def _sub_chunk_hit(geometry: Geometry, model: RequestDecisions,
                    live: RequestDecisions) -> bool:
-    """The model took an offloaded hit shorter than some group's chunk past ``L`` where
-    vLLM took none (its hit is its GPU hit)."""
+    """``model`` took an offloaded hit shorter than some group's chunk past ``L`` where
+    ``live`` took none (its hit is its GPU hit); with the sides swapped, the converse."""
     if not (model.hits and live.hits and model.local_hits and live.local_hits):
         return False
     past = model.hits[0] - model.local_hits[0]
