@@ -62,8 +62,9 @@ GAP_CLASSES: dict[str, str] = {
                         "after a load vLLM resumes storing at cdiv(hit, tpc) (the chunk "
                         "the hit ends in was loaded whole), after a GPU-only hit at chunk "
                         "0 (next_stored_chunk_idx moves only on a load); the executable "
-                        "system resumes at hit // tpc in both cases (re-offers of stored "
-                        "chunks: prepare_store stores nothing new)",
+                        "system resumes at hit // tpc in both cases (offers of chunks the "
+                        "hit covers: where the CPU tier holds them, prepare_store stores "
+                        "nothing new)",
     "deferral-deadline": "the executable system stopped deferring the request at its C13 "
                          "deadline (SystemConfig.deferral_bound) and decided over the ready "
                          "chunks; vLLM 0.33.0 keeps deferring while a chunk it needs is "
