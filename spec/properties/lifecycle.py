@@ -417,6 +417,19 @@ JUDGES: tuple[tuple[str, str, str, TraceJudge], ...] = (
 """Every lifecycle judge: ``(clause, name, description, judge)``, in clause order."""
 
 
+JUDGE_IMPACT: dict[str, Impact] = {
+    "deferral-has-cause": Impact.DELAY, "deferral-bounded": Impact.STALL,
+    "decides-once-ready": Impact.DELAY, "raises-nothing": Impact.CRASH,
+    "follows-transitions": Impact.CRASH, "jobs-end-once": Impact.CRASH,
+    "nothing-left-pending": Impact.STALL, "no-store-from-freed-block": Impact.CORRUPTION,
+    "ended-store-horizon": Impact.CORRUPTION, "resumes-on-present-kv": Impact.CORRUPTION,
+    "failed-load-state-consistent": Impact.STALL,
+}
+"""The worst impact each judge's findings have (each finding carries its own: a
+deferral decided late is ``delay``, one never decided ``stall``); what ``kvcontract
+list`` shows."""
+
+
 def judge_trace(trace: LifecycleTrace, geometry: Geometry,
                 clauses: Iterable[str] = ("C13", "C14", "C15")) -> dict[str, list[Violation]]:
     """Every judge of the named clauses on one trace: ``{"C13/deferral-bounded": [...]}``
@@ -670,5 +683,5 @@ def lifecycle_properties() -> list[Property]:
     for clause, name, description, judge in JUDGES:
         made.append(CaseProperty(clause, name, description, LIFECYCLE_SPACE,
                                  _case_judge(judge), LIFECYCLE_FUNCTIONS,
-                                 lifecycle_picture(judge)))
+                                 lifecycle_picture(judge), impact=JUDGE_IMPACT[name]))
     return made

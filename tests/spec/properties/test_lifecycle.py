@@ -158,6 +158,7 @@ def test_resuming_over_a_failed_chunk_is_running_on_missing_kv() -> None:
 def test_judge_trace_names_every_judge() -> None:
     judged = lc.judge_trace(_trace(), GEOMETRY)
     assert list(judged) == [f"{c}/{n}" for c, n, _, _ in lc.JUDGES]
+    assert list(lc.JUDGE_IMPACT) == [n for _, n, _, _ in lc.JUDGES]
     assert all(v == [] for v in judged.values())
     assert list(lc.judge_trace(_trace(), GEOMETRY, ["C15"])) == [
         "C15/resumes-on-present-kv", "C15/failed-load-state-consistent"]
