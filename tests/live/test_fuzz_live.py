@@ -205,3 +205,17 @@ def test_full_matrix_every_disagreement_explained() -> None:
     unexplained = _unexplained(report)
     print("\n".join(unexplained))
     assert not unexplained
+
+
+@needs_vllm
+def test_a_buildable_disagreement_is_a_model_gap(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where spec.build.buildable rejects a geometry vLLM builds, the comparison says so
+    (here buildable is made to reject the seed-000 geometry, which vLLM builds)."""
+    from kvcontract.live import differential
+
+    monkeypatch.setattr(differential, "buildable",
+                        lambda geometry: (False, "rejected for the test"))
+    report = _compare([s for s in seed_scenarios() if s.name == "seed000-stale-pending"])
+    gaps = [g for g in report.gaps if g.aspect == "buildable"]
+    assert [g.gap_class for g in gaps] == ["buildable"]
+    assert "rejected for the test" in str(gaps[0].model)
