@@ -232,6 +232,9 @@ def witnesses(theorem_id: str, geometry: Geometry | st.SearchStrategy[Geometry] 
     * the store theorems (C8-C10): :func:`store_schedules`;
     * ``C12/no-lost-hits``: a producer (:func:`store_schedules` without a cached
       prefix) and a resend, a continuation or a sibling sharing part of it;
+    * the lifecycle theorems (C13-C15): a program of up to 4 actions, one before each
+      step, on one of the family's geometries (``geometry`` is not used: a program's
+      geometries are the family's small hybrid ones);
     * the arithmetic theorems: a size configuration of the theorem's case split and
       values of its variables that satisfy its hypotheses (found by Z3 near values
       Hypothesis draws, so it shrinks towards small numbers).
@@ -259,10 +262,25 @@ def witnesses(theorem_id: str, geometry: Geometry | st.SearchStrategy[Geometry] 
         cases = store_schedules(geometry)
     elif family == "end-to-end":
         cases = _end_to_end_cases(geometry)
+    elif family == "lifecycle":
+        cases = _lifecycle_cases()
     else:  # pragma: no cover - a family added later
         raise UnknownPropertyError(f"{prop.theorem_id}: no strategy for the {family!r} "
                                    "family yet")
     return cases.map(prop.witness)
+
+
+def _lifecycle_cases() -> st.SearchStrategy[Any]:
+    from kvcontract.spec.properties.lifecycle import (
+        ACTIONS,
+        LifecycleCase,
+        lifecycle_geometries,
+    )
+
+    return st.builds(
+        lambda named, actions: LifecycleCase(named[0], named[1], tuple(actions)),
+        st.sampled_from(lifecycle_geometries()),
+        st.lists(st.sampled_from(ACTIONS), max_size=4))
 
 
 def _scan_cases() -> st.SearchStrategy[Any]:
