@@ -212,7 +212,9 @@ def lookup_complete_chunks(
     swa_groups = sorted(windows, key=lambda g: -windows[g])
     other_groups = [g for g, s in enumerate(geometry.groups) if s.kind is GroupKind.MAMBA]
     order = fa_groups + swa_groups + other_groups
-    max_hit = num_tokens - 1 if geometry.has_swa else num_tokens
+    # A windowed group (sliding window, or Mamba: one chunk of state) must recompute the
+    # last prompt token, so the candidate starts one below the prompt.
+    max_hit = num_tokens - 1 if geometry.recomputes_last_token else num_tokens
     if max_hit_tokens is not None:
         max_hit = min(max_hit, max_hit_tokens)  # scheduling budgets cap the candidate
     outcome = LookupOutcome(hit_tokens=None, max_hit_trace=[max_hit])

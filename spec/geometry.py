@@ -156,6 +156,16 @@ class Geometry:
     def has_swa(self) -> bool:
         return any(g.is_swa for g in self.groups)
 
+    @property
+    def recomputes_last_token(self) -> bool:
+        """Whether a lookup caps its hit at ``num_tokens - 1`` (the last prompt token is
+        recomputed for its logits). vLLM's offloading lookup does so for every windowed
+        group, and a Mamba group is one: its window is the single chunk holding the
+        state (vLLM 0.33.0 ``offloading/config.py:get_sliding_window_size_in_chunks``
+        gives it one chunk, and ``_lookup_complete_chunks`` lowers the cap by one when any
+        group has a window). Only full attention alone serves the whole prompt."""
+        return any(g.kind is not GroupKind.FULL for g in self.groups)
+
     def describe(self) -> str:
         parts = " + ".join(g.describe() for g in self.groups)
         text = f"{parts}; bpc={self.blocks_per_chunk}"

@@ -26,8 +26,9 @@ from kvcontract.spec.retention import (
 
 
 def initial_max_hit(geometry: Geometry, num_tokens: int) -> int:
-    """``maxhit``: the last prompt token is recomputed for logits when an SWA group exists."""
-    return num_tokens - 1 if geometry.has_swa else num_tokens
+    """``maxhit``: the last prompt token is recomputed for logits when a group has a
+    window (sliding window or Mamba: ``Geometry.recomputes_last_token``)."""
+    return num_tokens - 1 if geometry.recomputes_last_token else num_tokens
 
 
 def complete_chunks(geometry: Geometry, group: GroupSpec, num_tokens: int) -> int:

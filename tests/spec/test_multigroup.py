@@ -30,6 +30,22 @@ def test_initial_max_hit_and_complete_chunks() -> None:
     assert mg.complete_chunks(bpc2, bpc2.groups[1], 17) == 2
 
 
+def test_a_mamba_group_recomputes_the_last_token() -> None:
+    """vLLM's offloading lookup gives a Mamba group a window of one chunk, so a geometry
+    with one caps the hit at ``P - 1`` like an SWA group (without SWA too); observed
+    live on vLLM 0.33.0: FA + Mamba with 64-token chunks, a chunk-aligned resend of 256
+    tokens is served 192, not 256."""
+    from kvcontract.spec.properties.end_to_end import promised_hit
+    from kvcontract.spec.properties.store import StoreCase
+
+    fa_mamba = Geometry((fa(64), mamba(64)), retention_interval=0)
+    assert fa_mamba.recomputes_last_token and not fa_mamba.has_swa
+    assert not Geometry((fa(64),)).recomputes_last_token
+    assert mg.initial_max_hit(fa_mamba, 256) == 255
+    producer = StoreCase("FA64+Mamba64", fa_mamba, 256, (256,), "finished", decode=3)
+    assert promised_hit(fa_mamba, producer, 256) == 192
+
+
 def test_load_range_per_kind() -> None:
     fa_group, swa_group = FA_SWA.groups
     assert mg.load_range(FA_SWA, fa_group, 12, 0) == (0, 3)
