@@ -21,6 +21,7 @@ in ``trace.notes``; :func:`unobserved` lists them for the reports.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import re
 from collections import defaultdict
@@ -449,6 +450,7 @@ job, the prefix caches are reset."""
 
 SEED_PROGRAMS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("stalled-store", ("stall-store", "add c")),
+    ("stalled-final-store", ("-", "-", "-", "stall-store", "add c")),
     ("abort-unscheduled", ("abort p",)),
     ("abort-loading", ("-", "add c", "abort c")),
     ("preempt-store-in-flight", ("-", "preempt p", "add c")),
@@ -456,7 +458,9 @@ SEED_PROGRAMS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("reset-during-load", ("-", "add c", "reset-cache")),
 )
 """The named lifecycle scenarios of issue 21, checked first (their witnesses are the
-ones a report shows): a stalled write a resend waits on (vLLM #49829), an abort before
+ones a report shows): a stalled write a resend waits on (vLLM #49829: the producer's
+first store job, and its last one, whose chunks the resend's window reads on any
+geometry), an abort before
 the first schedule (#49118), an abort with loads in flight, a preemption with its store
 in flight and a re-admission (#46014), a failed load (#35223, #45474), a cache reset
 while a load holds its chunks."""
@@ -476,6 +480,20 @@ class LifecycleCase:
     actions: tuple[str, ...]
     label: str = ""
     """A seed scenario's name (empty for the enumerated programs)."""
+    prompt_len: int = 0
+    """The producer's prompt (0: the family's, :class:`~kvcontract.impl.system.lifecycle.
+    ProgramConfig`); a scoped run sizes it to its geometry (:func:`scoped_cases`)."""
+    token_budget: int = 0
+    """Tokens per step (0: the family's)."""
+
+    def config(self) -> Any:
+        """The program's :class:`~kvcontract.impl.system.lifecycle.ProgramConfig`."""
+        from kvcontract.impl.system.lifecycle import ProgramConfig
+
+        default = ProgramConfig()
+        return dataclasses.replace(
+            default, prompt_len=self.prompt_len or default.prompt_len,
+            token_budget=self.token_budget or default.token_budget)
 
     def program(self) -> list[str]:
         ops = ["add p"]
@@ -486,8 +504,12 @@ class LifecycleCase:
         return ops
 
     def to_json(self) -> dict[str, Any]:
-        return {"geometry_name": self.geometry_name, "geometry": self.geometry.to_dict(),
-                "actions": list(self.actions), "label": self.label}
+        shown: dict[str, Any] = {
+            "geometry_name": self.geometry_name, "geometry": self.geometry.to_dict(),
+            "actions": list(self.actions), "label": self.label}
+        if self.prompt_len or self.token_budget:
+            shown.update(prompt_len=self.prompt_len, token_budget=self.token_budget)
+        return shown
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> LifecycleCase:
@@ -496,9 +518,13 @@ class LifecycleCase:
         if unknown:
             raise WitnessError(f"unknown lifecycle action {unknown[0]!r}; the actions are "
                                f"{', '.join(ACTIONS)}")
+        sizes = [data.get("prompt_len", 0), data.get("token_budget", 0)]
+        if any(isinstance(v, bool) or not isinstance(v, int) or v < 0 for v in sizes):
+            raise WitnessError(f"prompt_len and token_budget must be integers >= 0, not "
+                               f"{sizes[0]!r} and {sizes[1]!r}")
         return cls(str(data.get("geometry_name", "witness")),
                    Geometry.from_dict(dict(data["geometry"])), actions,
-                   str(data.get("label", "")))
+                   str(data.get("label", "")), int(sizes[0]), int(sizes[1]))
 
 
 def lifecycle_geometries() -> list[tuple[str, Geometry]]:
@@ -533,10 +559,47 @@ def lifecycle_domain(depth: int = LIFECYCLE_DEPTH) -> str:
             f"{config.tail_steps} more steps, D = {config.deferral_bound})")
 
 
+def scoped_program_size(geometry: Geometry) -> tuple[int, int]:
+    """``(prompt_len, token_budget)`` of a scoped run's programs on ``geometry``: a prompt
+    of at least four of its largest chunks and past its widest window (plus two chunks),
+    one token more so its last chunk is partial, prefilled over three steps."""
+    widest_chunk = max(geometry.chunk_tokens(g) for g in geometry.groups)
+    window = max((g.sliding_window or 0) + g.extra_retained_tokens for g in geometry.groups)
+    prompt = max(4 * widest_chunk, window + 2 * widest_chunk) + 1
+    return prompt, -(-prompt // 3)
+
+
+def scoped_cases(scope: Iterable[tuple[str, Geometry]], depth: int = 1) -> Iterator[
+        LifecycleCase]:
+    """The lifecycle programs of a scoped run (``--model``/``--geometry``): the seed
+    scenarios and every sequence of up to ``depth`` actions on each given geometry, the
+    prompt and budget sized to it (:func:`scoped_program_size`)."""
+    scope = list(scope)
+    for name, geometry in scope:
+        prompt, budget = scoped_program_size(geometry)
+        for label, actions in SEED_PROGRAMS:
+            yield LifecycleCase(name, geometry, actions, label, prompt, budget)
+    for length in range(depth + 1):
+        for actions in itertools.product(ACTIONS, repeat=length):
+            for name, geometry in scope:
+                prompt, budget = scoped_program_size(geometry)
+                yield LifecycleCase(name, geometry, actions, "", prompt, budget)
+
+
+def scoped_domain(scope: Iterable[tuple[str, Geometry]], depth: int = 1) -> str:
+    scope = list(scope)
+    sizes = "; ".join(f"{name}: {scoped_program_size(g)[0]}-token prompt, "
+                      f"{scoped_program_size(g)[1]} tokens a step" for name, g in scope)
+    count = sum(1 for _ in scoped_cases(scope, depth))
+    return (f"{count} lifecycle programs on the executable system: {len(SEED_PROGRAMS)} seed "
+            f"scenarios and every sequence of <= {depth} of {len(ACTIONS)} actions per "
+            f"geometry ({sizes}; D = 4)")
+
+
 def _observe(case: LifecycleCase, impl: Implementation) -> LifecycleTrace:
     from kvcontract.impl.system.lifecycle import run_program
 
-    return run_program(case.geometry, impl, case.program())
+    return run_program(case.geometry, impl, case.program(), case.config())
 
 
 observe_lifecycle: LastCase[LifecycleCase, LifecycleTrace] = LastCase(_observe)
@@ -614,23 +677,15 @@ def lifecycle_picture(judge: TraceJudge) -> Callable[[LifecycleCase, Implementat
     def draw(case: LifecycleCase, impl: Implementation) -> Picture:
         trace = observe_lifecycle(case, impl)
         found = judge(trace, case.geometry)
-        from kvcontract.impl.system.lifecycle import ProgramConfig
-
         notes = [f"program: {' ; '.join(case.program())}, then "
-                 f"{ProgramConfig().tail_steps} steps"
+                 f"{case.config().tail_steps} steps"
                  + (f" ({case.label})" if case.label else ""),
                  *[str(v) for v in found[:3]], *trace.notes]
         steps = set().union(*(_steps_named(str(v)) for v in found)) if found else set()
-        return TimelinePicture(case.geometry, len(prompt_of_case()), None, notes=notes,
+        return TimelinePicture(case.geometry, case.config().prompt_len, None, notes=notes,
                                timeline=timeline_of(trace), offending_steps=steps)
 
     return draw
-
-
-def prompt_of_case() -> list[int]:
-    from kvcontract.impl.system.lifecycle import ProgramConfig, prompt_tokens
-
-    return prompt_tokens(ProgramConfig().prompt_len)
 
 
 def _case_judge(judge: TraceJudge) -> Callable[[LifecycleCase, LifecycleTrace], str | None]:

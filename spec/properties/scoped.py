@@ -367,9 +367,22 @@ def _lookup_domain(scope: Scope) -> str:
             "chunk")
 
 
+def _lifecycle_cases(scope: Scope) -> Iterator[Any]:
+    from kvcontract.spec.properties.lifecycle import scoped_cases
+
+    return scoped_cases(scope)
+
+
+def _lifecycle_domain(scope: Scope) -> str:
+    from kvcontract.spec.properties.lifecycle import scoped_domain
+
+    return scoped_domain(scope)
+
+
 _CASES = {"store": (store_cases, _store_domain),
           "end-to-end": (end_to_end_cases, _end_to_end_domain),
-          "lookup": (lookup_cases, _lookup_domain)}
+          "lookup": (lookup_cases, _lookup_domain),
+          "lifecycle": (_lifecycle_cases, _lifecycle_domain)}
 """The families whose cases are replaced: ``family -> (cases(scope), domain(scope))``."""
 KEPT_FAMILIES = ("scan",)
 """Families without a geometry, run as in the full catalogue."""

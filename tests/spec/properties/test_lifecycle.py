@@ -235,3 +235,18 @@ def test_the_deadline_rule_is_proved_and_the_defective_rules_refuted() -> None:
     assert prop.violation(values, get_implementation("resetting-deadline")) is not None
     assert all(prop.admissible({"t0": a, "t": a + b + 1, "start": a, "D": c})
                for a, b, c in itertools.product(range(3), repeat=3))
+
+
+def test_scoped_runs_size_the_programs_to_the_geometry() -> None:
+    big = Geometry((fa(16), swa(16, 128)), blocks_per_chunk=4)
+    assert lc.scoped_program_size(big) == (257, 86)  # 128 + 2 * 64 + 1, in three steps
+    cases = list(lc.scoped_cases([("big", big)]))
+    assert len(cases) == len(lc.SEED_PROGRAMS) + 1 + len(lc.ACTIONS)
+    assert {c.config().prompt_len for c in cases} == {257}
+    assert lc.LifecycleCase.from_json(cases[0].to_json()) == cases[0]
+    seed = next(c for c in cases if c.label == "stalled-final-store")
+    prop = next(p for p in _case_properties() if p.name == "deferral-bounded")
+    assert "never decided" in (prop.check(seed, get_implementation("no-deadline")) or "")
+    assert prop.check(seed, REFERENCE) is None
+    with pytest.raises(WitnessError, match="prompt_len and token_budget"):
+        lc.LIFECYCLE_SPACE.decode({**seed.to_json(), "prompt_len": -1})
