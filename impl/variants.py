@@ -22,7 +22,8 @@ shape the defect had upstream:
   the store path treats an aborted request like a finished one and stores its prompt;
   for a request aborted before it was ever scheduled the chunks have keys but no GPU
   blocks, and ``assert len(offload_keys) == len(offload_block_ids)`` fails in
-  ``_build_store_jobs`` (engine-fatal: C14).
+  ``_build_store_jobs`` (engine-fatal: C14); an abort mid-prefill offers chunks past
+  the computed tokens (C8, C9, C10, C12).
 * ``resetting-deadline`` (vLLM #53087, a review of the first deadline): the deferral
   clock restarts at every failed promotion round, so a request waiting on a stalled
   write is never decided (C13: stall).
@@ -262,7 +263,10 @@ VARIANTS: dict[str, Implementation] = {
         description="vLLM #49118: an aborted request's store job covers its prompt, so "
         "one aborted before scheduling has keys but no blocks (assertion)",
         get_num_offloadable_tokens=_aborted_like_finished_tokens,
-        violates=("C14",),
+        # Measured by `kvcontract prove`: the store step offers an aborted request's
+        # uncomputed chunks (C8 waste, C9 horizon, C10 uncommitted slots, C12 waste), and
+        # the lifecycle's abort before scheduling raises the assertion (C14).
+        violates=("C8", "C9", "C10", "C12", "C14"),
     ),
     "resetting-deadline": dataclasses.replace(
         REFERENCE,

@@ -591,9 +591,12 @@ def scoped_domain(scope: Iterable[tuple[str, Geometry]], depth: int = 1) -> str:
     sizes = "; ".join(f"{name}: {scoped_program_size(g)[0]}-token prompt, "
                       f"{scoped_program_size(g)[1]} tokens a step" for name, g in scope)
     count = sum(1 for _ in scoped_cases(scope, depth))
+    from kvcontract.impl.system.lifecycle import ProgramConfig
+
+    bound = ProgramConfig().deferral_bound
     return (f"{count} lifecycle programs on the executable system: {len(SEED_PROGRAMS)} seed "
             f"scenarios and every sequence of <= {depth} of {len(ACTIONS)} actions per "
-            f"geometry ({sizes}; D = 4)")
+            f"geometry ({sizes}; D = {bound})")
 
 
 def _observe(case: LifecycleCase, impl: Implementation) -> LifecycleTrace:
