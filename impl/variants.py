@@ -18,12 +18,14 @@ shape the defect had upstream:
   mask, which does not store the chunk an EAGLE lookup peeks at when an alignment
   boundary falls inside a chunk (C7), and upstream's store replay boundary ``P - 1``
   alone, which leaves out the EAGLE replay boundaries of vLLM's GPU rule (C9, C12).
-* ``abort-unscheduled-crash`` (vLLM #49118, #49146, #52211, #49889, #49285, #52170):
-  the store path treats an aborted request like a finished one and stores its prompt;
-  for a request aborted before it was ever scheduled the chunks have keys but no GPU
-  blocks, and ``assert len(offload_keys) == len(offload_block_ids)`` fails in
-  ``_build_store_jobs`` (engine-fatal: C14); an abort mid-prefill offers chunks past
-  the computed tokens (C8, C9, C10, C12).
+* ``abort-unscheduled-crash`` (the shape of vLLM #49118, #49146, #52211, #49889,
+  #49285, #52170): the store path treats an aborted request like a finished one and
+  stores its prompt; for a request aborted before it was ever scheduled the chunks have
+  keys but no GPU blocks, and ``assert len(offload_keys) == len(offload_block_ids)``
+  fails in ``_build_store_jobs`` (engine-fatal: C14); an abort mid-prefill offers
+  chunks past the computed tokens (C8, C9, C10, C12). A shape, not a transcription:
+  vLLM 0.28.0-0.33.0 already store ``num_computed_tokens`` for ``FINISHED_ABORTED``
+  (docs/CONTRACT.md 9.1).
 * ``resetting-deadline`` (vLLM #53087, a review of the first deadline): the deferral
   clock restarts at every failed promotion round, so a request waiting on a stalled
   write is never decided (C13: stall).
