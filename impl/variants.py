@@ -17,7 +17,8 @@ shape the defect had upstream:
   load needs when ``sw = 1 (mod tpc)`` and ``e = 0``: C3, C4) and upstream's block
   mask, which does not store the chunk an EAGLE lookup peeks at when an alignment
   boundary falls inside a chunk (C7), and upstream's store replay boundary ``P - 1``
-  alone, which leaves out the EAGLE replay boundaries of vLLM's GPU rule (C9, C12).
+  alone, which leaves out the EAGLE replay boundaries of vLLM's GPU rule (C9, C12),
+  and no deferral deadline, as 0.33.0 (C13: a stalled store defers forever).
 * ``abort-unscheduled-crash`` (the shape of vLLM #49118, #49146, #52211, #49889,
   #49285, #52170): the store path treats an aborted request like a finished one and
   stores its prompt; for a request aborted before it was ever scheduled the chunks have
@@ -248,16 +249,21 @@ VARIANTS: dict[str, Implementation] = {
         REFERENCE,
         name="upstream-current",
         description="upstream's current window formula (cdiv(sw, tpc) lower bound), "
-        "block mask (no EAGLE peek chunk) and store replay boundary (P - 1 only)",
+        "block mask (no EAGLE peek chunk), store replay boundary (P - 1 only) and no "
+        "deferral deadline",
         get_sliding_window_size_in_chunks=_upstream_window,
         load_window_size_in_chunks=_upstream_load_window,
         is_block_reachable=_upstream_block_reachable,
         store_replay_boundaries=_upstream_replay_boundaries,
+        # vLLM 0.33.0 enforces no deferral deadline (it measures
+        # deferred_lookup_start_time for a histogram only; live: a stalled store defers
+        # its consumer at every step), so kvcontract's model of it has none either.
+        deferral_expired=_never_expires,
         # The over-demanded chunk defers on a pending key no load reads (C3) and
         # loses the hit when it is missing (C4); an EAGLE peek chunk after an A boundary
         # inside a chunk is never stored (C7); the EAGLE replay tails are never stored
-        # (C9 store-steps, C12 lost hit).
-        violates=("C3", "C4", "C7", "C9", "C12"),
+        # (C9 store-steps, C12 lost hit); a stalled store defers forever (C13 stall).
+        violates=("C3", "C4", "C7", "C9", "C12", "C13"),
     ),
     "abort-unscheduled-crash": dataclasses.replace(
         REFERENCE,

@@ -180,6 +180,12 @@ def _checks(normalized: Mapping[str, Any], skipped: list[Skipped],
         if not witness:
             skipped.append(Skipped(theorem_id, "the result carries no witness"))
             continue
+        if witness.get("kind") == "live-lifecycle":
+            skipped.append(Skipped(theorem_id, (
+                f"a scenario run on vLLM itself ({witness.get('scenario')}), not a check of "
+                f"kvcontract's: replay it with `kvcontract live --scenario "
+                f"{witness.get('scenario')}`")))
+            continue
         if not one_check(witness.get("kind")):
             skipped.append(Skipped(theorem_id, (
                 f"a witness of kind {witness.get('kind')!r} is a program of the executable "

@@ -352,10 +352,14 @@ def recovers_from_failed_load(trace: LifecycleTrace, geometry: Geometry) -> list
         for key in sorted(reloaded):
             if stored_after.get(key, -1) > rec.step:
                 continue
+            # Not a crash by itself: a transient failure reloads fine. But nothing
+            # marks the chunk bad, so a persistent one (a lost or corrupt CPU copy)
+            # repeats load, fail, recompute, lookup: the request never completes.
             found.append(Violation(
                 f"step {rec.step}: {rec.request}'s load of {key} failed, and its next hit "
-                "loads the same chunk again from the manager's unchanged state",
-                Impact.CRASH))
+                "loads the same chunk again from the manager's unchanged state (a "
+                "persistent failure repeats without end)",
+                Impact.STALL))
     return found
 
 

@@ -13,7 +13,6 @@ import functools
 import itertools
 
 import pytest
-from rich.console import Console
 
 from kvcontract.live.lifecycle import to_trace
 from kvcontract.live.observation import (
@@ -107,7 +106,7 @@ def test_an_incomplete_record_is_unknown_never_a_pass() -> None:
 
 def test_the_audit_names_what_it_cannot_check() -> None:
     report: dict[str, object] = {"target": "builtin:reference", "notes": []}
-    lifecycle_section(Console(), report, live=False, quiet=True)
+    lifecycle_section(report, live=False)
     assert report["notes"] == [NOT_LIVE_NOTE]
     section = run_lifecycle_rows({"target": "builtin:reference"})
     rows = section["rows"]

@@ -14,10 +14,11 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from kvcontract.errors import UsageError
 from kvcontract.proofs.shards import Shard
+from kvcontract.spec.clauses import get_clause
 from kvcontract.spec.geometry import Geometry
 from kvcontract.tools.audit.binding import Binding, bind
 from kvcontract.tools.audit.engine import AuditOptions, AuditRun, run_audit
-from kvcontract.tools.audit.lifecycle_stage import lifecycle_section
+from kvcontract.tools.audit.lifecycle_stage import lifecycle_section, print_lifecycle
 from kvcontract.tools.audit.report import build_report, print_bindings, print_report
 from kvcontract.tools.audit.targets import Target, resolve_target
 from kvcontract.tools.reports.gate import FindingsBaseline
@@ -246,6 +247,9 @@ def _audit(console: Console, resolved: Target, resolved_baseline: Target | None,
         from kvcontract.tools.audit.live_stage import confirm_defects
 
         confirm_defects(report, options)
+    # The lifecycle on vLLM itself (live), before the gate: its findings count.
+    lifecycle_section(report, live=live, report_file=report_file,
+                      clauses=[get_clause(c).id for c in options.clauses])
     apply_gate(report, fail_on, only_new, findings_baseline, write_baseline,
                require_complete)
     if options.geometries:
@@ -284,7 +288,8 @@ def _audit(console: Console, resolved: Target, resolved_baseline: Target | None,
             console.print(escape(f"--require-complete: {len(report['unchecked'])} theorems "
                                  "were not checked (listed above): exit 3 unless a finding "
                                  "fails the run"), highlight=False)
-    lifecycle_section(console, report, live=live, quiet=quiet)
+    if live and not quiet and "lifecycle" in report:
+        print_lifecycle(console, report["lifecycle"])
     return report
 
 

@@ -240,9 +240,13 @@ def group_defects(rows: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
                         "impact": head.get("impact"), "line": witness_line(head),
                         "witness": head.get("witness")},
         })
-    defects.sort(key=lambda d: (_IMPACT_ORDER.get(d["impact"], 0),
-                                clause_number(d["clauses"][0]), d["id"]))
-    return defects
+    return sort_defects(defects)
+
+
+def sort_defects(defects: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Most severe first, then by clause and id (how every report lists them)."""
+    return sorted(defects, key=lambda d: (_IMPACT_ORDER.get(d["impact"], 0),
+                                          clause_number(d["clauses"][0]), d["id"]))
 
 
 def add_commands(defects: Sequence[dict[str, Any]], target: str,

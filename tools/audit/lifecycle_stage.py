@@ -15,12 +15,15 @@ The report gets ``lifecycle``: the vLLM release, and a row per scenario and clau
 its findings and observed numbers, ``confirmed live``). Where the scenarios cannot run
 (no live backend, another release than the target's, a built-in target) every clause
 gets an ``UNKNOWN`` row naming why; an audit without ``--live`` notes that C13-C15 on
-vLLM were not checked. Nothing here changes a verdict or the exit code (as the live
-stage): the rows say which upstream lifecycle failures the release has.
+vLLM were not checked. The rows are the audit's check of C13-C15 on upstream
+(:func:`merge_into_report`): theorem rows ``Cn/live-SCENARIO`` whose counterexamples are
+findings, grouped into defects, in the clause summary and the exit code; a path the
+release's own worker does not reach is ``latent``.
 """
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from typing import Any
 
 from rich.console import Console
@@ -58,6 +61,7 @@ def _run_scenarios(overlay: Any) -> dict[str, Any]:
 
     env.require()
     installed = install(overlay) if not overlay.empty else list(overlay.notes)
+    site = _deferral_site()
     rows: list[dict[str, Any]] = []
     for name in LIFECYCLE_JUDGED:
         result = run_scenario(name)
@@ -68,20 +72,44 @@ def _run_scenarios(overlay: Any) -> dict[str, Any]:
                          "impact": None if verdict.impact is None else verdict.impact.value,
                          "outcome": result.outcome, "findings": list(verdict.findings),
                          "numbers": numbers, "why": verdict.reason or None})
-    return {"rows": rows, "overlay": installed}
+    return {"rows": rows, "overlay": installed, "deferral_site": site}
 
 
-def lifecycle_section(console: Console, report: dict[str, Any], *, live: bool,
-                      quiet: bool) -> None:
-    """Add the lifecycle rows to ``report`` (``live``: run the scenarios; else a note
-    that they were not checked) and, unless ``quiet``, print them."""
+def _deferral_site() -> dict[str, Any] | None:
+    """Where vLLM decides a deferred lookup (the connector's
+    ``get_num_new_matched_tokens``, laid over as installed): a C13 stall's location."""
+    import inspect
+
+    from kvcontract.live.env import vllm_names
+
+    try:
+        cls = vllm_names("vllm.distributed.kv_transfer.kv_connector.v1.offloading.scheduler",
+                         "OffloadingConnectorScheduler")
+        fn = cls.get_num_new_matched_tokens
+        return {"qualname": "OffloadingConnectorScheduler.get_num_new_matched_tokens",
+                "path": inspect.getsourcefile(fn), "line": inspect.getsourcelines(fn)[1],
+                "what": "deferral of a lookup without a deadline"}
+    except (AttributeError, ImportError, OSError, TypeError):
+        return None
+
+
+def lifecycle_section(report: dict[str, Any], *, live: bool,
+                      report_file: str | None = None,
+                      clauses: Collection[str] = ()) -> None:
+    """Add the lifecycle rows of the ``clauses`` asked for (all of C13-C15 by default)
+    to ``report`` (``live``: run the scenarios, its findings merged into the results and
+    defects; else a note that they were not checked). Run before the gate, so the exit
+    code counts them; :func:`print_lifecycle` prints."""
+    wanted = set(CLAUSES) & set(clauses) if clauses else set(CLAUSES)
+    if not wanted:
+        return  # --clause names none of C13-C15
     if not live:
         report.setdefault("notes", []).append(NOT_LIVE_NOTE)
         return
     section = run_lifecycle_rows(report)
+    section["rows"] = [r for r in section.get("rows") or [] if r["clause"] in wanted]
     report["lifecycle"] = section
-    if not quiet:
-        print_lifecycle(console, section)
+    merge_into_report(report, section, report_file)
 
 
 def run_lifecycle_rows(report: dict[str, Any]) -> dict[str, Any]:
@@ -115,7 +143,88 @@ def run_lifecycle_rows(report: dict[str, Any]) -> dict[str, Any]:
     for row in rows:
         row["live"] = f"confirmed live on vLLM {installed}"
     section["rows"] = rows
+    section["deferral_site"] = outcome.value.get("deferral_site")
     return section
+
+
+UNREACHED_NOTE = "reached only through a worker that reports failed transfers"
+
+
+def result_rows(section: dict[str, Any]) -> list[dict[str, Any]]:
+    """The lifecycle rows as the report's theorem rows (``Cn/live-SCENARIO``), so the
+    clauses' summary, the defects and the exit code count them as every other check: a
+    counterexample on vLLM itself is a finding. A counterexample on a path the release's
+    own worker does not reach (the scheduler's failure API fed by kvcontract's worker:
+    the release asserts first) is ``latent``, with the reason."""
+    found: list[dict[str, Any]] = []
+    site = section.get("deferral_site")
+    release = section.get("vllm")
+    for row in section.get("rows") or []:
+        if row.get("scenario") is None or row["verdict"] not in ("TESTED", "COUNTEREXAMPLE"):
+            continue
+        numbers = row.get("numbers") or {}
+        message = (row["findings"][0] if row["findings"] else
+                   f"scenario {row['scenario']}: {row['outcome']}")
+        result: dict[str, Any] = {
+            "clause": row["clause"], "theorem": f"live-{row['scenario']}",
+            "verdict": row["verdict"], "evidence": "examples", "cases": 1, "seconds": 0.0,
+            "domain": f"the live scenario {row['scenario']} on vLLM {release}",
+            "impact": row.get("impact"), "message": message,
+            "witness": {"kind": "live-lifecycle", "scenario": row["scenario"],
+                        "outcome": row["outcome"], "findings": list(row["findings"])},
+            "live": row.get("live"),
+        }
+        if row["verdict"] == "COUNTEREXAMPLE":
+            reachable = str(numbers.get("reachable") or "")
+            if UNREACHED_NOTE.split(" through")[0] in reachable or \
+                    "reached only by" in reachable:
+                result["impact"] = "latent"
+                result["message"] = f"{message} [latent: {reachable}]"
+            cause = _root_cause(row, numbers, site)
+            if cause is not None:
+                result["root_cause"] = cause
+        found.append(result)
+    return found
+
+
+def _root_cause(row: dict[str, Any], numbers: dict[str, Any],
+                site: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The vLLM function a live lifecycle finding happens in: where vLLM raised, or for a
+    deferral never decided the connector's lookup entry point."""
+    raised = numbers.get("raised_in") or []
+    if raised:
+        where, _, qualname = str(raised[0]).partition(" ")
+        path, _, line = where.rpartition(":")
+        # One root cause across clauses (C14's exception, C15's failed recovery).
+        return {"how": "live", "functions": [{
+            "qualname": qualname or where, "path": path, "line": int(line) if
+            line.isdigit() else None, "what": "raises on a failed transfer"}]}
+    if row["clause"] == "C13" and site is not None:
+        return {"how": "loop", "functions": [dict(site)]}
+    return None
+
+
+def merge_into_report(report: dict[str, Any], section: dict[str, Any],
+                      report_file: str | None) -> None:
+    """The live lifecycle rows added to ``report``'s results, its clause summary
+    recomputed (a clause checked live drops its stand-in lines from ``unchecked``) and
+    their defects added; :func:`~kvcontract.tools.audit.command.apply_gate` then counts
+    them in the exit code."""
+    from kvcontract.tools.audit.defects import add_commands, group_defects, sort_defects
+    from kvcontract.tools.audit.engine import clause_summary
+
+    rows = result_rows(section)
+    if not rows:
+        return
+    checked = {r["clause"] for r in rows}
+    report["results"] = [*report["results"], *rows]
+    report["unchecked"] = [u for u in report["unchecked"] if u["clause"] not in checked]
+    report["summary"] = clause_summary(report["results"], report["unchecked"])
+    defects = group_defects(rows)
+    add_commands(defects, str(report["target"]), report_file)
+    for defect in defects:
+        defect["live"] = {"status": "confirmed", "reason": f"run on vLLM {section['vllm']}"}
+    report["defects"] = sort_defects([*report.get("defects", []), *defects])
 
 
 def print_lifecycle(console: Console, section: dict[str, Any]) -> None:

@@ -98,6 +98,10 @@ def explain(report_path: str | None, theorems: tuple[str, ...], defect_ids: tupl
     scenes: list[tuple[str, Any]]
     if report_path and defect_ids:
         theorems = (*theorems, *defect_theorems(report_path, defect_ids))
+    if report_path and theorems:
+        theorems = _print_live_lifecycle(report_path, theorems)
+        if not theorems:
+            return
     if report_path:
         scenes = _report_scenes(report_path, theorems, impl_name)
         if not scenes:
@@ -121,6 +125,30 @@ def explain(report_path: str | None, theorems: tuple[str, ...], defect_ids: tupl
             console.print()
         for picture in written:
             click.echo(f"wrote {picture}")
+
+
+def _print_live_lifecycle(report_path: str, theorems: tuple[str, ...]) -> tuple[str, ...]:
+    """Print the audit's live lifecycle findings among ``theorems`` (``Cn/live-NAME``: a
+    scenario run on vLLM itself, nothing to draw on the token axis): the scenario, its
+    outcome, its findings and the command that replays it; the other theorems are
+    returned to be drawn."""
+    data = load_replay_report(report_path)
+    rows = {f"{r.get('clause')}/{r.get('theorem')}": r for r in data.get("results") or []
+            if isinstance(r, Mapping)
+            and (r.get("witness") or {}).get("kind") == "live-lifecycle"}
+    rest: list[str] = []
+    for theorem in theorems:
+        row = rows.get(theorem)
+        if row is None:
+            rest.append(theorem)
+            continue
+        witness = row["witness"]
+        click.echo(f"{theorem}: {row.get('verdict')} ({row.get('impact')}), {row.get('live')}")
+        click.echo(f"  scenario {witness.get('scenario')}: {witness.get('outcome')}")
+        for finding in witness.get("findings") or []:
+            click.echo(f"  - {finding}")
+        click.echo(f"  replay: kvcontract live --scenario {witness.get('scenario')}")
+    return tuple(rest)
 
 
 def defect_theorems(report_path: str, defect_ids: tuple[str, ...]) -> list[str]:
