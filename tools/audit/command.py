@@ -249,7 +249,7 @@ def _audit(console: Console, resolved: Target, resolved_baseline: Target | None,
         confirm_defects(report, options)
     # The lifecycle on vLLM itself (live), before the gate: its findings count.
     lifecycle_section(report, live=live, report_file=report_file,
-                      clauses=[get_clause(c).id for c in options.clauses])
+                      clauses=[get_clause(c).id for c in options.clauses or ()])
     apply_gate(report, fail_on, only_new, findings_baseline, write_baseline,
                require_complete)
     if options.geometries:
