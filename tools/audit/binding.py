@@ -25,6 +25,7 @@ import ast
 import copy
 import dataclasses
 import enum
+import functools
 import inspect
 import itertools
 import logging
@@ -181,6 +182,68 @@ def _innermost_frame(exc: BaseException) -> types.FrameType | None:
     return frame
 
 
+@functools.lru_cache(maxsize=64)
+def _module_definitions(path: str) -> tuple[frozenset[str], dict[str, frozenset[int]]]:
+    """A source file's top-level names, and the positional arities (``self`` counted) of
+    every function it defines under each name, at any depth; empty when unreadable."""
+    try:
+        tree = ast.parse(Path(path).read_text(encoding="utf-8"))
+    except (OSError, SyntaxError, ValueError):
+        return frozenset(), {}
+    top: set[str] = set()
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            top.add(node.name)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            top.update(t.id for t in targets if isinstance(t, ast.Name))
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            top.update((a.asname or a.name).split(".", 1)[0] for a in node.names)
+    arities: dict[str, set[int]] = {}
+    for found in ast.walk(tree):
+        if isinstance(found, (ast.FunctionDef, ast.AsyncFunctionDef)) and \
+                found.args.vararg is None:
+            arities.setdefault(found.name, set()).add(
+                len(found.args.posonlyargs) + len(found.args.args))
+    return frozenset(top), {k: frozenset(v) for k, v in arities.items()}
+
+
+_TAKES = re.compile(r"takes (\d+) positional arguments?")
+_CALLED = re.compile(r"^([\w.<>]+)\(\) ")
+
+
+def _mixed_release_gap(exc: BaseException, message: str, callee: str | None) -> str | None:
+    """A gap of laying a patch over a base release, seen from the innermost frame: a
+    name the frame's own module defines at top level but the audit did not compile with
+    the function (``NameError``), or a call to a function whose bound version takes
+    another number of arguments than the caller's own module defines it with (the patch
+    and its base disagree on a signature: the patch was written against another
+    release). A call that does not fit the caller's own module's definition stays
+    upstream's (a crash finding)."""
+    frame = _innermost_frame(exc)
+    if frame is None:
+        return None
+    path = frame.f_code.co_filename
+    top, arities = _module_definitions(path)
+    if isinstance(exc, NameError):
+        name = getattr(exc, "name", None)
+        if name and name in top:
+            return (f"{frame.f_code.co_name} reads {name!r}, a top-level name of its own "
+                    f"module ({path}) that the audit does not compile with it: NameError: "
+                    f"{exc}")
+        return None
+    takes = _TAKES.search(message)
+    if callee is None or takes is None:
+        return None
+    own = arities.get(callee.rsplit(".", 1)[-1])
+    if own and int(takes.group(1)) not in own:
+        return (f"{callee} as bound here takes {takes.group(1)} positional arguments, but "
+                f"its caller {frame.f_code.co_name}'s own module ({path}) defines it with "
+                f"{'/'.join(map(str, sorted(own)))}: the patch and its base release disagree "
+                f"on its signature (written against another release): TypeError: {exc}")
+    return None
+
+
 def stand_in_gap(exc: BaseException) -> str | None:
     """What kvcontract's stand-ins lack, when ``exc`` is the tool's gap; else None.
 
@@ -197,6 +260,11 @@ def stand_in_gap(exc: BaseException) -> str | None:
       given``, ``unexpected keyword argument``...) raised in a frame of kvcontract's own
       code is kvcontract's calling convention that upstream's function does not take
       (the body never started): a gap naming the function and the message.
+
+    * laying a patch over a base release (:func:`_mixed_release_gap`): a ``NameError`` of
+      a top-level name of the function's own module (the audit compiles a function on
+      its own), or a signature ``TypeError`` where the bound callee takes another number
+      of arguments than the caller's own module defines it with.
 
     Everything else stays upstream's: an ``assert``, ``IndexError``, ``KeyError``,
     ``ZeroDivisionError``, a ``ValueError`` of its own, an ``AttributeError`` or
@@ -226,6 +294,12 @@ def stand_in_gap(exc: BaseException) -> str | None:
                 _is_kvcontract_module(frame.f_globals.get("__name__")):
             return (f"kvcontract's calling convention does not fit upstream's function "
                     f"(the audit called it as an earlier or later release does): TypeError: {exc}")
+        if _SIGNATURE_ERROR.search(message):
+            called = _CALLED.match(message)
+            return _mixed_release_gap(exc, message, called.group(1) if called else None)
+        return None
+    if isinstance(exc, NameError):
+        return _mixed_release_gap(exc, str(exc), None)
     return None
 
 
@@ -1098,9 +1172,25 @@ def bind(target: Target) -> Binding:
             binding.roles[spec.role] = _not_found(target, spec)
         else:
             _bind_located(binding, spec, located)
+    _check_patch_binds_something(binding)
     _describe_shapes(binding)
     _build_adapters(binding)
     return binding
+
+
+def _check_patch_binds_something(binding: Binding) -> None:
+    """A ``module:`` patch laid over a base release must define at least one audited
+    function: else every finding would be the base release's, reported as the file's."""
+    target = binding.target
+    if target.kind != "module" or target.base is None:
+        return
+    if any(rb.source == "patch" for rb in binding.roles.values()):
+        return
+    names = sorted({spec.qualnames[0].rsplit(".", 1)[-1] for spec in ROLES})
+    raise InputFileError(str(target.files[0]), (
+        "defines none of the audited functions, so its audit would be the base release's "
+        f"(none of {', '.join(names)}); audit the base itself (--target vllm:installed) or a "
+        "file that defines one"))
 
 
 def _bind_builtin(target: Target) -> Binding:

@@ -247,6 +247,21 @@ def _trim_heap() -> None:
 _MALLOC_TRIM: Any = None
 
 
+def _stand_in_gap_of(exc: BaseException) -> str | None:
+    """The stand-in gap behind a system crash, if any: a :class:`~.binding.StandInGap`
+    (or one it was raised from) anywhere in the exception's chain."""
+    from kvcontract.tools.audit.binding import StandInGap
+
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, StandInGap):
+            return f"{type(current).__name__}: {current}"
+        current = current.__cause__ or current.__context__
+    return None
+
+
 def _scenario_rows(impl: Implementation, scenario: Scenario,
                    run_scenario: SystemRunner,
                    binding: Binding | None = None) -> list[dict[str, Any]]:
@@ -267,6 +282,11 @@ def _scenario_rows(impl: Implementation, scenario: Scenario,
                                  "rerun with a larger --timeout"))
         return rows
     except Exception as exc:  # a crash inside the bound code is a finding
+        gap = _stand_in_gap_of(exc)
+        if gap is not None:  # the tool's gap, not the code's defect (as every theorem)
+            rows.append(_row("C11", name, Verdict.UNKNOWN, started,
+                             message=f"could not run: {gap}"))
+            return rows
         rows.append(_row("C11", name, Verdict.COUNTEREXAMPLE, started,
                          message=f"the system crashed: {type(exc).__name__}: {exc}",
                          impact="crash",

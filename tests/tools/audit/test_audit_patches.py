@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 from audit_releases import release_tree
 
+from kvcontract.errors import InputFileError
 from kvcontract.tools.audit.binding import ROLES, bind
 from kvcontract.tools.audit.command import run_audit_command
 from kvcontract.tools.audit.targets import resolve_target
@@ -144,6 +145,18 @@ def test_patch_binds_what_it_lacks_from_the_base(tmp_path: Path, release_033: Pa
     alone = bind(resolve_target(f"module:{patch}", base="none"))
     assert alone.roles["store_jobs"].status == "missing"
     assert "no base release" in alone.roles["store_jobs"].note
+
+
+def test_a_patch_defining_no_audited_function_is_refused(tmp_path: Path,
+                                                        release_033: Path) -> None:
+    """Laid over a base, such a file's audit would be the base release's findings
+    presented as the file's (a fork's scheduler.py of another layout): a clear error."""
+    patch = tmp_path / "unrelated.py"
+    patch.write_text("def helper(x):\n    return x + 1\n")
+    with pytest.raises(InputFileError, match="defines none of the audited functions"):
+        bind(resolve_target(f"module:{patch}", base=f"vllm:{release_033}"))
+    alone = bind(resolve_target(f"module:{patch}", base="none"))  # alone: all missing
+    assert all(rb.status == "missing" for rb in alone.roles.values())
 
 
 def test_dropped_e_in_the_window_is_caught(tmp_path: Path, release_033: Path,
