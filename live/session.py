@@ -56,7 +56,7 @@ from kvcontract.live.trace import Trace, TraceRequest
 from kvcontract.live.worker import HostWorker, Timing
 from kvcontract.spec import multigroup
 from kvcontract.spec.geometry import Geometry
-from kvcontract.vocabulary import GroupKind, LookupResult
+from kvcontract.vocabulary import LookupResult
 
 CHUNK_STATES = ("ready", "pending", "absent")
 """The chunk states a fixture installs (``impl.system.offload.ChunkState`` values)."""
@@ -325,16 +325,11 @@ class LiveSession:
                 for k in range(len(tokens) // geo.chunk_tokens(spec))]
             for g, spec in enumerate(geo.groups)
         }
-        best = multigroup.contract_answer(geo, len(tokens), local, states).best_present
-        if best is None:
+        found = multigroup.left_chunk(geo, len(tokens), local, states)
+        if found is None:
             self.log.append("perturb: no boundary to perturb")
             return
-        windows = {
-            g: multigroup.load_range(geo, s, best, local)
-            for g, s in enumerate(geo.groups) if s.kind is GroupKind.SLIDING_WINDOW
-        } or {0: multigroup.load_range(geo, geo.groups[0], best, local)}
-        g = max(windows, key=lambda i: (windows[i][1] - windows[i][0], -i))
-        chunk = windows[g][0]
+        best, g, chunk = found
         self._hold_loading(keys[(g, chunk)], context, f"group {g} chunk {chunk}")
         self.log.append(f"perturb g{g} chunk {chunk} of boundary {best} -> loading")
 

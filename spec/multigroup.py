@@ -190,3 +190,21 @@ def group_visit_order(geometry: Geometry, windows: Mapping[int, int]) -> list[in
     )
     others = [g for g, s in enumerate(geometry.groups) if s.kind is GroupKind.MAMBA]
     return fa_groups + swa_groups + others
+
+
+def left_chunk(geometry: Geometry, num_tokens: int, local_hit: int,
+               states: Mapping[int, Sequence[LookupResult]]) -> tuple[int, int, int] | None:
+    """``(boundary, group, chunk)``: the leftmost chunk the contract would read at the
+    boundary it accepts now (docs/CONTRACT.md 10, "left chunk"): the first of the load
+    range of the SWA group with the widest range (the first group without one), at
+    :func:`contract_answer`'s ``best_present``; None when no boundary is served."""
+    best = contract_answer(geometry, num_tokens, local_hit, states).best_present
+    if best is None:
+        return None
+    windows = {
+        g: load_range(geometry, s, best, local_hit)
+        for g, s in enumerate(geometry.groups) if s.kind is GroupKind.SLIDING_WINDOW
+    } or {0: load_range(geometry, geometry.groups[0], best, local_hit)}
+    group = max(windows, key=lambda i: (windows[i][1] - windows[i][0], -i))
+    return best, group, windows[group][0]
+

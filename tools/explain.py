@@ -497,20 +497,7 @@ def draw(scene: Scene, paths: Sequence[str | Path]) -> list[Path]:
         if scene.notes:
             fig.text(0.01, 0.005, "\n".join(scene.notes)[:600], fontsize=7, va="bottom")
         fig.tight_layout()
-        written = []
-        for path in paths:
-            target = Path(path)
-            try:
-                if target.parent != Path(""):
-                    target.parent.mkdir(parents=True, exist_ok=True)
-                if target.suffix.lower() == ".svg":
-                    fig.savefig(target, format="svg", metadata={"Date": None})
-                else:
-                    fig.savefig(target, format="png", dpi=110, metadata={"Software": None})
-            except OSError as exc:
-                raise UsageError(f"cannot write {path}: {exc.strerror or exc}") from None
-            written.append(target)
-        return written
+        return _save(fig, paths)
     finally:
         plt.close(fig)
 

@@ -22,7 +22,6 @@ from kvcontract.impl.system.engine import OffloadSystem
 from kvcontract.impl.system.offload import ChunkState, TensorOffloadManager
 from kvcontract.impl.system.oracle import expected_kv
 from kvcontract.spec import multigroup
-from kvcontract.vocabulary import GroupKind
 
 FIXTURE_OPERATIONS = frozenset({
     "install_chunk", "mark_loading", "perturb_left_chunk", "fail_next_store",
@@ -77,16 +76,11 @@ class SystemHarness:
                 for k in range(len(tokens) // geo.chunk_tokens(s))]
             for g, s in enumerate(geo.groups)
         }
-        best = multigroup.contract_answer(geo, len(tokens), local, states).best_present
-        if best is None:
+        found = multigroup.left_chunk(geo, len(tokens), local, states)
+        if found is None:
             system.log.append("perturb: no boundary to perturb")
             return
-        windows = {
-            g: multigroup.load_range(geo, s, best, local)
-            for g, s in enumerate(geo.groups) if s.kind is GroupKind.SLIDING_WINDOW
-        } or {0: multigroup.load_range(geo, geo.groups[0], best, local)}
-        g = max(windows, key=lambda i: (windows[i][1] - windows[i][0], -i))
-        chunk = windows[g][0]
+        best, g, chunk = found
         key = keys[(g, chunk)]
         if state == "loading":
             system.hold_loading(key)
