@@ -57,7 +57,9 @@ def test_a_patch_helper_with_another_signature_is_a_gap(tmp_path: Path) -> None:
         return a
 
     gap = stand_in_gap(_raised(tmp_path, "caller", helper))
-    assert gap is not None and "disagree on its signature" in gap and "3/" not in gap
+    assert gap is not None and "disagree on its signature" in gap
+    # Both counts include self, so the message compares like with like.
+    assert "takes 2 positional arguments" in gap and "defines it with 4" in gap
 
 
 def test_an_own_module_mismatch_stays_upstreams(tmp_path: Path) -> None:
