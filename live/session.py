@@ -3,7 +3,8 @@
 Contract: a :class:`LiveSession` runs one engine (:func:`~kvcontract.live.build.build`)
 one operation at a time, with the operations and arguments of kvcontract's executable
 system (:class:`~kvcontract.impl.system.engine.OffloadSystem`: ``add_request``,
-``step``, ``finish``, ``abort``, ``preempt``, ``drain``) and of its test fixtures
+``step``, ``finish``, ``abort``, ``preempt``, ``drain``, ``stall_next_store``) and of
+its test fixtures
 (:class:`~kvcontract.tools.harness.SystemHarness`: ``install_chunk``, ``mark_loading``,
 ``perturb_left_chunk``, ``fail_next_store``, ``evict_gpu_cache``), so a fuzz program
 drives both. Each operation reaches vLLM through vLLM's own API:
@@ -26,6 +27,8 @@ drives both. Each operation reaches vLLM through vLLM's own API:
 * ``fail_next_store``: 0.33.0's connector has no failed store (its worker reports a job
   done or not at all), so the next store job is never reported (its chunks stay
   HIT_PENDING): the executable system instead drops the chunks (absent);
+  ``stall_next_store`` is the same knob, and there the executable system agrees (its
+  stalled job's chunks stay pending too);
 * ``install_chunk`` / ``mark_loading``: the chunk's offload keys computed by vLLM (a
   probe ``Request`` hashed by the engine's block hasher, then
   ``RequestOffloadState.update_offload_keys``), put into vLLM's ``CPUOffloadingManager``
@@ -158,10 +161,10 @@ class LiveSession:
         if status == "WAITING_FOR_REMOTE_KVS":
             self.log.append(f"finish {name} ignored (loading)")
             return
-        if status == "RUNNING" and request.num_computed_tokens < request.num_prompt_tokens:
-            # The executable system's rule: a stop during prefill is an abort, and the
-            # program says so explicitly.
-            self.log.append(f"finish {name} ignored (prefilling)")
+        if request.num_computed_tokens < request.num_prompt_tokens:
+            # The executable system's rule: a request is finished by sampling, so a stop
+            # while waiting or prefilling is an abort, and the program says so explicitly.
+            self.log.append(f"finish {name} ignored ({status.lower()}, prompt not computed)")
             return
         self._guard("finish", self._end, request, "FINISHED_STOPPED")
 
@@ -222,6 +225,11 @@ class LiveSession:
         self.observation.resets.append((self.run.step, "evict-free-blocks", True))
 
     def fail_next_store(self) -> None:
+        self.worker.fail_stores += 1
+
+    def stall_next_store(self) -> None:
+        """The next store job is never reported: the same knob as ``fail_next_store``,
+        which on 0.33.0 is exactly a stalled write (vLLM #49829)."""
         self.worker.fail_stores += 1
 
     def offload_keys(self, tokens: Sequence[int]) -> tuple[dict[tuple[int, int], list[Any]],

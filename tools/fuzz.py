@@ -34,6 +34,7 @@ otherwise; model gaps never change it unless ``fail_on_model_gap`` (then an
 
 from __future__ import annotations
 
+import inspect
 import itertools
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
@@ -52,13 +53,15 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
-from kvcontract.errors import GeometryError, UsageError
+from kvcontract.errors import GeometryError, KvContractError, UsageError
 from kvcontract.impl.bundle import Implementation
 from kvcontract.impl.system.engine import OffloadSystem, StorePath, SystemConfig
+from kvcontract.impl.system.lifecycle import TraceRecorder
 from kvcontract.impl.system.offload import ChunkState
 from kvcontract.impl.variants import get_implementation
 from kvcontract.spec.clauses import get_clause
 from kvcontract.spec.geometry import Geometry, fa, mamba, swa
+from kvcontract.spec.lifecycle import DEFAULT_DEFERRAL_BOUND, ExceptionRecord
 from kvcontract.spec.properties.base import latent_reason
 from kvcontract.tools.harness import FIXTURE_OPERATIONS, SystemHarness
 from kvcontract.tools.hypothesis_runs import deterministic_hypothesis
@@ -77,14 +80,21 @@ class Difference:
     witness: dict[str, Any] = field(default_factory=dict)
     latent: str | None = None
     """Why vLLM does not build the scenario's geometry (then the impact is ``latent``)."""
+    graded: Impact | None = None
+    """The impact the finding's judge gave it (a lifecycle judge grades each finding:
+    a deferral decided late is ``delay``, one never decided ``stall``); None: the
+    clause's."""
 
     @property
     def impact(self) -> Impact:
         """``latent`` on a geometry vLLM does not build; else a crash of the manager is a
-        crash, and otherwise what the clause's findings cost."""
+        crash, a graded finding its judge's impact, and otherwise what the clause's
+        findings cost."""
         if self.latent is not None:
             return Impact.LATENT
-        return Impact.CRASH if self.kind == "crash" else get_clause(self.clause).impact
+        if self.kind == "crash":
+            return Impact.CRASH
+        return self.graded if self.graded is not None else get_clause(self.clause).impact
 
 
 @dataclass
@@ -125,11 +135,16 @@ class FuzzReport:
             "steps": self.steps,
             "per_clause": dict(sorted(self.per_clause.items())),
             "fail_on": sorted(i.value for i in self.fail_on),
-            "differences": [_jsonable({**asdict(d), "impact": d.impact.value})
+            "differences": [_jsonable({**_without_graded(asdict(d)), "impact": d.impact.value})
                             for d in self.differences],
             **({"geometries": self.geometries} if self.geometries else {}),
             **({"live": _jsonable(self.live.to_json())} if self.live is not None else {}),
         }
+
+
+def _without_graded(shown: dict[str, Any]) -> dict[str, Any]:
+    shown.pop("graded", None)  # the report's "impact" says it
+    return shown
 
 
 def _jsonable(value: Any) -> Any:
@@ -167,8 +182,11 @@ def format_op(op: Op) -> str:
     return f"{name}({', '.join(shown)})"
 
 
-SYSTEM_OPERATIONS = frozenset({"add_request", "step", "finish", "abort", "preempt", "drain"})
-"""The program operations that are methods of ``OffloadSystem``."""
+SYSTEM_OPERATIONS = frozenset({"add_request", "step", "finish", "abort", "preempt", "drain",
+                               "stall_next_store", "fail_next_load", "reset_prefix_cache"})
+"""The program operations that are methods of ``OffloadSystem``: the scheduler's and
+the environment's lifecycle faults (the next store job never completes, the next load
+job fails, the prefix caches are dropped)."""
 
 OPERATIONS = SYSTEM_OPERATIONS | FIXTURE_OPERATIONS
 """The operations a program may use: the system's own and the fixtures of
@@ -181,8 +199,11 @@ class Lockstep:
     ``systems[i]``) and manipulated by its own harness (``harnesses[i]``)."""
 
     def __init__(self, impl: Implementation, scenario: Scenario, device: str,
-                 store_path: StorePath | None = None) -> None:
+                 store_path: StorePath | None = None, judge_lifecycle: bool = True) -> None:
         self.scenario = scenario
+        self.judge_lifecycle = judge_lifecycle
+        """Whether the monitors judge C13-C15 (not on a target's functions bound into
+        kvcontract's system: ``LIFECYCLE_SPACE.not_on_bound_code`` says why)."""
         self.systems = [
             OffloadSystem(
                 SystemConfig(
@@ -195,6 +216,11 @@ class Lockstep:
             for backed in (False, True)
         ]
         self.monitors = [Monitor.attach(system) for system in self.systems]
+        # A refused load is the monitor's C2 crash already, not a lifecycle record too.
+        self.recorders = [TraceRecorder.attach(system, load_crashes=False)
+                          for system in self.systems]
+        """Each system's lifecycle so far, judged (C13-C15) by its monitor once the
+        program drains or stops at an exception."""
         self.harnesses = [SystemHarness(system) for system in self.systems]
         self.program: list[str] = []
         self.ops: list[Op] = []
@@ -203,6 +229,10 @@ class Lockstep:
         self._seen = [0, 0]
         self.latent = latent_reason(scenario.geometry)
         """Why vLLM does not build the scenario's geometry: its findings are latent."""
+        self.stopped = False
+        """An operation raised: the program stopped there, as an engine-fatal error
+        stops vLLM's engine (the exception is a C14 finding); later operations are
+        not applied."""
 
     def apply(self, op: Op) -> None:
         if not op or op[0] not in OPERATIONS:
@@ -210,18 +240,43 @@ class Lockstep:
                 f"unknown program operation {op[0] if op else op!r}; "
                 f"known: {', '.join(sorted(OPERATIONS))}"
             )
+        if self.stopped:
+            return
         self.program.append(format_op(op))
         self.ops.append(op)
         name, *args = op
-        for system, harness in zip(self.systems, self.harnesses, strict=True):
+        for system, harness, recorder in zip(self.systems, self.harnesses, self.recorders,
+                                             strict=True):
             target: OffloadSystem | SystemHarness = (
                 harness if name in FIXTURE_OPERATIONS else system
             )
+            method = getattr(target, name)
             try:
-                getattr(target, name)(*args)
+                inspect.signature(method).bind(*args)
             except TypeError as exc:  # wrong number of arguments in a hand-written program
                 raise UsageError(f"bad operation {format_op(op)}: {exc}") from None
+            recorder.step = system.steps
+            try:
+                method(*args)
+            except KvContractError:
+                raise  # bad input (a program, a geometry): the user's to fix
+            except Exception as exc:  # engine-fatal: the lifecycle judges it (C14)
+                if not self.judge_lifecycle:
+                    raise  # the caller's to judge (the audit: a crash or a stand-in gap)
+                request = args[0] if args and isinstance(args[0], str) else None
+                recorder.exceptions.append(ExceptionRecord(
+                    system.steps, request, name, type(exc).__name__, str(exc)))
+                self.stopped = True
+        if self.judge_lifecycle and (self.stopped or name == "drain"):
+            self._judge_lifecycle()
         self._compare()
+
+    def _judge_lifecycle(self) -> None:
+        for system, monitor, recorder in zip(self.systems, self.monitors, self.recorders,
+                                             strict=True):
+            notes = ("the program stopped at the exception (engine-fatal)",) \
+                if self.stopped else ()
+            monitor.judge_lifecycle(recorder.trace(system, fatal=self.stopped, notes=notes))
 
     def _compare(self) -> None:
         mocked, real = self.systems
@@ -249,6 +304,7 @@ class Lockstep:
                         violation.clause, violation.kind,
                         f"[{backend}] {violation.message}", list(self.program),
                         dict(violation.witness), latent=self.latent,
+                        graded=violation.impact,
                     )
                 )
             self._seen[which] = len(monitor.violations)
@@ -265,9 +321,11 @@ class Lockstep:
 
 
 def run_scenario(impl: Implementation, scenario: Scenario, device: str,
-                 store_path: StorePath | None = None) -> Lockstep:
-    """``scenario`` on ``impl`` (``store_path``: ``SystemConfig.store_path``)."""
-    lockstep = Lockstep(impl, scenario, device, store_path)
+                 store_path: StorePath | None = None, judge_lifecycle: bool = True,
+                 ) -> Lockstep:
+    """``scenario`` on ``impl`` (``store_path``: ``SystemConfig.store_path``;
+    ``judge_lifecycle``: :attr:`Lockstep.judge_lifecycle`)."""
+    lockstep = Lockstep(impl, scenario, device, store_path, judge_lifecycle)
     for op in scenario.program:
         lockstep.apply(op)
     lockstep.apply(("drain",))
@@ -316,6 +374,12 @@ def seed_scenarios(salt: int = 0) -> list[Scenario]:
     toks = _tokens(17, salt)
     ops = _install_all(toks, geo, {(1, 2): "absent", (1, 3): "pending"})
     scenarios.append(Scenario("seed000-stale-pending", geo, ops + _consume(toks, 64)))
+    # vLLM #49829 (C13): the producer's first store job stalls (HIT_PENDING forever);
+    # a resend's window reads its chunks, so the resend waits on them: the deferral
+    # deadline must decide it within D steps (recompute, or a smaller hit).
+    scenarios.append(Scenario("c13-stalled-store", geo, [
+        ("stall_next_store",), *_produce("producer", toks, 8), EVICT_GPU,
+        *_consume(toks, 64, 2 * DEFAULT_DEFERRAL_BOUND + 2)]))
     # seed 001: unaligned hit (boundary 3904 forced by the bs-8 group).
     geo = Geometry((fa(256), swa(64, 128), swa(8, 128)), blocks_per_chunk=4)
     toks = _tokens(4353, salt)
@@ -387,7 +451,8 @@ def scoped_seed_scenarios(geometries: Sequence[tuple[str, Geometry]],
                           salt: int = 0) -> list[Scenario]:
     """The seed scenarios' shapes on given geometries (``(label, geometry)`` pairs), at
     the prompts of :func:`scoped_prompts`: a producer in unaligned prefill steps, then a
-    resend (the window bound); a continuation (seed 003's shape); a lookup over stored
+    resend (the window bound); a continuation (seed 003's shape); a resend of a producer
+    whose first store job stalls (``c13-stalled-store``: C13); a lookup over stored
     chunks whose first chunk in an SWA group's window is absent and last one pending
     (seed 000: stale pending); a miss in the finest group right after a boundary that is
     not a multiple of ``A`` (seed 001: unaligned hit); a chunked prefill aborted, then a
@@ -416,6 +481,8 @@ def scoped_seed_scenarios(geometries: Sequence[tuple[str, Geometry]],
                            *_consume(toks, whole)])
             add("continuation", [*_produce("producer", toks, steps), EVICT_GPU,
                                  *_consume([*toks, 1, 2, 3], whole)])
+            add("stalled-store", [("stall_next_store",), *_produce("producer", toks, steps),
+                                  EVICT_GPU, *_consume(toks, whole, LIFECYCLE_TAIL_STEPS * 2)])
             top = multigroup.initial_max_hit(geo, length)
             if swa_groups:
                 g = swa_groups[0]
@@ -561,13 +628,21 @@ class FuzzFinding(AssertionError):
         self.difference = difference
 
 
+LIFECYCLE_TAIL_STEPS = DEFAULT_DEFERRAL_BOUND + 2
+"""Steps a state-machine program ends with (before its drain) when it has the lifecycle
+faults: past the deferral bound ``D``."""
+
+
 def make_state_machine(impl: Implementation, device: str, salt: int,
                        geometries: Sequence[Geometry] = (),
-                       base_pool: Sequence[Geometry] = ()) -> type[RuleBasedStateMachine]:
+                       base_pool: Sequence[Geometry] = (),
+                       lifecycle_faults: bool = True) -> type[RuleBasedStateMachine]:
     """The Hypothesis state machine over :data:`FUZZ_GEOMETRIES` (or ``base_pool``, a
     subset of them: a live run's), or over ``geometries`` (a scoped run), whose shared
     prefixes then reach the longest prompt of :func:`scoped_prompts` and whose steps
-    include budgets of a third and all of it."""
+    include budgets of a third and all of it. ``lifecycle_faults``: programs may also
+    stall the next store, fail the next load and reset the prefix caches, and end with
+    :data:`LIFECYCLE_TAIL_STEPS` steps."""
     pool = list(geometries) or list(base_pool) or FUZZ_GEOMETRIES
     prefix_len = max([160, *(n for g in geometries for n in scoped_prompts(g))])
     budgets = [1, 5, 16, 37, 64, 500]
@@ -576,7 +651,8 @@ def make_state_machine(impl: Implementation, device: str, salt: int,
 
     class OffloadPrograms(RuleBasedStateMachine):
         """Arrivals with shared prefixes, prefill steps, decode, finish, abort, preemption,
-        eviction pressure, store failures and delayed completions."""
+        eviction pressure, store failures and delayed completions; unless live, stalled
+        stores, failed loads and prefix-cache resets."""
 
         requests = Bundle("requests")
 
@@ -644,8 +720,28 @@ def make_state_machine(impl: Implementation, device: str, salt: int,
         def evict_gpu_cache(self) -> None:
             self._apply(EVICT_GPU)
 
+        if lifecycle_faults:
+            # The environment's faults of the lifecycle clauses (C13-C15). Not in a live
+            # run: the live session has no such knob per job, so its programs omit them.
+            @rule()
+            def stall_next_store(self) -> None:
+                self._apply(("stall_next_store",))
+
+            @rule()
+            def fail_next_load(self) -> None:
+                self._apply(("fail_next_load",))
+
+            @rule()
+            def reset_prefix_cache(self) -> None:
+                self._apply(("reset_prefix_cache",))
+
         def teardown(self) -> None:
             if self.lockstep is not None and not self.lockstep.findings:
+                if lifecycle_faults:
+                    # More steps than the deferral bound, so a deadline that should
+                    # fire can be seen not to (C13), as the lifecycle family's tail.
+                    for _ in range(LIFECYCLE_TAIL_STEPS):
+                        self.lockstep.apply(("step", max(budgets)))
                 self.lockstep.apply(("drain",))
                 _STATS["steps"] += self.lockstep.steps
                 _STATS["cases"] += 1
@@ -833,7 +929,8 @@ def _run_programs(
             # The live backend cannot declare every geometry (e > 0 needs an MTP
             # drafter): a live run's programs draw from those it can, so they compare.
             live_pool = [g for g in FUZZ_GEOMETRIES if unsupported(g) is None]
-        machine = make_state_machine(impl, device, seed, geometries, live_pool)
+        machine = make_state_machine(impl, device, seed, geometries, live_pool,
+                                     lifecycle_faults=report.live is None)
         if report.live is not None:
             machine = keeping_programs(machine, kept, examples)
         lines: list[str] = []

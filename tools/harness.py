@@ -19,7 +19,7 @@ import torch
 
 from kvcontract.errors import UsageError
 from kvcontract.impl.system.engine import OffloadSystem
-from kvcontract.impl.system.offload import ChunkState, TensorOffloadManager
+from kvcontract.impl.system.offload import ChunkKey, ChunkState, TensorOffloadManager
 from kvcontract.impl.system.oracle import expected_kv
 from kvcontract.spec import multigroup
 
@@ -38,11 +38,19 @@ class SystemHarness:
     def __init__(self, system: OffloadSystem) -> None:
         self.system = system
 
+    def _force(self, key: ChunkKey, state: ChunkState) -> int | None:
+        """Put ``key`` into ``state``. A chunk made pending from outside has no store job
+        that could complete it: for the lifecycle judges it is a stalled write (C14 does
+        not ask it to end; C13 still bounds every deferral on it)."""
+        if state is ChunkState.PENDING:
+            self.system.stalled_keys.add(key)
+        return self.system.manager.force_state(key, state)
+
     def install_chunk(self, tokens: list[int], group: int, chunk: int, state: ChunkState) -> None:
         """Put a chunk into ``state``; a ready chunk gets the producer's bytes."""
         system = self.system
         key = system.chunk_key(tokens, group, chunk)
-        slot = system.manager.force_state(key, state)
+        slot = self._force(key, state)
         if slot is not None and isinstance(system.manager, TensorOffloadManager):
             spec = system.geometry.groups[group]
             tpc = system.geometry.chunk_tokens(spec)
@@ -53,7 +61,7 @@ class SystemHarness:
             target.copy_(kv.view(target.shape))
 
     def mark_loading(self, tokens: list[int], group: int, chunk: int) -> None:
-        """Another request is loading this chunk."""
+        """Another request, outside the program, is loading this chunk (and never ends)."""
         self.system.hold_loading(self.system.chunk_key(tokens, group, chunk))
 
     def perturb_left_chunk(self, tokens: list[int], state: str) -> None:
@@ -85,12 +93,12 @@ class SystemHarness:
         if state == "loading":
             system.hold_loading(key)
         elif state == "stale":
-            system.manager.force_state(key, ChunkState.ABSENT)
+            self._force(key, ChunkState.ABSENT)
             last = len(tokens) // geo.chunk_tokens(geo.groups[g]) - 1
             if last > chunk:
-                system.manager.force_state(keys[(g, last)], ChunkState.PENDING)
+                self._force(keys[(g, last)], ChunkState.PENDING)
         else:
-            system.manager.force_state(key, ChunkState(state))
+            self._force(key, ChunkState(state))
         system.log.append(f"perturb g{g} chunk {chunk} of boundary {best} -> {state}")
 
     def fail_next_store(self) -> None:

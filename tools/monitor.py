@@ -39,8 +39,13 @@ finding (never raising) and counting the checks per clause in ``checks``:
   :class:`~kvcontract.impl.system.events.AttentionEvent` (C11): the outcomes of the
   engine's byte and attention comparisons with the data oracles.
 
-The monitor holds no system state: everything it judges is in the events and the
-geometry it was built for.
+* a program's :class:`~kvcontract.spec.lifecycle.LifecycleTrace` (C13, C14, C15), handed
+  to :meth:`Monitor.judge_lifecycle` by the fuzzer once the program drains or stops at an
+  exception: every lifecycle property of the catalogue that declares
+  ``Observer.MONITOR``, each by its own judge, each finding with its judge's impact.
+
+The monitor holds no system state: everything it judges is in the events, the traces
+and the geometry it was built for.
 """
 
 from __future__ import annotations
@@ -64,8 +69,11 @@ from kvcontract.impl.system.events import (
 from kvcontract.spec import multigroup, retention
 from kvcontract.spec.clauses import CatalogueError
 from kvcontract.spec.geometry import Geometry
+from kvcontract.spec.lifecycle import LifecycleTrace
 from kvcontract.spec.properties.base import CaseProperty, Observer
+from kvcontract.spec.properties.base import Violation as PropertyViolation
 from kvcontract.spec.properties.catalog import observed_by
+from kvcontract.spec.properties.lifecycle import LifecycleCase
 from kvcontract.spec.properties.lookup import (
     LookupCase,
     LookupObservation,
@@ -77,18 +85,22 @@ from kvcontract.spec.properties.lookup import (
 )
 from kvcontract.spec.properties.store import spec_step_offers
 from kvcontract.spec.reachability import store_replay_boundaries
-from kvcontract.vocabulary import GroupKind, LookupResult, RequestStatus
+from kvcontract.vocabulary import GroupKind, Impact, LookupResult, RequestStatus
 
 
 @dataclass(frozen=True)
 class Violation:
     """One finding: the clause, what was judged (``lookup``, ``load-set``, ``crash``,
-    ``retention``, ``store``, ``bytes``, ``attention``), a message and the witness."""
+    ``retention``, ``store``, ``bytes``, ``attention``, or a lifecycle judge's name), a
+    message and the witness."""
 
     clause: str
     kind: str
     message: str
     witness: dict[str, object] = field(default_factory=dict)
+    impact: Impact | None = None
+    """This finding's own impact where its judge grades it (a lifecycle deferral decided
+    late is ``delay``, one never decided ``stall``); None: the clause's."""
 
 
 ATTRIBUTED = frozenset({"C2/lookup-loads-only-hit", "C3/lookup-defers-only-in-scope",
@@ -97,8 +109,10 @@ ATTRIBUTED = frozenset({"C2/lookup-loads-only-hit", "C3/lookup-defers-only-in-sc
 larger than the contract's answer is C2, not C4; a defer the system's loading rule asks
 for is none): each must be a catalogue property that declares ``Observer.MONITOR``."""
 
-MONITORED_FAMILIES = frozenset({"lookup"})
-"""The case families a system event gives a case and an observation of."""
+MONITORED_FAMILIES = frozenset({"lookup", "lifecycle"})
+"""The case families the monitor gives a case and an observation of: a lookup event is
+a lookup case; a program's lifecycle trace (:meth:`Monitor.judge_lifecycle`, from the
+system's lifecycle events) is a lifecycle case's observation."""
 
 
 def monitored_properties() -> tuple[list[CaseProperty], list[CaseProperty]]:
@@ -131,7 +145,9 @@ class Monitor:
         self.violations: list[Violation] = []
         self.checks: Counter[str] = Counter()
         self._eagle = any(group.eagle for group in geometry.groups)
-        _, self._judged = monitored_properties()
+        _, judged = monitored_properties()
+        self._judged = [p for p in judged if p.family == "lookup"]
+        self._lifecycle = [p for p in judged if p.family == "lifecycle"]
         self._handlers: dict[type, Callable[[Any], None]] = {
             LookupEvent: self._lookup,
             LoadEvent: self._load,
@@ -154,6 +170,25 @@ class Monitor:
 
     def _violate(self, clause: str, kind: str, message: str, **witness: object) -> None:
         self.violations.append(Violation(clause, kind, message, dict(witness)))
+
+    # -- the request's lifecycle (C13-C15) -------------------------------------------------
+    def judge_lifecycle(self, trace: LifecycleTrace) -> None:
+        """Judge a program's lifecycle so far (the trace of the system's lifecycle events,
+        :class:`~kvcontract.impl.system.lifecycle.TraceRecorder`) by every lifecycle
+        property that declares the monitor, each reporting its first violation with its
+        own impact. Called once a program has drained, or has stopped at an exception."""
+        case = LifecycleCase("system", self.geometry, ())
+        for prop in self._lifecycle:
+            self.checks[prop.clause] += 1
+            found = prop.judge(case, trace)
+            if found is None:
+                continue
+            impact = found.impact if isinstance(found, PropertyViolation) else prop.impact
+            self.violations.append(Violation(
+                # The kind names the judge (a report's theorem: ``C13/fuzz-deferral-
+                # bounded``); a crash keeps the kind every crash has.
+                prop.clause, "crash" if impact is Impact.CRASH else prop.name,
+                f"{prop.theorem_id}: {found}", {"theorem": prop.theorem_id}, impact))
 
     # -- lookups and loads ----------------------------------------------------------------
     def _lookup(self, event: LookupEvent) -> None:

@@ -336,6 +336,8 @@ class OffloadSystem:
         """Load jobs still to fail (:meth:`fail_next_load`)."""
         self.failing_loads: set[int] = set()
         self.stalled_keys: set[ChunkKey] = set()
+        self.held_loads: Counter[ChunkKey] = Counter()
+        """Loads counted by :meth:`hold_loading` (another request's, never ending)."""
         self.job_chunks: dict[int, tuple[str, int, tuple[int, ...]]] = {}
         """``job id -> (request, group, chunks)`` of every job built."""
         self.stale_stores: list[tuple[int, str, int, int, int, StaleReason]] = []
@@ -410,7 +412,7 @@ class OffloadSystem:
         return {
             "pending": tuple(sorted(self.key_name(k) for k in self.manager.pending_keys())),
             "loading_keys": tuple(sorted(self.key_name(k) for k, n in self.loading_keys.items()
-                                         if n > 0)),
+                                         if n > self.held_loads[k])),
             "loading_requests": tuple(r.rid for r in self.requests.values()
                                       if r.phase is Phase.LOADING or r.pending_load_jobs),
             "referenced": tuple(sorted(self.key_name(k)
@@ -531,8 +533,11 @@ class OffloadSystem:
         return self._local_hit(Request("probe", list(tokens), len(tokens), 1))
 
     def hold_loading(self, key: ChunkKey) -> None:
-        """Count ``key`` as being loaded by another request (until its load completes)."""
+        """Count ``key`` as being loaded by another request outside the system's
+        requests (a fixture: that load never completes, and the lifecycle's final state
+        does not count it as one of the system's)."""
         self.loading_keys[key] += 1
+        self.held_loads[key] += 1
 
     def inject_store_failure(self) -> None:
         """The next store job built fails: its chunks end absent, never readable."""
@@ -559,10 +564,12 @@ class OffloadSystem:
 
     def finish(self, rid: str) -> None:
         req = self.requests.get(rid)
-        if req is not None and req.phase is Phase.RUNNING and req.num_computed < req.prompt_len:
-            # A request is finished by sampling, which needs its whole prompt computed;
-            # a stop during prefill is an abort, and the program says so explicitly.
-            self.log.append(f"finish {rid} ignored (prefilling)")
+        if req is not None and req.phase is not Phase.DONE and \
+                req.num_computed < req.prompt_len:
+            # A request is finished by sampling, which needs its whole prompt computed
+            # (vLLM's engine ends a waiting or prefilling request only by an abort); a
+            # stop before that is an abort, and the program says so explicitly.
+            self.log.append(f"finish {rid} ignored ({req.phase.value}, prompt not computed)")
             return
         self._end(rid, RequestStatus.FINISHED)
 

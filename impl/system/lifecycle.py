@@ -164,6 +164,35 @@ class TraceRecorder:
             self.exceptions.append(ExceptionRecord(
                 self.step, event.request, "load", event.error.name, event.message))
 
+    @classmethod
+    def attach(cls, system: OffloadSystem, *, load_crashes: bool = True) -> TraceRecorder:
+        """A recorder subscribed to ``system``'s lifecycle channel and, with
+        ``load_crashes``, to its main channel's load refusals (exception records). A
+        judge that already reports a refused load as C2's crash (the fuzzer's monitor)
+        leaves them out, so one root cause is one finding."""
+        recorder = cls()
+        system.subscribe_lifecycle(recorder)
+        if load_crashes:
+            system.subscribe(recorder.crash)
+        return recorder
+
+    def trace(self, system: OffloadSystem, *, fatal: bool = False,
+              notes: tuple[str, ...] = ()) -> LifecycleTrace:
+        """What happened so far on ``system`` (the recorder's records and the system's
+        state now), judged by the deferral bound ``system`` was configured with."""
+        final = system.lifecycle_final()
+        return LifecycleTrace(
+            steps=system.steps, deferral_bound=system.config.deferral_bound,
+            lookups=tuple(self.lookups), jobs=tuple(self.jobs),
+            states=tuple(self.states), exceptions=tuple(self.exceptions),
+            offers=tuple(self.offers), recoveries=tuple(self.recoveries),
+            final=FinalState(
+                pending_keys=final["pending"], loading_requests=final["loading_requests"],
+                loading_keys=final["loading_keys"], referenced_keys=final["referenced"],
+                stale_stores=tuple(self.stale), open_requests=final["open"]),
+            stalled_keys=final["stalled"], notes=notes, fatal=fatal,
+        )
+
 
 def run_program(geometry: Geometry, impl: Implementation, program: Sequence[str],
                 config: ProgramConfig | None = None) -> LifecycleTrace:
@@ -174,9 +203,7 @@ def run_program(geometry: Geometry, impl: Implementation, program: Sequence[str]
         geometry, impl, tensor_backed=False, capacity_chunks=config.capacity_chunks,
         delay_steps=config.delay_steps, deferral_bound=config.deferral_bound,
         gpu_prefix_cache=config.gpu_prefix_cache))
-    recorder = TraceRecorder()
-    system.subscribe_lifecycle(recorder)
-    system.subscribe(recorder.crash)
+    recorder = TraceRecorder.attach(system)
     tokens = prompt_tokens(config.prompt_len)
     fatal = False
     schedule: list[tuple[str, str | None]] = [*operations,
@@ -196,20 +223,9 @@ def run_program(geometry: Geometry, impl: Implementation, program: Sequence[str]
         except Exception as exc:
             recorder.exceptions.append(ExceptionRecord(
                 system.steps, None, "drain", type(exc).__name__, str(exc)))
-    final = system.lifecycle_final()
-    return LifecycleTrace(
-        steps=system.steps, deferral_bound=config.deferral_bound,
-        lookups=tuple(recorder.lookups), jobs=tuple(recorder.jobs),
-        states=tuple(recorder.states), exceptions=tuple(recorder.exceptions),
-        offers=tuple(recorder.offers), recoveries=tuple(recorder.recoveries),
-        final=FinalState(
-            pending_keys=final["pending"], loading_requests=final["loading_requests"],
-            loading_keys=final["loading_keys"], referenced_keys=final["referenced"],
-            stale_stores=tuple(recorder.stale), open_requests=final["open"]),
-        stalled_keys=final["stalled"],
-        notes=() if not fatal else ("the program ended at the exception (engine-fatal)",),
-        fatal=fatal,
-    )
+    return recorder.trace(
+        system, fatal=fatal,
+        notes=() if not fatal else ("the program ended at the exception (engine-fatal)",))
 
 
 def _apply(system: OffloadSystem, verb: str, name: str | None, tokens: list[int],

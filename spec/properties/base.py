@@ -377,6 +377,11 @@ class CaseSpace(Generic[CaseT, ObservationT]):
     """The functions of :mod:`kvcontract.impl.scheduler` ``observe`` calls (qualnames,
     ``Class.*`` for every method): with the properties' ``uses``, what a property
     exercises (``kvcontract mutate`` maps mutants to the theorems that reach them)."""
+    not_on_bound_code: str = ""
+    """Why the space's cases say nothing about a target whose functions are bound into
+    ``driver`` (its driver is kvcontract's, and the clause is about the target's own
+    driver): the audit leaves the space's properties unchecked with this reason. Empty:
+    the cases run on bound code like on kvcontract's own."""
 
     def decode(self, witness: Mapping[str, Any]) -> CaseT:
         try:

@@ -54,6 +54,7 @@ from kvcontract.spec.properties.base import (
     Env,
     FormulaProperty,
     LastCase,
+    Observer,
     Picture,
     Property,
     Violation,
@@ -162,7 +163,11 @@ def deferral_is_bounded(trace: LifecycleTrace, geometry: Geometry) -> list[Viola
 
 def decides_once_ready(trace: LifecycleTrace, geometry: Geometry) -> list[Violation]:
     """C13: once the stores a deferral waited on have ended (completed or failed) and
-    none was submitted again, the request's next lookup does not wait on them."""
+    none was submitted again (or stalled since), the request's next lookup does not wait
+    on them. A trace orders records by step only, and a step's lookups may come before
+    its completions (vLLM reports jobs after it schedules; a drain completes jobs after
+    the step's lookups), so a store that ended at step ``s`` is owed to the lookups of
+    the steps after ``s``: a lag of one step is not seen, a longer wait is."""
     del geometry
     ended_at: dict[str, int] = {}
     for job in trace.jobs:
@@ -173,6 +178,10 @@ def decides_once_ready(trace: LifecycleTrace, geometry: Geometry) -> list[Violat
                 ended_at[key] = job.step
             elif job.event is JobEvent.SUBMITTED:
                 ended_at.pop(key, None)
+    for key in trace.stalled_keys:
+        # Its latest write never ends: the environment stalled it, maybe after an earlier
+        # store of the same key had ended (a fixture making a stored chunk pending).
+        ended_at.pop(key, None)
     found: list[Violation] = []
     for request in trace.requests():
         lookups = trace.lookups_of(request)
@@ -182,7 +191,7 @@ def decides_once_ready(trace: LifecycleTrace, geometry: Geometry) -> list[Violat
             waited = {w.key for w in before.waited_on if w.cause is DeferCause.HIT_PENDING}
             stale = sorted(k for k in waited & {w.key for w in after.waited_on
                                                  if w.cause is DeferCause.HIT_PENDING}
-                           if k in ended_at and ended_at[k] <= after.step)
+                           if k in ended_at and ended_at[k] < after.step)
             if stale:
                 found.append(Violation(
                     f"step {after.step}: {request} still waits on {stale[0]}, whose store "
@@ -618,6 +627,9 @@ LIFECYCLE_SPACE: CaseSpace[LifecycleCase, LifecycleTrace] = CaseSpace(
     driver="kvcontract's executable system (impl/system) over the bound primitives",
     drivers=("lookup_complete_chunks", "StoreTracker.*", "group_first_live_block",
              "group_load_range"),
+    not_on_bound_code=(
+        "the request's lifecycle (C13-C15) is vLLM's scheduler and connector, which the "
+        "stand-ins do not run; `audit --live` judges it on vLLM itself"),
 )
 
 LIFECYCLE_FUNCTIONS = (
@@ -743,7 +755,10 @@ def lifecycle_properties() -> list[Property]:
         impact=Impact.STALL,
     )]
     for clause, name, description, judge in JUDGES:
+        # Every judge reads a trace alone, so the fuzzer's monitor judges it on the
+        # trace of each program it runs, as the prover does on this space's programs.
         made.append(CaseProperty(clause, name, description, LIFECYCLE_SPACE,
                                  _case_judge(judge), LIFECYCLE_FUNCTIONS,
-                                 lifecycle_picture(judge), impact=JUDGE_IMPACT[name]))
+                                 lifecycle_picture(judge), impact=JUDGE_IMPACT[name],
+                                 observable_on=frozenset({Observer.MONITOR})))
     return made

@@ -24,7 +24,7 @@ from kvcontract.vocabulary import DEFAULT_FAIL_ON, Impact
 
 VARIANTS = [
     "stale-pending", "unaligned-hit", "mtp-extra-retained", "prefill-horizon",
-    "upstream-current",
+    "upstream-current", "abort-unscheduled-crash", "no-deadline", "resetting-deadline",
 ]
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -43,7 +43,10 @@ SEED_CLAUSES = {
     "unaligned-hit": {"C2"},
     "mtp-extra-retained": {"C2", "C4", "C7"},
     "prefill-horizon": {"C9"},
-    "upstream-current": {"C4"},
+    "upstream-current": {"C4", "C13"},  # C13: no deferral deadline, as vLLM 0.33.0
+    "abort-unscheduled-crash": {"C14"},
+    "no-deadline": {"C13"},
+    "resetting-deadline": {"C13"},
 }
 """What the seed scenarios find per variant (each a subset of the variant's ``violates``)."""
 
@@ -75,7 +78,8 @@ def test_real_manager_crashes_for_load_safety_variants(variant: str) -> None:
 
 
 def test_state_machine_finds_prefill_horizon() -> None:
-    report = run_fuzz("prefill-horizon", examples=20, scenarios=[])
+    # 100 programs: the lifecycle faults are rules too, so the horizon's shape is rarer.
+    report = run_fuzz("prefill-horizon", examples=100, scenarios=[])
     assert report.differences
     assert report.differences[0].clause in get_implementation("prefill-horizon").violates
     assert report.differences[0].program

@@ -257,12 +257,10 @@ def plan(binding: Binding, options: AuditOptions) -> tuple[list[int], list[dict[
             continue
         if is_spec_only(theorem) or is_kvcontract_only(theorem, binding):
             continue
-        if binding.target.kind != "builtin" and \
-                getattr(getattr(theorem, "space", None), "family", None) == "lifecycle":
-            # kvcontract's executable system is not vLLM's scheduler: its lifecycle on
-            # upstream's window functions would say nothing about vLLM's lifecycle.
+        not_on_bound = getattr(getattr(theorem, "space", None), "not_on_bound_code", "")
+        if binding.target.kind != "builtin" and not_on_bound:
             unchecked.append({"clause": theorem.clause, "theorem": theorem.name,
-                              "reason": LIFECYCLE_STAND_IN_NOTE})
+                              "reason": not_on_bound})
             continue
         missing = [f for f in theorem_fields(theorem) if f in binding.missing_fields]
         reasons = sorted({binding.missing_fields[f] for f in missing})
@@ -289,10 +287,7 @@ def plan(binding: Binding, options: AuditOptions) -> tuple[list[int], list[dict[
     return indices, unchecked
 
 
-LIFECYCLE_STAND_IN_NOTE = (
-    "the request's lifecycle (C13-C15) is vLLM's scheduler and connector, which the "
-    "stand-ins do not run; `audit --live` judges it on vLLM itself")
-"""Why the lifecycle family's theorems are not run on bound upstream code."""
+
 
 
 GPU_RETENTION_THEOREMS = frozenset({"allocation-bound", "load-window-exact", "window-exact"})

@@ -135,7 +135,10 @@ def upstream_store_path(binding: Binding) -> StorePath:
 
 def runner(binding: Binding) -> SystemRunner:
     """How the audit runs a scenario on ``binding``: with upstream's store path plugged
-    in for upstream code, kvcontract's for a built-in target."""
+    in for upstream code, kvcontract's for a built-in target. On upstream code the
+    monitors do not judge the lifecycle (C13-C15): kvcontract's system is not vLLM's
+    scheduler (the lifecycle space's ``not_on_bound_code``; ``audit --live`` judges
+    vLLM's own)."""
     from kvcontract.tools.fuzz import run_scenario
 
     if binding.target.kind == "builtin":
@@ -143,7 +146,7 @@ def runner(binding: Binding) -> SystemRunner:
     plugged = upstream_store_path(binding)
 
     def run(impl: Implementation, scenario: Scenario, device: str) -> Lockstep:
-        return run_scenario(impl, scenario, device, plugged)
+        return run_scenario(impl, scenario, device, plugged, judge_lifecycle=False)
 
     return run
 

@@ -300,6 +300,18 @@ def test_finish_during_prefill_is_ignored() -> None:
     assert r.monitor.violations == []
 
 
+def test_finish_of_a_waiting_request_is_ignored() -> None:
+    r = rig(SystemConfig(Geometry((fa(4), swa(4, 8))), REFERENCE, True))
+    system = r.system
+    system.add_request("r", [13, 21, 31, 43], 1)
+    system.finish("r")  # never scheduled: only an abort ends it (as in vLLM's engine)
+    assert system.requests["r"].phase is Phase.WAITING
+    assert system.log[-1] == "finish r ignored (waiting, prompt not computed)"
+    system.step(64)
+    system.finish("r")
+    assert system.requests["r"].phase is Phase.DONE
+
+
 @pytest.mark.parametrize("tensor_backed", [False, True])
 def test_failed_store_loses_nothing_else(tensor_backed: bool) -> None:
     geometry = Geometry((fa(8), swa(4, 8)))

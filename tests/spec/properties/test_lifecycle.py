@@ -87,8 +87,9 @@ def test_waiting_on_a_store_that_ended_is_a_delay() -> None:
              JobRecord(3, 0, "p", JobKind.STORE, JobEvent.COMPLETED, 0, (0,), ("g0c0",)))
     trace = _trace(lookups=_deferred(range(2, 5), 5), jobs=store)
     found = lc.decides_once_ready(trace, GEOMETRY)
-    assert [v[:30] for v in found] == [
-        "step 3: c still waits on g0c0,", "step 4: c still waits on g0c0,"]
+    # The lookup of step 3 may have run before the store's completion in step 3 (one
+    # step's order is not in a trace): only the steps after it are owed the chunk.
+    assert [v[:30] for v in found] == ["step 4: c still waits on g0c0,"]
     assert found[0].impact is Impact.DELAY
 
 

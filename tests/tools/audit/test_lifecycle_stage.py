@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from kvcontract.tools.audit.engine import LIFECYCLE_STAND_IN_NOTE
+from kvcontract.spec.properties.lifecycle import LIFECYCLE_SPACE
 from kvcontract.tools.audit.lifecycle_stage import merge_into_report, result_rows
 from kvcontract.tools.reports.gate import gate_exit_code
 from kvcontract.vocabulary import DEFAULT_FAIL_ON, EXIT_FINDING
@@ -62,7 +62,7 @@ def test_merged_findings_are_defects_and_fail_the_run() -> None:
     report: dict[str, Any] = {
         "target": "vllm:installed", "results": [], "defects": [],
         "unchecked": [{"clause": c, "theorem": "deferral-bounded",
-                       "reason": LIFECYCLE_STAND_IN_NOTE} for c in ("C13", "C14", "C15")]}
+                       "reason": LIFECYCLE_SPACE.not_on_bound_code} for c in ("C13", "C14", "C15")]}
     merge_into_report(report, _section(), "audit.json")
     assert report["unchecked"] == []  # every clause was checked live
     status = {s["clause"]: s["status"] for s in report["summary"]}
