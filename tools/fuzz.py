@@ -55,7 +55,7 @@ from hypothesis.stateful import (
 
 from kvcontract.errors import GeometryError, KvContractError, UsageError
 from kvcontract.impl.bundle import Implementation
-from kvcontract.impl.system.engine import OffloadSystem, StorePath, SystemConfig
+from kvcontract.impl.system.engine import RETRY_STEPS, OffloadSystem, StorePath, SystemConfig
 from kvcontract.impl.system.lifecycle import TraceRecorder
 from kvcontract.impl.system.offload import ChunkState
 from kvcontract.impl.variants import get_implementation
@@ -183,10 +183,11 @@ def format_op(op: Op) -> str:
 
 
 SYSTEM_OPERATIONS = frozenset({"add_request", "step", "finish", "abort", "preempt", "drain",
-                               "stall_next_store", "fail_next_load", "reset_prefix_cache"})
+                               "stall_next_store", "fail_next_load", "reset_prefix_cache",
+                               "retry_lookups"})
 """The program operations that are methods of ``OffloadSystem``: the scheduler's and
 the environment's lifecycle faults (the next store job never completes, the next load
-job fails, the prefix caches are dropped)."""
+job fails, the prefix caches are dropped, the offload tier answers RETRY for a while)."""
 
 OPERATIONS = SYSTEM_OPERATIONS | FIXTURE_OPERATIONS
 """The operations a program may use: the system's own and the fixtures of
@@ -628,9 +629,9 @@ class FuzzFinding(AssertionError):
         self.difference = difference
 
 
-LIFECYCLE_TAIL_STEPS = DEFAULT_DEFERRAL_BOUND + 2
+LIFECYCLE_TAIL_STEPS = RETRY_STEPS + 2
 """Steps a state-machine program ends with (before its drain) when it has the lifecycle
-faults: past the deferral bound ``D``."""
+faults: past the deferral bound ``D`` and past a RETRY window opened just before."""
 
 
 def make_state_machine(impl: Implementation, device: str, salt: int,
@@ -641,7 +642,8 @@ def make_state_machine(impl: Implementation, device: str, salt: int,
     subset of them: a live run's), or over ``geometries`` (a scoped run), whose shared
     prefixes then reach the longest prompt of :func:`scoped_prompts` and whose steps
     include budgets of a third and all of it. ``lifecycle_faults``: programs may also
-    stall the next store, fail the next load and reset the prefix caches, and end with
+    stall the next store, fail the next load, reset the prefix caches and have the
+    offload tier answer RETRY for a while, and end with
     :data:`LIFECYCLE_TAIL_STEPS` steps."""
     pool = list(geometries) or list(base_pool) or FUZZ_GEOMETRIES
     prefix_len = max([160, *(n for g in geometries for n in scoped_prompts(g))])
@@ -652,7 +654,7 @@ def make_state_machine(impl: Implementation, device: str, salt: int,
     class OffloadPrograms(RuleBasedStateMachine):
         """Arrivals with shared prefixes, prefill steps, decode, finish, abort, preemption,
         eviction pressure, store failures and delayed completions; unless live, stalled
-        stores, failed loads and prefix-cache resets."""
+        stores, failed loads, prefix-cache resets and RETRY answers."""
 
         requests = Bundle("requests")
 
@@ -734,6 +736,10 @@ def make_state_machine(impl: Implementation, device: str, salt: int,
             @rule()
             def reset_prefix_cache(self) -> None:
                 self._apply(("reset_prefix_cache",))
+
+            @rule()
+            def retry_lookups(self) -> None:
+                self._apply(("retry_lookups",))
 
         def teardown(self) -> None:
             if self.lockstep is not None and not self.lockstep.findings:

@@ -145,6 +145,11 @@ class StoreJobError(AssertionError):
     (engine-fatal in vLLM: #49118 and its duplicates)."""
 
 
+RETRY_STEPS = DEFAULT_DEFERRAL_BOUND + 2
+"""How long ``OffloadSystem.retry_lookups`` answers RETRY by default: past the deferral
+bound, so the deadline has to decide."""
+
+
 @dataclass
 class SystemConfig:
     geometry: Geometry
@@ -333,6 +338,8 @@ class OffloadSystem:
         self.stall_stores = 0
         """Store jobs still to stall: submitted, never completed (:meth:`stall_next_store`)."""
         self.fail_loads = 0
+        self.retry_through = -1
+        """The last step at which every offload lookup answers RETRY (``retry_lookups``)."""
         """Load jobs still to fail (:meth:`fail_next_load`)."""
         self.failing_loads: set[int] = set()
         self.stalled_keys: set[ChunkKey] = set()
@@ -548,6 +555,15 @@ class OffloadSystem:
         its chunks stay HIT_PENDING)."""
         self.stall_stores += 1
         self.log.append("stall-next-store")
+
+    def retry_lookups(self, steps: int = 0) -> None:
+        """The offload tier answers RETRY to every lookup of the next ``steps`` scheduler
+        steps (0: :data:`RETRY_STEPS`), as an asynchronous lookup in flight that has not
+        returned (a P2P tier's: vLLM #56823, #56836); the real answers come back after."""
+        if isinstance(steps, bool) or not isinstance(steps, int) or steps < 0:
+            raise UsageError(f"retry_lookups: steps must be an integer >= 0, not {steps!r}")
+        self.retry_through = self.steps + (steps or RETRY_STEPS)
+        self.log.append(f"retry-lookups {steps or RETRY_STEPS}")
 
     def fail_next_load(self) -> None:
         """The next load job submitted fails: its chunks' bytes never reach the GPU."""
@@ -813,7 +829,11 @@ class OffloadSystem:
             req.preempted = False
             self._enter(req, RequestState.READMITTED)
 
+        retrying = self.steps <= self.retry_through
+
         def lookup(g: int, k: int) -> LookupResult:
+            if retrying:
+                return LookupResult.RETRY
             result: LookupResult = self.manager.lookup(keys[(g, k)])
             return result
 

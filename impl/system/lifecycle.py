@@ -50,12 +50,13 @@ from kvcontract.spec.lifecycle import (
 )
 
 OPERATIONS = ("step", "add", "abort", "preempt", "finish", "stall-store", "fail-store",
-              "fail-load", "reset-cache")
+              "fail-load", "reset-cache", "retry-lookups")
 """A program's operations: ``step`` (one scheduler step), ``add NAME``, ``abort NAME``,
 ``preempt NAME``, ``finish NAME``, and the environment's faults: ``stall-store`` (the
 next store job never completes), ``fail-store`` (the next store job fails),
 ``fail-load`` (the next load job fails), ``reset-cache`` (GPU and offload prefix caches
-dropped, but for what jobs in flight hold)."""
+dropped, but for what jobs in flight hold), ``retry-lookups`` (the offload tier answers
+RETRY to every lookup for longer than the deferral bound)."""
 
 _NAMED = frozenset({"add", "abort", "preempt", "finish"})
 
@@ -253,3 +254,5 @@ def _apply(system: OffloadSystem, verb: str, name: str | None, tokens: list[int]
         system.fail_next_load()
     elif verb == "reset-cache":
         system.reset_prefix_cache()
+    elif verb == "retry-lookups":
+        system.retry_lookups()

@@ -455,11 +455,12 @@ def judge_trace(trace: LifecycleTrace, geometry: Geometry,
 
 # -- the executable system's lifecycle programs (the case space) -------------------------
 ACTIONS = ("-", "add c", "abort p", "abort c", "preempt p", "preempt c", "stall-store",
-           "fail-store", "fail-load", "reset-cache")
+           "fail-store", "fail-load", "reset-cache", "retry-lookups")
 """What may happen before each scheduler step of a program: nothing (``-``), the
 consumer ``c`` arrives (a resend of the producer's prompt), an abort or a preemption
 of either, the environment stalls or fails the next store job or fails the next load
-job, the prefix caches are reset."""
+job, the prefix caches are reset, the offload tier answers RETRY to every lookup for
+``RETRY_STEPS`` steps (longer than ``D``)."""
 
 SEED_PROGRAMS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("stalled-store", ("stall-store", "add c")),
@@ -469,6 +470,7 @@ SEED_PROGRAMS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("preempt-store-in-flight", ("-", "preempt p", "add c")),
     ("failed-load", ("-", "fail-load", "add c")),
     ("reset-during-load", ("-", "add c", "reset-cache")),
+    ("retried-lookup", ("-", "-", "-", "retry-lookups", "add c")),
 )
 """The named lifecycle scenarios of issue 21, checked first (their witnesses are the
 ones a report shows): a stalled write a resend waits on (vLLM #49829: the producer's
@@ -476,7 +478,8 @@ first store job, and its last one, whose chunks the resend's window reads on any
 geometry), an abort before
 the first schedule (#49118), an abort with loads in flight, a preemption with its store
 in flight and a re-admission (#46014), a failed load (#35223, #45474), a cache reset
-while a load holds its chunks."""
+while a load holds its chunks, a resend whose lookups the offload tier answers RETRY for
+longer than the bound (P2P lookups stuck in RETRY: #56823, #56836)."""
 
 LIFECYCLE_DEPTH = 3
 """Actions per program in the catalogue: every sequence up to this length is run."""

@@ -48,7 +48,7 @@ def test_a_crash_names_the_raising_step() -> None:
     assert scene.offending_steps == {0}
 
 
-@pytest.mark.slow  # prove runs the whole C13 family (2,236 programs): 10-30 s
+@pytest.mark.slow  # prove runs the whole C13 family (2,944 programs): 10-30 s
 def test_the_cli_proves_and_draws_a_lifecycle_witness(tmp_path: Path) -> None:
     report = tmp_path / "report.json"
     proved = subprocess.run(

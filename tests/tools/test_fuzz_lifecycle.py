@@ -92,7 +92,7 @@ def test_a_fixtures_pending_chunk_is_a_stalled_write() -> None:
 
 def test_the_state_machine_has_the_lifecycle_faults_except_live() -> None:
     impl = get_implementation("reference")
-    faults = ("stall_next_store", "fail_next_load", "reset_prefix_cache")
+    faults = ("stall_next_store", "fail_next_load", "reset_prefix_cache", "retry_lookups")
     offline = make_state_machine(impl, "cpu", 0)
     live = make_state_machine(impl, "cpu", 0, lifecycle_faults=False)
     assert all(hasattr(offline, name) for name in faults)

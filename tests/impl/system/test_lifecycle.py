@@ -142,3 +142,34 @@ def test_operations_are_checked() -> None:
             parse_operation(bad)
     with pytest.raises(GeometryError):
         SystemConfig(GEOMETRY, REFERENCE, deferral_bound=-1)
+
+
+RETRIED = ["add p", "step", "step", "step", "retry-lookups", "step", "add c",
+           *["step"] * 7]
+"""The producer prefills, then the offload tier answers RETRY for ``RETRY_STEPS`` steps
+while the consumer resends its prompt."""
+
+
+def test_a_retried_lookup_is_decided_at_the_deadline() -> None:
+    trace = run_program(GEOMETRY, REFERENCE, RETRIED)
+    lookups = _lookups(trace, "c")
+    first = trace.lookups_of("c")[0]
+    assert first.answer is None and first.causes == (DeferCause.RETRY,)
+    # Decided D steps after the first deferral, RETRY counting as missing: recompute.
+    assert lookups[-1] == (lookups[0][0] + 4, 0, True)
+
+
+def test_without_a_deadline_a_retried_lookup_waits_for_the_tier() -> None:
+    trace = run_program(GEOMETRY, get_implementation("no-deadline"), RETRIED)
+    lookups = _lookups(trace, "c")
+    # Decided once the tier answers again (after RETRY_STEPS), with the stored hit.
+    assert lookups[-1][1] == 16 and not lookups[-1][2]
+    assert lookups[-1][0] - lookups[0][0] > 4
+
+
+def test_retry_lookups_checks_its_argument() -> None:
+    system = OffloadSystem(SystemConfig(GEOMETRY, REFERENCE, tensor_backed=False))
+    with pytest.raises(UsageError, match="retry_lookups"):
+        system.retry_lookups(-1)
+    system.retry_lookups(2)
+    assert system.retry_through == 2
