@@ -121,10 +121,15 @@ def test_fuzz_seed_scenarios_on_a_geometry() -> None:
     scope = [("gpt-oss-20b bpc=1", get_preset("gpt-oss-20b").geometry(1))]
     scenarios = scoped_seed_scenarios(scope)
     kinds = {s.name.rsplit(" ", 1)[1] for s in scenarios}
-    assert kinds == {"resend", "continuation", "stale-pending", "prefill-horizon"}
+    assert kinds == {"resend", "continuation", "stalled-store", "stale-pending",
+                     "prefill-horizon"}
     assert all(s.geometry == scope[0][1] for s in scenarios)
     report = run_fuzz("stale-pending", examples=0, geometries=scope)
     assert any(d.clause == "C3" for d in report.differences)
+    # The stalled store on the model's geometry: a deferral without a deadline (C13).
+    stalled = run_fuzz("no-deadline", examples=0, geometries=scope).differences
+    assert any(d.clause == "C13" and "stalled-store" in d.witness["scenario"]
+               for d in stalled)
     assert run_fuzz("reference", examples=3, geometries=scope).differences == []
 
 
