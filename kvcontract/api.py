@@ -22,7 +22,8 @@ kvcontract.assert_contract(impl, clauses=["C4"])              # AssertionError o
   names of ``kvcontract/impl/reference.py``) under their names; the rest is the
   reference's (:func:`load_implementation`). The ``KVCONTRACT_IMPL`` variable of generated
   reproducers takes the same forms.
-* :func:`replay` re-runs one witness of a report on an implementation, without a solver.
+* :func:`replay` re-runs one witness of a report on an implementation, without a solver;
+  :func:`replay_fuzz` re-runs a fuzz finding's program on an implementation.
 
 Importing this module (or :mod:`kvcontract`) is cheap: the prover (Z3), the executable
 system (torch) and the command line are imported by the calls that need them.
@@ -89,6 +90,7 @@ __all__ = [
     "register_implementation",
     "replay",
     "replay_audit",
+    "replay_fuzz",
 ]
 
 IMPL_ENV = "KVCONTRACT_IMPL"
@@ -620,6 +622,30 @@ def replay(theorem_id: str, witness: Mapping[str, Any],
                            f"object), not {type(witness).__name__}")
     violation: str | None = replay_property(theorem_id, witness, load_implementation(impl))
     return violation
+
+
+def replay_fuzz(witness: Mapping[str, Any],
+                impl: str | Implementation = "reference") -> str | None:
+    """Re-run the program of one fuzz finding (a fuzz report's ``witness`` object, with
+    its ``replay``) on ``impl``, mocked and tensor-backed managers in lockstep with their
+    monitors, as ``kvcontract fuzz`` ran it: the first finding of the witness's clause,
+    or None when there is none. Raises :class:`WitnessError` for a witness without a
+    replayable program (a report written before fuzz witnesses carried one) or a
+    malformed one."""
+    from kvcontract.tools.fuzz import replay_program
+
+    if not isinstance(witness, Mapping):
+        raise WitnessError(f"a fuzz witness is a mapping (a report's 'witness' object), not "
+                           f"{type(witness).__name__}")
+    replay = witness.get("replay")
+    if not isinstance(replay, Mapping) or not isinstance(replay.get("clause"), str):
+        raise WitnessError("this fuzz witness has no replayable program ('replay' with its "
+                           "'clause'): rerun `kvcontract fuzz` to get one")
+    clause = replay["clause"]
+    for finding in replay_program(replay, load_implementation(impl)):
+        if finding.clause == clause:
+            return f"{finding.clause} {finding.kind}: {finding.message}"
+    return None
 
 
 def replay_audit(target: str, theorem_id: str, witness: Mapping[str, Any],

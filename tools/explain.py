@@ -248,7 +248,8 @@ def scene_from_result(result: Mapping[str, Any], impl: Implementation,
     if kind not in ("arith", "exhaustive"):
         raise UsageError(
             f"{theorem_id}: a witness of kind {kind!r} has no token-axis picture "
-            "(fuzz differences carry a program; replay it with `kvcontract fuzz`)"
+            "(fuzz differences carry a program: `kvcontract gen-tests --report` makes it a "
+            "pytest reproducer, `kvcontract fuzz` runs it again)"
         )
     try:
         if prop is None:

@@ -37,7 +37,7 @@ from __future__ import annotations
 import inspect
 import itertools
 from collections import Counter
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -53,7 +53,7 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
-from kvcontract.errors import GeometryError, KvContractError, UsageError
+from kvcontract.errors import GeometryError, KvContractError, UsageError, WitnessError
 from kvcontract.impl.bundle import Implementation
 from kvcontract.impl.system.engine import RETRY_STEPS, OffloadSystem, StorePath, SystemConfig
 from kvcontract.impl.system.lifecycle import TraceRecorder
@@ -182,6 +182,93 @@ def format_op(op: Op) -> str:
     return f"{name}({', '.join(shown)})"
 
 
+def encode_program(ops: Sequence[Op]) -> dict[str, Any]:
+    """``ops`` as JSON: each operation a list ``[name, arg, ...]``, a token list as
+    ``{"tokens": i}`` into ``token_lists`` (each distinct list once: a program's requests
+    share prompts), a chunk state as ``{"chunk_state": value}``."""
+    token_lists: list[list[int]] = []
+    index: dict[tuple[int, ...], int] = {}
+    encoded: list[list[Any]] = []
+    for name, *args in ops:
+        shown: list[Any] = [name]
+        for arg in args:
+            if isinstance(arg, list):
+                key = tuple(int(t) for t in arg)
+                if key not in index:
+                    index[key] = len(token_lists)
+                    token_lists.append(list(key))
+                shown.append({"tokens": index[key]})
+            elif isinstance(arg, ChunkState):
+                shown.append({"chunk_state": arg.value})
+            else:
+                shown.append(arg)
+        encoded.append(shown)
+    return {"token_lists": token_lists, "ops": encoded}
+
+
+def decode_program(data: Mapping[str, Any]) -> list[Op]:
+    """:func:`encode_program`'s output back as operations; :class:`WitnessError` naming
+    what is malformed."""
+    token_lists = data.get("token_lists")
+    ops = data.get("ops")
+    if not isinstance(token_lists, list) or not isinstance(ops, list) or not all(
+            isinstance(t, list) and all(isinstance(x, int) and not isinstance(x, bool)
+                                        for x in t) for t in token_lists):
+        raise WitnessError("a fuzz program needs 'ops' (a list) and 'token_lists' (lists "
+                           "of integers)")
+    decoded: list[Op] = []
+    for number, op in enumerate(ops):
+        if not isinstance(op, list) or not op or op[0] not in OPERATIONS:
+            raise WitnessError(f"ops[{number}]: {op!r} is not [operation, arg, ...] with a "
+                               f"known operation ({', '.join(sorted(OPERATIONS))})")
+        args: list[Any] = []
+        for arg in op[1:]:
+            if isinstance(arg, dict) and set(arg) == {"tokens"}:
+                at = arg["tokens"]
+                if not isinstance(at, int) or not 0 <= at < len(token_lists):
+                    raise WitnessError(f"ops[{number}]: no token list {at!r}")
+                args.append(list(token_lists[at]))
+            elif isinstance(arg, dict) and set(arg) == {"chunk_state"}:
+                try:
+                    args.append(ChunkState(arg["chunk_state"]))
+                except ValueError:
+                    raise WitnessError(f"ops[{number}]: unknown chunk state "
+                                       f"{arg['chunk_state']!r}") from None
+            elif isinstance(arg, (int, str)) and not isinstance(arg, bool):
+                args.append(arg)
+            else:
+                raise WitnessError(f"ops[{number}]: argument {arg!r} is not an integer, a "
+                                   "string, a token list or a chunk state")
+        decoded.append((op[0], *args))
+    return decoded
+
+
+def replay_program(replay: Mapping[str, Any], impl: Implementation) -> list[Difference]:
+    """A fuzz witness's ``replay`` object (:meth:`Lockstep.replay_witness`) run again on
+    ``impl``: its program on the scenario's geometry and settings, then a drain; every
+    difference the lockstep finds. :class:`WitnessError` for a malformed object."""
+    if not isinstance(replay, Mapping):
+        raise WitnessError("a fuzz witness's 'replay' is an object")
+    try:
+        geometry = Geometry.from_dict(dict(replay["geometry"]))
+        settings = {name: replay[name] for name in (
+            "delay_steps", "capacity_chunks", "prompt_only", "gpu_prefix_cache")}
+    except (KeyError, TypeError, ValueError, KvContractError) as exc:
+        raise WitnessError(f"a fuzz witness's 'replay' cannot be read: "
+                           f"{type(exc).__name__}: {exc}") from None
+    ops = decode_program(replay)
+    scenario = Scenario("replay", geometry, ops, int(settings["delay_steps"]),
+                        int(settings["capacity_chunks"]), bool(settings["prompt_only"]),
+                        bool(settings["gpu_prefix_cache"]))
+    _validate(scenario)
+    lockstep = Lockstep(impl, scenario, "cpu")
+    for op in ops:
+        lockstep.apply(op)
+    if not ops or ops[-1][0] != "drain":
+        lockstep.apply(("drain",))
+    return lockstep.findings
+
+
 SYSTEM_OPERATIONS = frozenset({"add_request", "step", "finish", "abort", "preempt", "drain",
                                "stall_next_store", "fail_next_load", "reset_prefix_cache",
                                "retry_lookups"})
@@ -279,6 +366,17 @@ class Lockstep:
                 if self.stopped else ()
             monitor.judge_lifecycle(recorder.trace(system, fatal=self.stopped, notes=notes))
 
+    def replay_witness(self, clause: str) -> dict[str, Any]:
+        """What replays this program (:func:`replay_program`): the scenario's geometry
+        and settings, the clause found, and the operations so far (:func:`encode_program`)."""
+        scenario = self.scenario
+        return {"clause": clause, "geometry": scenario.geometry.to_dict(),
+                "delay_steps": scenario.delay_steps,
+                "capacity_chunks": scenario.capacity_chunks,
+                "prompt_only": scenario.prompt_only,
+                "gpu_prefix_cache": scenario.gpu_prefix_cache,
+                **encode_program(self.ops)}
+
     def _compare(self) -> None:
         mocked, real = self.systems
         if mocked.log != real.log:
@@ -291,7 +389,8 @@ class Lockstep:
                     "C11", "lockstep",
                     f"mocked and real managers decided differently at decision {index}: "
                     f"{mocked.log[index:index + 1]} vs {real.log[index:index + 1]}",
-                    list(self.program), latent=self.latent,
+                    list(self.program), {"replay": self.replay_witness("C11")},
+                    latent=self.latent,
                 )
             )
             real.log[:] = mocked.log  # report once
@@ -304,8 +403,9 @@ class Lockstep:
                     Difference(
                         violation.clause, violation.kind,
                         f"[{backend}] {violation.message}", list(self.program),
-                        dict(violation.witness), latent=self.latent,
-                        graded=violation.impact,
+                        {**violation.witness,
+                         "replay": self.replay_witness(violation.clause)},
+                        latent=self.latent, graded=violation.impact,
                     )
                 )
             self._seen[which] = len(monitor.violations)

@@ -85,6 +85,27 @@ def _witness_literal(witness: Mapping[str, Any]) -> str:
     return pprint.pformat(dict(witness), width=88, sort_dicts=False)
 
 
+def _header(theorem_id: str, target: str, summary: str, title: str) -> list[str]:
+    """A reproducer's first lines: the marker, its docstring's title, the finding's
+    message and the clause's statement."""
+    clause = get_clause(theorem_id.split("/", 1)[0])
+    wrapped = textwrap.fill(" ".join(summary.split()), width=84) if summary else ""
+    lines = [
+        MARKER,
+        f'"""kvcontract {title}: {theorem_id} ({clause.id} {clause.title}), `{target}`.',
+        "",
+    ]
+    if wrapped:
+        lines += [wrapped.replace('"""', "'''").replace("\\", "\\\\"), ""]
+    return [*lines, f"{clause.id}: {clause.statement}."]
+
+
+def _run_lines(filename: str, alternative: str) -> list[str]:
+    """How to run a reproducer (the end of its docstring), then its first imports."""
+    return ["", f"    pytest {filename}", f"    {IMPL_ENV}={alternative} pytest {filename}",
+            '"""', "", "from __future__ import annotations", "", "import os", ""]
+
+
 def _render(
     theorem_id: str,
     target: str,
@@ -97,30 +118,14 @@ def _render(
     alternative: str = "reference",
 ) -> str:
     clause = get_clause(theorem_id.split("/", 1)[0])
-    wrapped = textwrap.fill(" ".join(summary.split()), width=84) if summary else ""
     lines = [
-        MARKER,
-        f'"""kvcontract {title}: {theorem_id} ({clause.id} {clause.title}), `{target}`.',
-        "",
-    ]
-    if wrapped:
-        lines += [wrapped.replace('"""', "'''").replace("\\", "\\\\"), ""]
-    lines += [
-        f"{clause.id}: {clause.statement}.",
+        *_header(theorem_id, target, summary, title),
         "",
         *textwrap.wrap(
             "The witness is replayed on plain Python ints by the property's own statement "
             "(kvcontract.spec.properties); no solver runs. " + expectation, 88
         ),
-        "",
-        f"    pytest {filename}",
-        f"    {IMPL_ENV}={alternative} pytest {filename}",
-        '"""',
-        "",
-        "from __future__ import annotations",
-        "",
-        "import os",
-        "",
+        *_run_lines(filename, alternative),
         "from kvcontract.api import load_implementation",
         "from kvcontract.spec.properties import replay",
         "",
@@ -133,6 +138,38 @@ def _render(
         "",
         f"def {test_name}() -> None:",
         "    violation = replay(THEOREM, WITNESS, load_implementation(IMPL))",
+        f'    assert violation is None, f"{clause.id} violated: {{violation}}"',
+    ]
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def _render_program(theorem_id: str, target: str, witness: Mapping[str, Any],
+                    filename: str, summary: str, test_name: str) -> str:
+    """A reproducer of a fuzz finding: its program replayed by :func:`kvcontract.api.
+    replay_fuzz` on the executable system, judged by the fuzzer's monitors."""
+    clause = get_clause(theorem_id.split("/", 1)[0])
+    shown = {k: v for k, v in witness.items() if k != "replay"}
+    lines = [
+        *_header(theorem_id, target, summary, "reproducer"),
+        "",
+        *textwrap.wrap(
+            "The fuzz program is replayed on kvcontract's executable system (mocked and "
+            "tensor-backed managers in lockstep, judged by the fuzzer's monitors); no "
+            "solver runs. " + _expect_failure(target), 88),
+        *_run_lines(filename, "reference"),
+        "from kvcontract.api import replay_fuzz",
+        "",
+        f'IMPL = os.environ.get("{IMPL_ENV}", "{target}")',
+        '"""The implementation under test (override with the environment variable)."""',
+        "",
+        f"THEOREM = {theorem_id!r}",
+        f"FINDING = {_witness_literal(shown)}",
+        '"""What the fuzzer reported (the printed program); the replay below is what runs."""',
+        f"REPLAY = {_witness_literal(witness['replay'])}",
+        "",
+        "",
+        f"def {test_name}() -> None:",
+        '    violation = replay_fuzz({"replay": REPLAY}, IMPL)',
         f'    assert violation is None, f"{clause.id} violated: {{violation}}"',
     ]
     return "\n".join(lines).rstrip() + "\n"
@@ -203,8 +240,19 @@ def reproducers(report: Mapping[str, Any]) -> tuple[list[GeneratedTest], list[Sk
     tests: list[GeneratedTest] = []
     skipped: list[Skipped] = []
     for result, theorem_id, witness in _checks(
-            normalized, skipped, lambda kind: kind not in ("fuzz", "system"),
-            "replay it with `kvcontract fuzz` (or rerun the audit)"):
+            normalized, skipped, lambda kind: kind != "system",
+            "rerun the audit"):
+        if witness.get("kind") == "fuzz":
+            if not isinstance(witness.get("replay"), Mapping):
+                skipped.append(Skipped(theorem_id, (
+                    "this fuzz finding carries no replayable program (a report written "
+                    "before fuzz witnesses had one): rerun `kvcontract fuzz`")))
+                continue
+            filename = f"test_{_slug(target)}_{_slug(theorem_id)}.py"
+            source = _render_program(theorem_id, target, witness, filename,
+                                     result["message"], f"test_{_slug(theorem_id)}")
+            tests.append(GeneratedTest(filename, source, theorem_id, "counterexample"))
+            continue
         reason = _replayable(theorem_id, witness)
         if reason is not None:
             skipped.append(Skipped(theorem_id, reason))
