@@ -53,6 +53,7 @@ if TYPE_CHECKING:
         register_implementation,
         replay,
         replay_audit,
+        replay_fuzz,
     )
 
 __version__ = "0.1.0"
@@ -75,6 +76,7 @@ __all__ = [  # noqa: RUF022 - the API names first, then the errors
     "register_implementation",
     "replay",
     "replay_audit",
+    "replay_fuzz",
     "GeometryError",
     "InputFileError",
     "KvContractError",

@@ -3,8 +3,8 @@
 Contract: a :class:`LiveSession` runs one engine (:func:`~kvcontract.live.build.build`)
 one operation at a time, with the operations and arguments of kvcontract's executable
 system (:class:`~kvcontract.impl.system.engine.OffloadSystem`: ``add_request``,
-``step``, ``finish``, ``abort``, ``preempt``, ``drain``, ``stall_next_store``) and of
-its test fixtures
+``step``, ``finish``, ``abort``, ``preempt``, ``drain``, ``stall_next_store``,
+``retry_lookups``) and of its test fixtures
 (:class:`~kvcontract.tools.harness.SystemHarness`: ``install_chunk``, ``mark_loading``,
 ``perturb_left_chunk``, ``fail_next_store``, ``evict_gpu_cache``), so a fuzz program
 drives both. Each operation reaches vLLM through vLLM's own API:
@@ -29,6 +29,9 @@ drives both. Each operation reaches vLLM through vLLM's own API:
   HIT_PENDING): the executable system instead drops the chunks (absent);
   ``stall_next_store`` is the same knob, and there the executable system agrees (its
   stalled job's chunks stay pending too);
+* ``retry_lookups``: the connector's manager answers RETRY to every lookup of the next
+  program steps (a stand-in tier with an asynchronous lookup in flight, wrapped around
+  vLLM's manager; vLLM's connector decides what a RETRY means);
 * ``install_chunk`` / ``mark_loading``: the chunk's offload keys computed by vLLM (a
   probe ``Request`` hashed by the engine's block hasher, then
   ``RequestOffloadState.update_offload_keys``), put into vLLM's ``CPUOffloadingManager``
@@ -51,6 +54,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from kvcontract.impl.system.engine import RETRY_STEPS
 from kvcontract.live.build import BuildOptions, LiveEngine, Refused, build
 from kvcontract.live.env import vllm_names
 from kvcontract.live.observation import LiveException, LiveObservation
@@ -85,6 +89,30 @@ class _FailingWorker(HostWorker):
                 job.due = None
 
 
+class _RetryingManager:
+    """The connector's manager, answering RETRY to every lookup while the session's
+    RETRY window is open (``LiveSession.retry_lookups``): what an offload tier with an
+    asynchronous lookup in flight answers (vLLM's ``LookupResult.RETRY``, which its
+    connector defers on); every other call, and every lookup outside the window, is the
+    manager's own."""
+
+    def __init__(self, inner: Any, session: LiveSession) -> None:
+        self._inner = inner
+        self._session = session
+
+    def __getattr__(self, name: str) -> Any:
+        attribute = getattr(self._inner, name)
+        if name != "lookup":
+            return attribute
+
+        def lookup(*args: Any, **kwargs: Any) -> Any:
+            if self._session.retrying():
+                return _vllm_lookup_result("RETRY")
+            return attribute(*args, **kwargs)
+
+        return lookup
+
+
 class LiveSession:
     """One live engine driven by program operations (see the module docstring)."""
 
@@ -93,6 +121,15 @@ class LiveSession:
         # The connector's own manager, before LiveRun wraps it in its recording proxy:
         # fixtures are no request's lookups, loads or stores.
         self.manager: Any = engine.connector_scheduler.manager
+        self.program_steps = 0
+        """``step`` operations run (a drain's step is not one: the executable system's
+        drain computes nothing and looks nothing up)."""
+        self.retry_through = -1
+        """The last program step whose lookups answer RETRY (:meth:`retry_lookups`)."""
+        self._in_step = False
+        # Inside the recording proxy LiveRun installs next, so a RETRY is recorded as
+        # the connector saw it.
+        engine.connector_scheduler.manager = _RetryingManager(self.manager, self)
         self.run = LiveRun(engine, Trace((), timing or Timing()))
         self.worker = _FailingWorker(self.run.worker.timing)
         self.run.worker = self.worker
@@ -147,7 +184,22 @@ class LiveSession:
         self._guard("add_request", self.run.arrive, spec)
 
     def step(self, budget: int) -> None:
-        self._guard("step", self._step, budget)
+        self.program_steps += 1
+        self._in_step = True
+        try:
+            self._guard("step", self._step, budget)
+        finally:
+            self._in_step = False
+
+    def retrying(self) -> bool:
+        """Whether the lookups made now answer RETRY: during program steps up to
+        ``retry_through``, the executable system's numbering (its steps count from 1)."""
+        return self._in_step and self.program_steps <= self.retry_through
+
+    def retry_lookups(self, steps: int = 0) -> None:
+        """Every lookup of the next ``steps`` program steps (0: the executable system's
+        ``RETRY_STEPS``) answers RETRY, as ``OffloadSystem.retry_lookups``."""
+        self.retry_through = self.program_steps + (steps or RETRY_STEPS)
 
     def _step(self, budget: int) -> None:
         self.engine.scheduler.max_num_scheduled_tokens = int(budget)

@@ -730,21 +730,21 @@ class FuzzFinding(AssertionError):
 
 
 LIFECYCLE_TAIL_STEPS = RETRY_STEPS + 2
-"""Steps a state-machine program ends with (before its drain) when it has the lifecycle
-faults: past the deferral bound ``D`` and past a RETRY window opened just before."""
+"""Steps a state-machine program ends with (before its drain): past the deferral bound
+``D`` and past a RETRY window opened just before."""
 
 
 def make_state_machine(impl: Implementation, device: str, salt: int,
                        geometries: Sequence[Geometry] = (),
                        base_pool: Sequence[Geometry] = (),
-                       lifecycle_faults: bool = True) -> type[RuleBasedStateMachine]:
+                       live: bool = False) -> type[RuleBasedStateMachine]:
     """The Hypothesis state machine over :data:`FUZZ_GEOMETRIES` (or ``base_pool``, a
     subset of them: a live run's), or over ``geometries`` (a scoped run), whose shared
     prefixes then reach the longest prompt of :func:`scoped_prompts` and whose steps
-    include budgets of a third and all of it. ``lifecycle_faults``: programs may also
-    stall the next store, fail the next load, reset the prefix caches and have the
-    offload tier answer RETRY for a while, and end with
-    :data:`LIFECYCLE_TAIL_STEPS` steps."""
+    include budgets of a third and all of it. Programs may also stall the next store
+    and have the offload tier answer RETRY for a while, and, unless ``live`` (a run
+    replayed on vLLM, whose session has no such knob), fail the next load and reset the
+    prefix caches; each ends with :data:`LIFECYCLE_TAIL_STEPS` steps."""
     pool = list(geometries) or list(base_pool) or FUZZ_GEOMETRIES
     prefix_len = max([160, *(n for g in geometries for n in scoped_prompts(g))])
     budgets = [1, 5, 16, 37, 64, 500]
@@ -753,8 +753,8 @@ def make_state_machine(impl: Implementation, device: str, salt: int,
 
     class OffloadPrograms(RuleBasedStateMachine):
         """Arrivals with shared prefixes, prefill steps, decode, finish, abort, preemption,
-        eviction pressure, store failures and delayed completions; unless live, stalled
-        stores, failed loads, prefix-cache resets and RETRY answers."""
+        eviction pressure, store failures and delayed completions, stalled stores and
+        RETRY answers; unless live, failed loads and prefix-cache resets."""
 
         requests = Bundle("requests")
 
@@ -822,13 +822,17 @@ def make_state_machine(impl: Implementation, device: str, salt: int,
         def evict_gpu_cache(self) -> None:
             self._apply(EVICT_GPU)
 
-        if lifecycle_faults:
-            # The environment's faults of the lifecycle clauses (C13-C15). Not in a live
-            # run: the live session has no such knob per job, so its programs omit them.
-            @rule()
-            def stall_next_store(self) -> None:
-                self._apply(("stall_next_store",))
+        # The environment's faults of the lifecycle clauses (C13-C15).
+        @rule()
+        def stall_next_store(self) -> None:
+            self._apply(("stall_next_store",))
 
+        @rule()
+        def retry_lookups(self) -> None:
+            self._apply(("retry_lookups",))
+
+        if not live:
+            # The live session has no per-job knob for these, so a live run omits them.
             @rule()
             def fail_next_load(self) -> None:
                 self._apply(("fail_next_load",))
@@ -837,17 +841,12 @@ def make_state_machine(impl: Implementation, device: str, salt: int,
             def reset_prefix_cache(self) -> None:
                 self._apply(("reset_prefix_cache",))
 
-            @rule()
-            def retry_lookups(self) -> None:
-                self._apply(("retry_lookups",))
-
         def teardown(self) -> None:
             if self.lockstep is not None and not self.lockstep.findings:
-                if lifecycle_faults:
-                    # More steps than the deferral bound, so a deadline that should
-                    # fire can be seen not to (C13), as the lifecycle family's tail.
-                    for _ in range(LIFECYCLE_TAIL_STEPS):
-                        self.lockstep.apply(("step", max(budgets)))
+                # More steps than the deferral bound, so a deadline that should fire
+                # can be seen not to (C13), as the lifecycle family's tail.
+                for _ in range(LIFECYCLE_TAIL_STEPS):
+                    self.lockstep.apply(("step", max(budgets)))
                 self.lockstep.apply(("drain",))
                 _STATS["steps"] += self.lockstep.steps
                 _STATS["cases"] += 1
@@ -1036,7 +1035,7 @@ def _run_programs(
             # drafter): a live run's programs draw from those it can, so they compare.
             live_pool = [g for g in FUZZ_GEOMETRIES if unsupported(g) is None]
         machine = make_state_machine(impl, device, seed, geometries, live_pool,
-                                     lifecycle_faults=report.live is None)
+                                     live=report.live is not None)
         if report.live is not None:
             machine = keeping_programs(machine, kept, examples)
         lines: list[str] = []

@@ -219,3 +219,25 @@ def test_a_buildable_disagreement_is_a_model_gap(monkeypatch: pytest.MonkeyPatch
     gaps = [g for g in report.gaps if g.aspect == "buildable"]
     assert [g.gap_class for g in gaps] == ["buildable"]
     assert "rejected for the test" in str(gaps[0].model)
+
+
+@needs_vllm
+def test_a_retry_window_defers_vllm_as_it_defers_the_model() -> None:
+    """``retry_lookups`` on the live session: vLLM's connector defers on the wrapped
+    manager's RETRY for the window's six program steps, then decides the stored hit, as
+    kvcontract's model of it does (the program agrees)."""
+    geometry = Geometry((fa(4), swa(4, 8)))
+    tokens = [(7 * i + 3) % 50 for i in range(17)]
+    program = [("add_request", "p", tokens, 1), *[("step", 8)] * 4, ("drain",),
+               ("evict_gpu_cache",), ("retry_lookups",), ("add_request", "c", tokens, 1),
+               *[("step", 64)] * 9]
+    session = LiveSession.open(geometry)
+    assert isinstance(session, LiveSession)
+    for op in program:
+        getattr(session, op[0])(*op[1:])
+    observation = session.close()
+    answers = [m.external for m in observation.matches if m.request == "c"]
+    assert answers == [None] * 6 + [16]
+    comparison = run_live_scenario(get_implementation(UPSTREAM),
+                                   Scenario("retry", geometry, program))
+    assert comparison.outcome == "agreed", comparison.gaps

@@ -90,13 +90,15 @@ def test_a_fixtures_pending_chunk_is_a_stalled_write() -> None:
     assert final["pending"] and set(final["pending"]) <= set(final["stalled"])
 
 
-def test_the_state_machine_has_the_lifecycle_faults_except_live() -> None:
+def test_the_state_machine_has_the_lifecycle_faults_live_has_what_vllm_can_take() -> None:
     impl = get_implementation("reference")
-    faults = ("stall_next_store", "fail_next_load", "reset_prefix_cache", "retry_lookups")
+    everywhere = ("stall_next_store", "retry_lookups")
+    offline_only = ("fail_next_load", "reset_prefix_cache")
     offline = make_state_machine(impl, "cpu", 0)
-    live = make_state_machine(impl, "cpu", 0, lifecycle_faults=False)
-    assert all(hasattr(offline, name) for name in faults)
-    assert not any(hasattr(live, name) for name in faults)
+    live = make_state_machine(impl, "cpu", 0, live=True)
+    assert all(hasattr(offline, name) for name in everywhere + offline_only)
+    assert all(hasattr(live, name) for name in everywhere)
+    assert not any(hasattr(live, name) for name in offline_only)
 
 
 def test_the_state_machine_finds_the_abort_before_scheduling() -> None:
