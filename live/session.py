@@ -196,10 +196,10 @@ class LiveSession:
         ``retry_through``, the executable system's numbering (its steps count from 1)."""
         return self._in_step and self.program_steps <= self.retry_through
 
-    def retry_lookups(self, steps: int = 0) -> None:
-        """Every lookup of the next ``steps`` program steps (0: the executable system's
-        ``RETRY_STEPS``) answers RETRY, as ``OffloadSystem.retry_lookups``."""
-        self.retry_through = self.program_steps + (steps or RETRY_STEPS)
+    def retry_lookups(self, steps: int = RETRY_STEPS) -> None:
+        """Every lookup of the next ``steps`` program steps answers RETRY, as
+        ``OffloadSystem.retry_lookups``."""
+        self.retry_through = self.program_steps + steps
 
     def _step(self, budget: int) -> None:
         self.engine.scheduler.max_num_scheduled_tokens = int(budget)

@@ -257,16 +257,13 @@ def replay_program(replay: Mapping[str, Any], impl: Implementation) -> list[Diff
         raise WitnessError(f"a fuzz witness's 'replay' cannot be read: "
                            f"{type(exc).__name__}: {exc}") from None
     ops = decode_program(replay)
+    if ops and ops[-1][0] == "drain":
+        ops = ops[:-1]  # run_scenario drains
     scenario = Scenario("replay", geometry, ops, int(settings["delay_steps"]),
                         int(settings["capacity_chunks"]), bool(settings["prompt_only"]),
                         bool(settings["gpu_prefix_cache"]))
     _validate(scenario)
-    lockstep = Lockstep(impl, scenario, "cpu")
-    for op in ops:
-        lockstep.apply(op)
-    if not ops or ops[-1][0] != "drain":
-        lockstep.apply(("drain",))
-    return lockstep.findings
+    return run_scenario(impl, scenario, "cpu").findings
 
 
 SYSTEM_OPERATIONS = frozenset({"add_request", "step", "finish", "abort", "preempt", "drain",
@@ -362,9 +359,7 @@ class Lockstep:
     def _judge_lifecycle(self) -> None:
         for system, monitor, recorder in zip(self.systems, self.monitors, self.recorders,
                                              strict=True):
-            notes = ("the program stopped at the exception (engine-fatal)",) \
-                if self.stopped else ()
-            monitor.judge_lifecycle(recorder.trace(system, fatal=self.stopped, notes=notes))
+            monitor.judge_lifecycle(recorder.trace(system, fatal=self.stopped))
 
     def replay_witness(self, clause: str) -> dict[str, Any]:
         """What replays this program (:func:`replay_program`): the scenario's geometry

@@ -556,14 +556,14 @@ class OffloadSystem:
         self.stall_stores += 1
         self.log.append("stall-next-store")
 
-    def retry_lookups(self, steps: int = 0) -> None:
+    def retry_lookups(self, steps: int = RETRY_STEPS) -> None:
         """The offload tier answers RETRY to every lookup of the next ``steps`` scheduler
-        steps (0: :data:`RETRY_STEPS`), as an asynchronous lookup in flight that has not
-        returned (a P2P tier's: vLLM #56823, #56836); the real answers come back after."""
-        if isinstance(steps, bool) or not isinstance(steps, int) or steps < 0:
-            raise UsageError(f"retry_lookups: steps must be an integer >= 0, not {steps!r}")
-        self.retry_through = self.steps + (steps or RETRY_STEPS)
-        self.log.append(f"retry-lookups {steps or RETRY_STEPS}")
+        steps, as an asynchronous lookup in flight that has not returned (a P2P tier's:
+        vLLM #56823, #56836); the real answers come back after."""
+        if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
+            raise UsageError(f"retry_lookups: steps must be an integer >= 1, not {steps!r}")
+        self.retry_through = self.steps + steps
+        self.log.append(f"retry-lookups {steps}")
 
     def fail_next_load(self) -> None:
         """The next load job submitted fails: its chunks' bytes never reach the GPU."""

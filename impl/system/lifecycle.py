@@ -60,6 +60,9 @@ RETRY to every lookup for longer than the deferral bound)."""
 
 _NAMED = frozenset({"add", "abort", "preempt", "finish"})
 
+FATAL_NOTE = "the program ended at the exception (engine-fatal)"
+"""A trace's note when an operation raised: what the judges see stops there."""
+
 
 @dataclass(frozen=True)
 class ProgramConfig:
@@ -177,10 +180,10 @@ class TraceRecorder:
             system.subscribe(recorder.crash)
         return recorder
 
-    def trace(self, system: OffloadSystem, *, fatal: bool = False,
-              notes: tuple[str, ...] = ()) -> LifecycleTrace:
+    def trace(self, system: OffloadSystem, *, fatal: bool = False) -> LifecycleTrace:
         """What happened so far on ``system`` (the recorder's records and the system's
-        state now), judged by the deferral bound ``system`` was configured with."""
+        state now), judged by the deferral bound ``system`` was configured with;
+        ``fatal``: the program ended at an exception (a note of the trace says so)."""
         final = system.lifecycle_final()
         return LifecycleTrace(
             steps=system.steps, deferral_bound=system.config.deferral_bound,
@@ -191,7 +194,8 @@ class TraceRecorder:
                 pending_keys=final["pending"], loading_requests=final["loading_requests"],
                 loading_keys=final["loading_keys"], referenced_keys=final["referenced"],
                 stale_stores=tuple(self.stale), open_requests=final["open"]),
-            stalled_keys=final["stalled"], notes=notes, fatal=fatal,
+            stalled_keys=final["stalled"], notes=(FATAL_NOTE,) if fatal else (),
+            fatal=fatal,
         )
 
 
@@ -224,9 +228,7 @@ def run_program(geometry: Geometry, impl: Implementation, program: Sequence[str]
         except Exception as exc:
             recorder.exceptions.append(ExceptionRecord(
                 system.steps, None, "drain", type(exc).__name__, str(exc)))
-    return recorder.trace(
-        system, fatal=fatal,
-        notes=() if not fatal else ("the program ended at the exception (engine-fatal)",))
+    return recorder.trace(system, fatal=fatal)
 
 
 def _apply(system: OffloadSystem, verb: str, name: str | None, tokens: list[int],
