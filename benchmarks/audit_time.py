@@ -1,109 +1,119 @@
-"""Wall-clock time, CPU time and peak memory of an audit of one vLLM release (target:
-``--model all`` under 2 minutes on 2 cores).
+"""The engine-judged audit beside the stand-in audit of the same target, in one run:
+wall-clock time, CPU time and peak memory of each, and their ratio (target: the engine
+judge takes no more than 2x the stand-ins' wall time, and under 150 s on 2 cores).
 
-Usage: ``python benchmarks/audit_time.py [VERSION] [--jobs N] [--model NAME ...]
-[--catalogue]``. The release is fetched with ``pip download --no-deps`` into the
-kvcontract cache (only the audited ``.py`` files are unpacked; ``KVCONTRACT_VLLM_CACHE``
-may point at an unpacked tree) and audited as ``kvcontract audit --target vllm:PATH
---model all`` does (every preset at bpc 1, 4 and 16); ``--model`` names other presets,
-``--catalogue`` audits the built-in catalogues instead (no ``--model``), the default
-audit; ``--shard I/N`` times one shard (``kvcontract audit --shard I/N``). The defects'
-costs on the model presets (the default audit's last stage) are measured and timed
-apart unless ``--no-costs``.
+Usage: ``python benchmarks/audit_time.py [TARGET] [--jobs N] [--model NAME ...]
+[--no-costs] [--only engine|stand-ins]``. TARGET is what ``kvcontract audit --target``
+takes (default ``vllm:installed``), or a release version (``0.33.0``: its audited files
+fetched with ``pip download --no-deps`` into the kvcontract cache, composed over the
+installed vLLM for the engine). Each audit is ``kvcontract audit --target TARGET --quiet
+--json ...`` with ``--judge engine`` or ``--judge stand-ins``, run in a process of its
+own (a process runs one vLLM; the measures do not mix), the stand-in audit first.
 
-Two cores are often shared: the CPU time (user + system, this process and its sandbox
-children) and the load average are printed next to the wall time, since the wall time
-alone says little on a loaded machine. Peak RSS is the largest of this process and any
-one child (``ru_maxrss``).
+Two cores are often shared: the CPU time (user + system of the audit's process and all
+its children) and the load average are printed next to the wall time, since the wall
+time alone says little on a loaded machine. Peak RSS is the largest of the audit's
+process and any one of its children (``ru_maxrss`` of the waited process tree).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
-import resource
+import re
+import subprocess
+import sys
+import tempfile
 import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
-from kvcontract.errors import UsageError
-from kvcontract.proofs.shards import parse_shard
-from kvcontract.tools.audit.binding import bind
-from kvcontract.tools.audit.engine import AuditOptions, clause_summary, run_audit
-from kvcontract.tools.audit.targets import resolve_target
-from kvcontract.tools.audit.wheels import fetch_release
-from kvcontract.tools.commands._common import resolve_geometries
-
-TARGET_SECONDS = 120.0
+TARGET_SECONDS = 150.0
+TARGET_RATIO = 2.0
 
 
-def _cpu_seconds() -> float:
-    own = resource.getrusage(resource.RUSAGE_SELF)
-    children = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+@dataclass
+class Timed:
+    judge: str
+    wall: float
+    cpu: float
+    peak_mib: float
+    exit_code: int
+    report: dict[str, Any]
 
 
-def _peak_rss_mib() -> float:
-    own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    children = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-    return max(own, children) / 1024  # KiB on Linux
+def _target(text: str) -> str:
+    if re.fullmatch(r"v?\d+\.\d+\.\d+\S*", text):
+        from kvcontract.tools.audit.wheels import fetch_release
+
+        return f"vllm:{fetch_release(text.lstrip('v'))}"
+    return text
+
+
+def _audit(target: str, judge: str, extra: list[str]) -> Timed:
+    with tempfile.TemporaryDirectory(prefix="audit-time-") as folder:
+        out = Path(folder) / "report.json"
+        command = [sys.executable, "-m", "kvcontract", "audit", "--target", target,
+                   "--judge", judge, "--quiet", "--json", str(out), *extra]
+        started = time.perf_counter()
+        process = subprocess.Popen(command, stdout=subprocess.DEVNULL,
+                                   stderr=subprocess.DEVNULL)
+        _, status, usage = os.wait4(process.pid, 0)
+        wall = time.perf_counter() - started
+        report = json.loads(out.read_text()) if out.exists() else {}
+    return Timed(judge, wall, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024,
+                 os.waitstatus_to_exitcode(status), report)
+
+
+def _line(timed: Timed) -> str:
+    engine = timed.report.get("engine") or {}
+    who = engine.get("release") if engine.get("ran") else \
+        f"stand-ins ({engine.get('why', 'no engine')})"
+    defects = timed.report.get("defects") or []
+    failing = [d for d in defects if not d.get("latent") and not d.get("unconfirmed")]
+    return (f"{timed.judge:9}: wall {timed.wall:6.1f}s, CPU {timed.cpu:6.1f}s, peak RSS "
+            f"{timed.peak_mib:5.0f} MiB, exit {timed.exit_code}, {len(defects)} defects "
+            f"({len(failing)} failing); judged by {who}")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("version", nargs="?", default="0.33.0")
+    parser.add_argument("target", nargs="?", default="vllm:installed")
     parser.add_argument("--jobs", type=int, default=None)
     parser.add_argument("--model", action="append", default=None,
-                        help="a preset name or 'all' (repeatable; default: all)")
-    parser.add_argument("--catalogue", action="store_true",
-                        help="audit the built-in catalogues (no --model)")
+                        help="a preset name or 'all' (repeatable; default: the catalogues)")
     parser.add_argument("--no-costs", action="store_true",
-                        help="skip the defects' preset costs (kvcontract audit "
-                             "--catalogue-only); by default they are measured and timed "
-                             "apart, as the default audit runs them")
-    parser.add_argument("--shard", default=None, metavar="I/N",
-                        help="time only shard I of N (kvcontract audit --shard I/N)")
+                        help="skip the defects' preset costs (--catalogue-only)")
+    parser.add_argument("--only", choices=("engine", "stand-ins"), default=None,
+                        help="time one of the two audits only")
     args = parser.parse_args()
-    try:
-        shard = parse_shard(args.shard)
-    except UsageError as exc:
-        parser.error(str(exc))
-    models = () if args.catalogue else tuple(args.model or ["all"])
-    tree = fetch_release(args.version)
+    target = _target(args.target)
+    extra: list[str] = []
+    if args.jobs is not None:
+        extra += ["--jobs", str(args.jobs)]
+    for model in args.model or ():
+        extra += ["--model", model]
+    if args.no_costs:
+        extra.append("--catalogue-only")
     load = os.getloadavg()
-    started = time.perf_counter()
-    cpu_started = _cpu_seconds()
-    geometries = tuple(resolve_geometries(models, ())) if models else ()
-    binding = bind(resolve_target(f"vllm:{tree}"))
-    run = run_audit(binding, AuditOptions(jobs=args.jobs, geometries=geometries,
-                                          shard=shard))
-    theorems_wall = time.perf_counter() - started
-    theorems_cpu = _cpu_seconds() - cpu_started
-    costs = ""
-    if not args.no_costs and shard is None:
-        from kvcontract.tools.audit.cost_stage import cost_defects
-        from kvcontract.tools.audit.report import build_report
-
-        options = AuditOptions(jobs=args.jobs, geometries=geometries)
-        report = build_report(binding, run)
-        cost_defects(binding, report, options)
-        costed = sum(1 for d in report["defects"] if d.get("cost"))
-        costs = (f"; of which {len(report['defects'])} defects' costs ({costed} measured): "
-                 f"wall {time.perf_counter() - started - theorems_wall:.1f}s, CPU "
-                 f"{_cpu_seconds() - cpu_started - theorems_cpu:.1f}s")
-    elapsed = time.perf_counter() - started
-    cpu = _cpu_seconds() - cpu_started
-    summary = ", ".join(f"{e['clause']} {e['status']}"
-                        for e in clause_summary(run.rows, run.unchecked))
-    scope = f"--model {' '.join(models)} ({len(geometries)} geometries)" if models \
-        else "the catalogues"
-    if args.shard:
-        scope += f", shard {args.shard}"
-    print(f"vllm {args.version}, {scope}: {len(run.rows)} theorems, "
-          f"{len(run.unchecked)} not checked")
-    print(f"clauses: {summary}")
-    print(f"wall {elapsed:.1f}s, CPU {cpu:.1f}s (user + system, children included), peak RSS "
-          f"{_peak_rss_mib():.0f} MiB, on {args.jobs or os.cpu_count()} workers; load average "
-          f"{load[0]:.2f} before, {os.getloadavg()[0]:.2f} after{costs}")
-    print(f"target < {TARGET_SECONDS:.0f}s wall: {'OK' if elapsed < TARGET_SECONDS else 'MISS'}")
+    judges = [args.only] if args.only else ["stand-ins", "engine"]
+    runs = {judge: _audit(target, judge, extra) for judge in judges}
+    print(f"kvcontract audit --target {target} {' '.join(extra)} "
+          f"({args.jobs or os.cpu_count()} workers; load average {load[0]:.2f} before, "
+          f"{os.getloadavg()[0]:.2f} after)")
+    for timed in runs.values():
+        print(_line(timed))
+    if len(runs) == 2:
+        engine, stand_ins = runs["engine"], runs["stand-ins"]
+        ratio = engine.wall / stand_ins.wall if stand_ins.wall else float("inf")
+        cpu_ratio = engine.cpu / stand_ins.cpu if stand_ins.cpu else float("inf")
+        print(f"engine / stand-ins: wall x{ratio:.2f}, CPU x{cpu_ratio:.2f}, peak RSS "
+              f"x{engine.peak_mib / max(stand_ins.peak_mib, 1):.2f}")
+        verdict = ratio <= TARGET_RATIO and engine.wall < TARGET_SECONDS
+        print(f"target: engine <= {TARGET_RATIO:g}x the stand-ins and < "
+              f"{TARGET_SECONDS:.0f}s wall: {'OK' if verdict else 'MISS'}")
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 """Measure the mutation score of an implementation (the reference by default).
 
 Usage: python benchmarks/mutation_score.py [--impl reference] [--sample N --seed S]
-       [--jobs N] [--no-fuzz] [--json FILE]
+       [--jobs N] [--no-fuzz] [--json FILE] [--shard I/N]
 
 Prints the score over every mutant (or the seeded sample), the time per mutant, the
 counts per operator and per status, and every surviving mutant with the clauses that
@@ -17,6 +17,7 @@ import os
 import statistics
 import time
 
+from kvcontract.proofs.shards import parse_shard
 from kvcontract.tools.mutate.campaign import STATUSES, MutantResult, run_campaign
 
 
@@ -36,18 +37,23 @@ def main() -> None:
     parser.add_argument("--no-fuzz", action="store_true")
     parser.add_argument("--json", default=None, help="also write the campaign's report")
     parser.add_argument("--quiet", action="store_true", help="no line per mutant")
+    parser.add_argument("--shard", default=None, metavar="I/N",
+                        help="only shard I of N (join the --json reports with kvcontract "
+                             "merge)")
     args = parser.parse_args()
     started = time.perf_counter()
     report = run_campaign(args.impl, sample=args.sample, seed=args.seed, jobs=args.jobs,
                           fuzz=not args.no_fuzz,
-                          on_result=None if args.quiet else _progress)
+                          on_result=None if args.quiet else _progress,
+                          shard=parse_shard(args.shard))
     wall = time.perf_counter() - started
     mutants = report.mutants
     child = [m.seconds for m in mutants]
     score = report.score
     print()
     print(f"{report.target}: {len(mutants)} of {report.total_points} mutants "
-          f"(sample {args.sample}, seed {args.seed}), {report.jobs} jobs, "
+          f"(sample {args.sample}, seed {args.seed}"
+          + (f", shard {args.shard}" if args.shard else "") + f"), {report.jobs} jobs, "
           f"{os.cpu_count()} cores, fuzz {'on' if report.fuzz else 'off'}")
     print(f"mutation score: {'n/a' if score is None else f'{100 * score:.1f}%'} "
           f"(killed {report.killed} / (killed {report.killed} + survived {report.survived}))")

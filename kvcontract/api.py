@@ -560,24 +560,39 @@ def audit(target: str, *, baseline: str | None = None,
           geometries: Iterable[GeometryLike] | None = None,
           bpc: int | Iterable[int] | None = None, retention: Any = _NO_RETENTION,
           budget: int = 250_000, timeout: float = 2.0, jobs: int | None = None,
-          fail_on: str | Iterable[str | Impact] | None = None) -> dict[str, Any]:
+          fail_on: str | Iterable[str | Impact] | None = None, judge: str = "auto",
+          costs: bool = True, live: bool = False, base: str | None = None,
+          require_complete: bool = False) -> dict[str, Any]:
     """``kvcontract audit``: real vLLM code (``vllm:PATH``, ``vllm:installed``,
     ``module:FILE.py`` with upstream's function names, or a registered name) against the
-    contract, with ``baseline`` a second target to compare with. Returns the versioned
-    report (the ``--json`` document: ``results``, ``bindings``, ``unchecked``,
-    ``summary``, ``comparison``, ``exit_code``); prints nothing."""
-    from kvcontract.tools.audit.binding import bind
-    from kvcontract.tools.audit.command import THEOREM_TIMEOUT, _options
-    from kvcontract.tools.audit.engine import run_audit
-    from kvcontract.tools.audit.report import build_report
-    from kvcontract.tools.audit.targets import resolve_target
+    contract, with ``baseline`` a second target to compare with. ``judge``: ``auto``
+    (vLLM's own engine where the target's vLLM imports, else kvcontract's stand-ins,
+    their findings ``unconfirmed``), ``engine`` or ``stand-ins``; ``costs``: each
+    defect measured on the model presets; ``live``: each defect's lost hits replayed on
+    vLLM; ``base``: the release a patch is laid over (``--base``, default the installed
+    vLLM). Returns the versioned report, the same document as ``--json`` (through the
+    one pipeline, :func:`kvcontract.tools.audit.command.produce_report`); prints
+    nothing."""
+    from kvcontract.tools.audit.command import (
+        THEOREM_TIMEOUT,
+        AuditRequest,
+        _options,
+        produce_report,
+    )
+    from kvcontract.tools.audit.on_engine import MODES
+    from kvcontract.tools.audit.targets import AUTO, resolve_target
     from kvcontract.tools.cli import sigint_guard
     from kvcontract.tools.commands._common import check_clauses, check_float, check_jobs
 
     if not isinstance(target, str):
         raise UsageError(f"target is a string (vllm:PATH, module:FILE.py, ...), not {target!r}")
-    resolved = resolve_target(target)
-    resolved_baseline = resolve_target(baseline) if baseline is not None else None
+    if judge not in MODES:
+        raise UsageError(f"judge must be one of {', '.join(MODES)}, not {judge!r}")
+    resolved = resolve_target(target, base=AUTO if base is None else base)
+    resolved_baseline = None
+    if baseline is not None:
+        resolved_baseline = resolve_target(baseline, base=(
+            resolved.base.spec if resolved.base is not None else "none"))
     wanted = check_clauses(_strings("clauses", clauses))
     if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
         raise UsageError(f"timeout must be a number of seconds, not {timeout!r}")
@@ -586,22 +601,11 @@ def audit(target: str, *, baseline: str | None = None,
     check_jobs(_int("jobs", jobs), "jobs")
     failing = _fail_on(fail_on)
     scope = _scope(model, geometries, bpc, retention)
-    options = _options(wanted, float(timeout), budget, jobs, scope)
+    options = _options(wanted, float(timeout), budget, jobs, scope, judge_mode=judge)
+    request = AuditRequest(options, failing, costs=bool(costs), live=bool(live),
+                           require_complete=bool(require_complete))
     with sigint_guard():
-        binding = bind(resolved)
-        run = run_audit(binding, options)
-        comparison = None
-        if resolved_baseline is not None:
-            from kvcontract.tools.audit.baseline import compare
-
-            base_binding = bind(resolved_baseline)
-            base_run = run_audit(base_binding, options)
-            comparison = compare(base_binding, base_run, binding, run, options)
-    report: dict[str, Any] = build_report(binding, run, comparison, failing)
-    if scope:
-        from kvcontract.spec.properties.scoped import describe_scope
-
-        report["geometries"] = describe_scope(tuple(scope))
+        report: dict[str, Any] = produce_report(resolved, resolved_baseline, request)
     return report
 
 

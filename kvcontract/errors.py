@@ -16,6 +16,8 @@ exception is an internal error (a bug: exit 4, one line, the traceback under
     +-- WitnessError          a witness a property cannot replay (malformed, or outside
     |                         its domain)
     +-- ProofError            the prover itself failed (not a verdict: a bug or a limit)
+    +-- EngineUnavailableError  vLLM's engine was required (``audit --judge engine``) and
+                              cannot run here (exit 3: undecided, not a usage error)
 """
 
 from __future__ import annotations
@@ -81,3 +83,11 @@ class WitnessError(KvContractError):
 
 class ProofError(KvContractError):
     """The prover could not run a theorem at all (distinct from an UNKNOWN verdict)."""
+
+
+class EngineUnavailableError(KvContractError):
+    """``audit --judge engine``: the target's vLLM cannot be imported and run here (the
+    message names what to install, or the import error: kvcontract's gap). The command
+    line exits 3 (undecided), not 2."""
+
+    exit_code = 3

@@ -15,6 +15,10 @@ producer alone, and returns vLLM's own store offers per geometry group and per s
 the case's schedule (:func:`~kvcontract.spec.properties.store.schedule_steps`), for the
 store family's judges to read; a schedule vLLM's scheduler does not make under the
 case's budget is said so, never forced.
+
+A run that stops on a gap of kvcontract's own driver (:mod:`kvcontract.live.gaps`)
+confirms nothing: both raise :class:`~kvcontract.live.gaps.DriverGapError`, so a caller
+reports the case not replayable, never a crash of vLLM nor a verdict about it.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from kvcontract.live.build import BuildOptions, Refused
+from kvcontract.live.gaps import DriverGapError
 from kvcontract.live.observation import LiveObservation
 from kvcontract.live.run import run_trace
 from kvcontract.live.trace import (
@@ -150,7 +155,9 @@ def options_for(case: EndToEndCase, base: BuildOptions | None = None) -> BuildOp
 def confirm_case(case: EndToEndCase, options: BuildOptions | None = None, *,
                  timing: Timing | None = None, keep_observation: bool = True,
                  ) -> Confirmation:
-    """Run ``case`` live; the observed hit, the spec's promise and the verdict."""
+    """Run ``case`` live; the observed hit, the spec's promise and the verdict
+    (:class:`~kvcontract.live.gaps.DriverGapError` when the driver did not fit the
+    installed vLLM: no verdict)."""
     geometry = case.geometry
     promised = promised_hit(geometry, case.producer, case.consumer.num_tokens,
                             case.consumer.shared_tokens)
@@ -162,6 +169,7 @@ def confirm_case(case: EndToEndCase, options: BuildOptions | None = None, *,
     if isinstance(result, Refused):
         return Confirmation(case.to_json(), None, None, promised, floor, None,
                             result.reason, "refused")
+    _no_driver_gap(result)
     raised = (f"{result.exceptions[0].type}: {result.exceptions[0].message}"
               if result.exceptions else None)
     observed = result.accepted_hit("consumer")
@@ -229,6 +237,7 @@ def replay_store_case(case: StoreCase, options: BuildOptions | None = None, *,
     result = run_trace(case.geometry, trace, options_for(e2e, options))
     if isinstance(result, Refused):
         return StoreReplay(case.to_json(), (), (), tuple(running), None, result.reason)
+    _no_driver_gap(result)
     raised = (f"{result.exceptions[0].type}: {result.exceptions[0].message}"
               if result.exceptions else None)
     outcome = result.requests.get("producer")
@@ -245,6 +254,13 @@ def replay_store_case(case: StoreCase, options: BuildOptions | None = None, *,
     return StoreReplay(case.to_json(),
                        tuple(tuple(tuple(sorted(s)) for s in group) for group in offers),
                        scheduled, tuple(running), raised, None)
+
+
+def _no_driver_gap(observation: LiveObservation) -> None:
+    """Raise :class:`DriverGapError` when the run stopped on a gap of the driver."""
+    gap = observation.driver_gap
+    if gap is not None:
+        raise DriverGapError(gap)
 
 
 def confirm(geometry: Geometry, prompt_len: int, consumer: str = "resend", *,

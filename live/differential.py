@@ -18,7 +18,9 @@ A geometry the live backend or vLLM will not build is ``refused``; where vLLM's 
 and :func:`kvcontract.spec.build.buildable` disagree, that disagreement is itself a gap
 (class ``buildable``). A program operation without a faithful live equivalent makes the
 program ``not-replayable`` with the reason
-(:class:`~kvcontract.live.session.NotReplayableError`), never a silent skip.
+(:class:`~kvcontract.live.session.NotReplayableError`), never a silent skip; so does a
+gap of kvcontract's live driver (:mod:`kvcontract.live.gaps`: the driver did not fit
+the installed vLLM's API), which is never a model gap nor a crash of vLLM.
 """
 
 from __future__ import annotations
@@ -30,11 +32,13 @@ from typing import Any
 from kvcontract.impl.system.engine import OffloadSystem
 from kvcontract.impl.system.events import Event, LoadCrashEvent, LoadEvent, LookupEvent, StoreEvent
 from kvcontract.live.build import BuildOptions, Refused
+from kvcontract.live.capabilities import has
 from kvcontract.live.observation import LiveObservation
 from kvcontract.live.session import LiveSession, NotReplayableError
 from kvcontract.live.worker import Timing
 from kvcontract.spec.build import buildable
 from kvcontract.spec.geometry import Geometry
+from kvcontract.spec.reachability import group_mask
 from kvcontract.vocabulary import GroupKind
 
 Op = tuple[Any, ...]
@@ -47,9 +51,10 @@ OUTCOMES = ("agreed", "disagreed", "refused", "not-replayable")
 GAP_CLASSES: dict[str, str] = {
     "buildable": "spec.build.buildable and vLLM disagree on whether the geometry builds "
                  "(a gap in kvcontract's planning model)",
-    "failed-store": "0.33.0 has no failed store: the live worker never reports the job "
-                    "(its chunks stay HIT_PENDING), the executable system drops the chunks "
-                    "(absent)",
+    "failed-store": "the installed release has no failed store (0.33.0: its worker reports "
+                    "a job done or not at all): the live worker never reports the failed "
+                    "job (its chunks stay HIT_PENDING), the executable system drops the "
+                    "chunks (absent)",
     "gpu-prefix-hit": "the request's GPU prefix hit L differs: the executable system's "
                       "GPU prefix-hit rule and block pool are not vLLM's KV-cache manager "
                       "(ARCHITECTURE.md lists the rule as a departure), so the hit, the "
@@ -84,6 +89,26 @@ GAP_CLASSES: dict[str, str] = {
                             "full-attention groups' at-least-a-chunk rule is not applied "
                             "again; kvcontract's lookup re-checks every group and answers "
                             "less",
+    "eagle-store-all": "a gap in kvcontract's model of vLLM's store mask: for an EAGLE "
+                       "group whose needed history fills a segment exactly (need = "
+                       "cdiv(sw + e - 1, B) + 1 = period, e.g. sw 8 + e 2 or 3 in blocks "
+                       "of 4 under A = 16), vLLM's SlidingWindowManager.reachable_block_mask "
+                       "stores every block (need >= per_segment), block 0 too; "
+                       "kvcontract's mask (upstream-current, the reference's "
+                       "is_block_reachable) stores all only from need >= period + 1 and "
+                       "leaves block 0 out, which at bpc 1 is chunk 0: the request, with "
+                       "the same hits on both sides, is offered chunk 0 by vLLM alone",
+    "mtp-mamba-prefill-stall": "vLLM's own stall, not a gap of the model: with a Mamba "
+                               "group in align mode and a multi-module MTP drafter (k = "
+                               "e + 1 lookahead tokens), Scheduler._mamba_block_aligned_split "
+                               "ends the prefill chunk at the last Mamba block boundary B "
+                               "before the prompt end P, and when 0 < P - B < k "
+                               "_reserve_prefill_lookahead (never end a chunk within k "
+                               "tokens of the prefill end) cuts it back to P - k; from "
+                               "there the split's only end is B, which the reservation "
+                               "cuts to 0 tokens, every step: the request stays RUNNING "
+                               "at P - k and never finishes its prefill, so what it "
+                               "stores and what later requests find differ",
     "follows-earlier-gap": "an earlier request of the program already differs (what it "
                            "stored, or when it finished), so what this one finds differs",
     "unexplained": "no class of the program explains it",
@@ -107,6 +132,10 @@ class RequestDecisions:
     """The GPU prefix hit ``L`` of each admission (classification only, not compared)."""
     lookups: int = 0
     """Lookups made for it, deferred ones included (classification only)."""
+    computed: int | None = None
+    """Tokens it had computed at the end, None where unknown (classification only)."""
+    finished: bool = True
+    """It ended (finished or aborted) by the end of the program (classification only)."""
 
     def aspect(self, name: str) -> Any:
         """The compared value of ``name`` (one of :data:`ASPECTS`), plain data."""
@@ -173,6 +202,9 @@ def live_decisions(observation: LiveObservation) -> dict[str, RequestDecisions]:
     for offer in observation.stores:
         for g, chunks in offer.offered.items():
             of(offer.request).offers.setdefault(g, set()).update(chunks)
+    for name, outcome in observation.requests.items():
+        of(name).computed = outcome.num_computed
+        of(name).finished = str(outcome.status or "").startswith("FINISHED")
     if observation.exceptions:
         for name, outcome in observation.requests.items():
             if outcome.status not in ("FINISHED_STOPPED", "FINISHED_ABORTED",
@@ -286,6 +318,10 @@ def compare_program(scenario: str, geometry: Geometry, program: Sequence[Op], *,
                                          f"{format_op(op)}: {exc}")
     finally:
         observation = session.close()
+    gap = observation.driver_gap
+    if gap is not None:
+        return ProgramComparison(scenario, "not-replayable", gap.text(),
+                                 live_steps=observation.steps)
     comparison = ProgramComparison(scenario, "agreed", live_steps=observation.steps)
     if not ok:
         comparison.gaps.append(ModelGap(scenario, "-", "buildable",
@@ -305,10 +341,12 @@ def compare_program(scenario: str, geometry: Geometry, program: Sequence[Op], *,
         for aspect in ASPECTS:
             a, b = mine.aspect(aspect), theirs.aspect(aspect)
             if a != b:
-                gap = ModelGap(scenario, request, aspect, a, b, program=list(shown))
-                gap.gap_class = classify(gap, geometry, program, mine, theirs, earlier_gap,
-                                         request in deadlined)
-                comparison.gaps.append(gap)
+                found_gap = ModelGap(scenario, request, aspect, a, b, program=list(shown))
+                found_gap.gap_class = classify(
+                    found_gap, geometry, program, mine, theirs, earlier_gap,
+                    request in deadlined,
+                    failed_stores_reported=has("failed-transfer-jobs"))
+                comparison.gaps.append(found_gap)
                 found = True
         earlier_gap = earlier_gap or found
     if comparison.gaps:
@@ -327,15 +365,19 @@ def _request_order(program: Sequence[Op]) -> Callable[[str], tuple[int, str]]:
 
 def classify(gap: ModelGap, geometry: Geometry, program: Sequence[Op],
              model: RequestDecisions, live: RequestDecisions, earlier_gap: bool,
-             deadlined: bool = False) -> str:
+             deadlined: bool = False, *, failed_stores_reported: bool = False) -> str:
     """The class of :data:`GAP_CLASSES` the program and the two sides' decisions show to
-    be the gap's cause (checked in this order; ``unexplained`` when none fits)."""
-    if any(op[0] == "fail_next_store" for op in program):
+    be the gap's cause (checked in this order; ``unexplained`` when none fits).
+    ``failed_stores_reported``: the installed release's worker reports failed stores
+    (capability ``failed-transfer-jobs``), so a failed store is no cause."""
+    if not failed_stores_reported and any(op[0] == "fail_next_store" for op in program):
         return "failed-store"
     if deadlined:
         return "deferral-deadline"
     if model.lookups and not live.lookups:
         return "admission"
+    if _prefill_stalled(gap, geometry, program, live):
+        return "mtp-mamba-prefill-stall"
     if gap.aspect in ("hits", "loads") and _sub_chunk_hit(geometry, model, live):
         return "sub-chunk-hit"
     if gap.aspect in ("hits", "loads") and _sub_chunk_hit(geometry, live, model):
@@ -347,6 +389,10 @@ def classify(gap: ModelGap, geometry: Geometry, program: Sequence[Op],
                      if gap.model.get(g) != gap.live.get(g)}
         if differing and all(geometry.groups[g].kind is GroupKind.MAMBA for g in differing):
             return "mamba-checkpoints"
+        if differing and model.aspect("hits") == live.aspect("hits") and all(
+                _eagle_store_all(geometry, g, gap.model.get(g, []), gap.live.get(g, []))
+                for g in differing):
+            return "eagle-store-all"
         hits = model.hits[-1:] + live.hits[-1:]
         if hits and len(model.hits) == len(live.hits) and _agree_past_hit(
                 geometry, max(hits), gap.model, gap.live):
@@ -354,6 +400,41 @@ def classify(gap: ModelGap, geometry: Geometry, program: Sequence[Op],
     if earlier_gap:
         return "follows-earlier-gap"
     return "unexplained"
+
+
+def _prefill_stalled(gap: ModelGap, geometry: Geometry, program: Sequence[Op],
+                     live: RequestDecisions) -> bool:
+    """vLLM left the request RUNNING at ``P - k`` tokens computed, its prompt ``P``, on a
+    geometry with a Mamba group and an MTP drafter of ``k = e + 1`` lookahead tokens,
+    with a Mamba block boundary strictly between ``P - k`` and ``P`` (the class
+    ``mtp-mamba-prefill-stall``: the chunk that must end at that boundary is cut to 0
+    tokens by the lookahead reservation, every step)."""
+    blocks = [g.block_size for g in geometry.groups if g.kind is GroupKind.MAMBA]
+    extra = max((g.extra_retained_tokens for g in geometry.groups
+                 if g.kind is GroupKind.SLIDING_WINDOW), default=0)
+    if not blocks or not extra or live.finished or live.computed is None:
+        return False
+    prompt = next((len(op[2]) for op in program
+                   if op[0] == "add_request" and op[1] == gap.request), None)
+    if prompt is None:
+        return False
+    stalled_at = prompt - (extra + 1)
+    return live.computed == stalled_at >= 0 and any(
+        (prompt - 1) // block * block > stalled_at for block in blocks)
+
+
+def _eagle_store_all(geometry: Geometry, g: int, model: list[int], live: list[int]) -> bool:
+    """Group ``g`` is an EAGLE group whose needed history fills a segment exactly, in
+    chunks of one block (``bpc`` 1: kvcontract's mask marks every block but block 0,
+    so chunk 0 is the only chunk it leaves out), and vLLM offered what the model did
+    plus chunk 0 alone (the class ``eagle-store-all``)."""
+    group = geometry.groups[g]
+    if not group.eagle or group.sliding_window is None or geometry.blocks_per_chunk != 1:
+        return False
+    rule, need = group_mask(geometry, group)
+    if rule.store_all or rule.period is None or need != rule.period:
+        return False
+    return set(model) <= set(live) and set(live) - set(model) == {0}
 
 
 def _sub_chunk_hit(geometry: Geometry, model: RequestDecisions,

@@ -6,6 +6,10 @@ imports no vLLM at import time: :func:`check` finds what is missing and says how
 install it, :func:`prepare_environment` sets the variables vLLM reads at import
 (``VLLM_TARGET_DEVICE=cpu``, else vLLM picks ``UnspecifiedPlatform``; a private
 ``VLLM_CACHE_ROOT``), and :func:`require` is what the other modules call first.
+
+Which release is installed decides nothing: the driver adapts to what the release
+offers, found by introspection (:mod:`kvcontract.live.capabilities`), and the check
+fails only when something the driver needs is absent, naming the API.
 """
 
 from __future__ import annotations
@@ -17,20 +21,26 @@ import logging
 import os
 import tempfile
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-SUPPORTED_RELEASES = ("0.30.0", "0.31.0", "0.32.0", "0.33.0")
-"""The vLLM releases the live backend drives (their scheduler and connector APIs). 0.33.0
-is the one installed by ``.ci/install-live``; 0.30.0, 0.31.0 and 0.32.0 plan the KV cache
-in one call (``kv_cache_utils.get_kv_cache_configs``) and mark no drafter layer, so an
-EAGLE-3 geometry is refused there (vLLM plans no EAGLE group for it); 0.30.0's request
-context has no key positions (chunks are found in the request's own key list). 0.28 and
-0.29 plan the KV cache another way and are not driven."""
+if TYPE_CHECKING:
+    from kvcontract.live.capabilities import Capabilities
+
+KNOWN_RELEASES = ("0.30.0", "0.31.0", "0.32.0", "0.33.0", "0.34.0")
+"""Releases the live backend is known to drive (informational, for the README: the check
+never refuses by it). 0.34.0 is the one ``.ci/install-live`` installs. 0.30.0-0.32.0 plan
+the KV cache in one call and mark no drafter layer (an EAGLE geometry is refused there);
+0.30.0's request context has no key positions. 0.28 and 0.29 plan the KV cache another
+way: their planning functions are absent, which the check names."""
+
+NEWEST_RELEASE = KNOWN_RELEASES[-1]
+"""The release the install recipe names."""
 
 INSTALL_RECIPE = (
-    "pip install -e '.[live]' && pip install --no-deps vllm==0.33.0 "
-    "(or .ci/install-live); never let pip resolve vllm's own dependencies: they pull a "
-    "CUDA build of torch"
+    "pip install -e '.[live]' && pip install --no-deps xgrammar==0.2.8 && "
+    f"pip install --no-deps vllm=={NEWEST_RELEASE} (or .ci/install-live); never let pip "
+    "resolve vllm's or xgrammar's own dependencies: they pull a CUDA build of torch and "
+    "triton"
 )
 
 LIVE_MODULES = (
@@ -51,12 +61,13 @@ PURE_PYTHON_CLOSURE: dict[str, str] = {
     "llguidance": "llguidance", "einops": "einops", "cpuinfo": "py-cpuinfo",
     "regex": "regex", "cloudpickle": "cloudpickle", "PIL": "pillow",
     "pydantic": "pydantic", "requests": "requests", "urllib3": "urllib3",
+    "numpy": "numpy",
 }
 
 
 class LiveUnavailable(RuntimeError):
-    """vLLM (or a package its scheduler side imports) is not installed, or the
-    installed release is not one the live backend drives."""
+    """vLLM (or a package its scheduler side imports) is not installed, or the installed
+    vLLM lacks an API the live driver needs."""
 
 
 @dataclass(frozen=True)
@@ -68,16 +79,22 @@ class LiveCheck:
     missing: tuple[str, ...] = ()
     """Distributions to install (the pure-Python closure, vllm itself)."""
     problems: tuple[str, ...] = field(default_factory=tuple)
-    """Other reasons the backend cannot run (an unsupported release, an import error)."""
+    """Other reasons the backend cannot run (an import error, an API the driver needs
+    and the installed vLLM lacks)."""
+    capabilities: Capabilities | None = None
+    """What the installed vLLM offers the driver (None: not looked up, which needs
+    vLLM imported)."""
 
     @property
     def ok(self) -> bool:
         return not self.missing and not self.problems
 
     def lines(self) -> list[str]:
-        """The check as text lines (what ``kvcontract live --check`` prints)."""
-        found = [f"vllm: {self.vllm_version or 'not installed'} (supported: "
-                 f"{', '.join(SUPPORTED_RELEASES)})",
+        """The check as text lines: the versions, then what is missing and the install
+        recipe, or that the backend can run."""
+        found = [f"vllm: {self.vllm_version or 'not installed'} (releases known to work: "
+                 f"{', '.join(KNOWN_RELEASES)}; the driver adapts to the capabilities it "
+                 "finds, not to the version)",
                  f"torch: {self.torch_version or 'not installed'}"]
         if self.missing:
             found.append("missing: " + ", ".join(self.missing))
@@ -86,8 +103,15 @@ class LiveCheck:
             found.append(f"install: {INSTALL_RECIPE}")
         else:
             found.append("the live backend can run (vLLM's scheduler, KV-cache manager and "
-                         "OffloadingConnector import)")
+                         "OffloadingConnector import, with every API the driver needs)")
         return found
+
+    def capability_lines(self) -> list[str]:
+        """One line per capability found (empty when they were not looked up)."""
+        if self.capabilities is None:
+            return []
+        return ["capabilities of the installed vLLM (what the driver uses):",
+                *(f"  {line}" for line in self.capabilities.lines())]
 
 
 def _version(distribution: str) -> str | None:
@@ -99,8 +123,13 @@ def _version(distribution: str) -> str | None:
 
 def prepare_environment() -> None:
     """Set what vLLM reads at import, unless the user set it: the CPU platform, a
-    private cache root (vLLM writes there), quiet logging."""
+    private cache root (vLLM writes there), quiet logging, and the Hugging Face hub
+    offline (every model the live backend builds is a local ``config.json``; online,
+    each speculative config's drafter is looked up on the hub first: about 16 s of
+    retries per engine on a machine without network)."""
     os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     if "VLLM_CACHE_ROOT" not in os.environ:
         os.environ["VLLM_CACHE_ROOT"] = os.path.join(tempfile.gettempdir(),
                                                      f"kvcontract-live-{os.getuid()}")
@@ -109,9 +138,16 @@ def prepare_environment() -> None:
     logging.getLogger("vllm").setLevel(getattr(logging, level, logging.ERROR))
 
 
+def missing_capabilities(found: Capabilities) -> list[str]:
+    """A problem line for each capability the driver needs and ``found`` lacks."""
+    return [f"the installed vLLM lacks {c.api}, which the live driver needs ({c.use})"
+            for c in found.missing]
+
+
 def check(*, import_modules: bool = True) -> LiveCheck:
     """What is missing for the live backend, without raising. ``import_modules``: also
-    import :data:`LIVE_MODULES` (seconds; it finds what a version check cannot)."""
+    import :data:`LIVE_MODULES` and look the driver's capabilities up (seconds; it finds
+    what the installed files cannot tell)."""
     vllm_version = _version("vllm")
     torch_version = _version("torch")
     missing = [dist for name, dist in PURE_PYTHON_CLOSURE.items()
@@ -121,11 +157,9 @@ def check(*, import_modules: bool = True) -> LiveCheck:
         missing.append("torch (the CPU build: pip install torch --index-url "
                        "https://download.pytorch.org/whl/cpu)")
     if vllm_version is None:
-        missing.append("vllm==0.33.0 (pip install --no-deps)")
-    elif vllm_version not in SUPPORTED_RELEASES:
-        problems.append(f"vllm {vllm_version} is installed; the live backend drives "
-                        f"{', '.join(SUPPORTED_RELEASES)}")
-    if import_modules and not missing and not problems:
+        missing.append(f"vllm=={NEWEST_RELEASE} (pip install --no-deps)")
+    found: Capabilities | None = None
+    if import_modules and not missing:
         prepare_environment()
         for module in LIVE_MODULES:
             try:
@@ -133,22 +167,44 @@ def check(*, import_modules: bool = True) -> LiveCheck:
             except Exception as exc:  # any import failure is a reason the backend cannot run
                 problems.append(f"import {module}: {type(exc).__name__}: {exc}")
                 break
-    return LiveCheck(vllm_version, torch_version, tuple(missing), tuple(problems))
+        if not problems:
+            from kvcontract.live.capabilities import capabilities
+
+            found = capabilities()
+            problems += missing_capabilities(found)
+    return LiveCheck(vllm_version, torch_version, tuple(missing), tuple(problems), found)
 
 
 def available() -> bool:
-    """Whether the live backend can run (vLLM installed, a supported release, the
-    closure importable); imports nothing heavy."""
+    """Whether the live backend's packages are installed (vLLM, torch, the closure);
+    imports nothing heavy."""
     return check(import_modules=False).ok
 
 
 def require() -> None:
     """Raise :class:`LiveUnavailable` (with the install recipe) unless the backend can
-    run; set the environment vLLM needs."""
+    run: its packages installed, its modules importable and every API the driver needs
+    present (this imports vLLM, once per process); set the environment vLLM needs."""
     found = check(import_modules=False)
+    if found.ok:
+        found = _full_check()
     if not found.ok:
         raise LiveUnavailable("; ".join(found.lines()[2:]))
     prepare_environment()
+
+
+_CHECKED: list[LiveCheck] = []
+
+
+def _full_check() -> LiveCheck:
+    """:func:`check` with the imports, once per process once it passed (the modules stay
+    imported and the capabilities do not change)."""
+    if not _CHECKED:
+        found = check(import_modules=True)
+        if not found.ok:
+            return found
+        _CHECKED.append(found)
+    return _CHECKED[0]
 
 
 def vllm_names(module: str, *names: str) -> Any:

@@ -10,7 +10,8 @@
   chunks another request is loading: ``_chunks_being_loaded``) and whether vLLM's
   deferral clock (``deferred_lookup_start_time``) runs;
 * every load and store job: submitted (``OffloadingConnectorMetadata``), reported by the
-  worker (``completed_jobs``, ``failed_recving``), taken by the connector (it left
+  worker (``completed_jobs``; failed: ``failed_jobs`` where the release's worker metadata
+  has it, else a load's ``failed_recving``), taken by the connector (it left
   ``_jobs``), flushed (``jobs_to_flush``), discarded by a cache reset; a store whose
   source block vLLM allocated again while it was in flight, in a step that did not
   flush it (the blocks each step allocates: the connector's own
@@ -276,6 +277,7 @@ class _LifecycleRecorder:
             output = getattr(model_output, "kv_connector_output", None)
             meta = getattr(output, "kv_connector_worker_meta", None)
             reported = {int(j) for j in getattr(meta, "completed_jobs", None) or {}}
+            failed_jobs = {int(j) for j in getattr(meta, "failed_jobs", None) or ()}
             failed = {str(r) for r in getattr(output, "failed_recving", None) or ()}
             before = self._open_jobs()
             computed = self._computed(failed)
@@ -283,7 +285,7 @@ class _LifecycleRecorder:
                 return update(scheduler_output, model_output)
             finally:
                 self.guarded("job reports", lambda: self._after_update(
-                    reported, failed, before, computed))
+                    reported, failed, before, computed, failed_jobs))
                 self.step += 1
 
         return recorded
@@ -293,13 +295,16 @@ class _LifecycleRecorder:
         return {r: int(requests[r].num_computed_tokens) for r in rids if r in requests}
 
     def _after_update(self, reported: set[int], failed: set[str], before: set[int],
-                      computed: dict[str, int]) -> None:
+                      computed: dict[str, int], failed_jobs: Iterable[int] = ()) -> None:
         after = self._open_jobs()
+        failed_jobs = set(failed_jobs)
         for job_id in reported:
             job = self.log.jobs.get(job_id)
             if job is None:
                 continue
             job.reported.append(self.step)
+            if job_id in failed_jobs and job.failed is None:
+                job.failed = self.step
             if job_id in before and job_id not in after:
                 job.completed = self.step
         requests = self.engine.scheduler.requests
@@ -311,7 +316,9 @@ class _LifecycleRecorder:
             loads = [job for job in self.log.jobs.values()
                      if job.kind == "load" and job.request == self.name(rid)
                      and job.failed is None]
-            if loads:  # the request's latest load: one load in flight per request
+            marked = any(job.kind == "load" and job.request == self.name(rid)
+                         and job.failed == self.step for job in self.log.jobs.values())
+            if loads and not marked:  # the request's latest load: one in flight at a time
                 max(loads, key=lambda job: job.submitted).failed = self.step
             request = requests.get(rid)
             self.log.load_failures.append(LoadFailure(

@@ -4,7 +4,8 @@ For each case the model's observation (the end-to-end family's own ``observe``: 
 implementation's store path, then its lookup, e.g. ``upstream-current``, the stand-in
 for vLLM) and the live one (:func:`~kvcontract.live.confirm.confirm_case`) are compared
 on the accepted hit. A difference is a finding about kvcontract's model of vLLM, not
-about vLLM. :func:`agreement` gives the rate.
+about vLLM. :func:`agreement` gives the rate. A case whose live run stopped on a gap of
+kvcontract's driver (:mod:`kvcontract.live.gaps`) is not compared (``not_replayable``).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kvcontract.live.confirm import Confirmation, confirm_case
+from kvcontract.live.gaps import DriverGapError
 from kvcontract.spec.properties.end_to_end import EndToEndCase, run_end_to_end
 
 
@@ -31,6 +33,8 @@ class LockstepReport:
     agreed: int = 0
     refused: int = 0
     """Cases whose geometry the live backend or vLLM would not build (not compared)."""
+    not_replayable: list[str] = field(default_factory=list)
+    """Why each case whose live run stopped on a driver gap was not compared."""
     disagreements: list[Disagreement] = field(default_factory=list)
     verdicts: dict[str, int] = field(default_factory=dict)
     """Live verdicts (``lost-hit``, ``as-promised``, ...) of the compared cases."""
@@ -49,6 +53,7 @@ class LockstepReport:
     def to_json(self) -> dict[str, Any]:
         return {"implementation": self.implementation, "compared": self.compared,
                 "agreed": self.agreed, "agreement": self.agreement, "refused": self.refused,
+                "not_replayable": list(self.not_replayable),
                 "verdicts": self.verdicts, "lost_hits": self.lost_hits,
                 "disagreements": [vars(d) for d in self.disagreements]}
 
@@ -61,7 +66,12 @@ def lockstep(cases: Iterable[EndToEndCase], implementation: str = "upstream-curr
     impl = load_implementation(implementation)
     report = LockstepReport(implementation)
     for case in cases:
-        live: Confirmation = confirm_case(case, keep_observation=False)
+        try:
+            live: Confirmation = confirm_case(case, keep_observation=False)
+        except DriverGapError as exc:
+            report.not_replayable.append(f"{case.geometry_name} P={case.producer.prompt_len}"
+                                         f" {case.consumer.kind}: {exc}")
+            continue
         if live.verdict == "refused":
             report.refused += 1
             continue

@@ -4,6 +4,9 @@ Chunks are named per geometry group (the group of :class:`~kvcontract.spec.geome
 whose layers a vLLM KV-cache group holds) and chunk index ``k`` (the chunk ending at
 token ``(k + 1) * tpc``), lookup answers are :class:`~kvcontract.vocabulary.LookupResult`
 words, an exception vLLM raised is a crash (C2's "not found" / "not ready" among them).
+An exception of kvcontract's own driver (a call or read that does not fit the installed
+vLLM's API) is a :class:`DriverGap`, kept apart: it is kvcontract's gap, never a verdict
+about vLLM, and a run that has one is judged by no one (UNKNOWN, not replayable).
 Plain data: no vLLM object is kept, so an observation is printed or written as JSON.
 """
 
@@ -78,6 +81,28 @@ class LiveException:
     @property
     def impact(self) -> Impact:
         return Impact.CRASH
+
+
+@dataclass(frozen=True)
+class DriverGap:
+    """kvcontract's driver did not fit the installed vLLM's API during a step (a call
+    with arguments the release does not take, an attribute of a vLLM object the driver
+    expected, an attribute vLLM read from one of the driver's stand-ins): the run stops
+    there and says nothing about vLLM (:mod:`kvcontract.live.gaps`)."""
+
+    step: int
+    where: str
+    api: str
+    """The vLLM API the driver called or read (or its own object vLLM read)."""
+    type: str
+    message: str
+    frame: str
+    """``file:line function`` of the frame that raised."""
+
+    def text(self) -> str:
+        return (f"kvcontract's live driver does not fit the installed vLLM at {self.api} "
+                f"({self.type}: {self.message}; {self.frame}): a gap of kvcontract, not a "
+                "verdict about vLLM")
 
 
 @dataclass
@@ -282,6 +307,9 @@ class LiveObservation:
     stores: list[StoreOffer] = field(default_factory=list)
     requests: dict[str, RequestOutcome] = field(default_factory=dict)
     exceptions: list[LiveException] = field(default_factory=list)
+    """What vLLM raised (a crash)."""
+    driver_gaps: list[DriverGap] = field(default_factory=list)
+    """Where kvcontract's driver did not fit vLLM's API (the run is not judged)."""
     resets: list[tuple[int, str, bool]] = field(default_factory=list)
     """``(step, kind, result)`` of every cache reset."""
     flushed_jobs: int = 0
@@ -296,6 +324,12 @@ class LiveObservation:
     @property
     def crashed(self) -> bool:
         return bool(self.exceptions)
+
+    @property
+    def driver_gap(self) -> DriverGap | None:
+        """The first gap of kvcontract's driver, None when the run says something about
+        vLLM."""
+        return self.driver_gaps[0] if self.driver_gaps else None
 
     def accepted_hit(self, request: str) -> int | None:
         """The offloaded hit the connector finally offered ``request`` (its last answer

@@ -1,5 +1,5 @@
-"""Partial tails on the live engine: vLLM 0.33.0's sub-chunk boundary, held against the
-contract's statement (docs/CONTRACT.md 9.2, :mod:`kvcontract.spec.partial_tail`).
+"""Partial tails on the live engine: vLLM's sub-chunk boundary (since 0.33.0), held
+against the contract's statement (docs/CONTRACT.md 9.2, :mod:`kvcontract.spec.partial_tail`).
 
 A producer/consumer trace (the end-to-end family's own case shape,
 :func:`kvcontract.live.confirm.end_to_end_case`) runs on vLLM's scheduler, KV-cache
@@ -39,7 +39,7 @@ from kvcontract.spec.partial_tail import (
 
 PARTIAL_TAIL_GEOMETRY = Geometry((fa(64), mamba(64)), hash_block_size=16)
 """FA and a Mamba group (align mode), both 64-token blocks, hashed in blocks of 16,
-``bpc`` 1, retention None: vLLM 0.33.0 turns partial tails on."""
+``bpc`` 1, retention None: vLLM (0.33.0, 0.34.0) turns partial tails on."""
 
 
 @dataclass(frozen=True)

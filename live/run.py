@@ -18,7 +18,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kvcontract.live.build import BuildOptions, LiveEngine, Refused, build
+from kvcontract.live.capabilities import has
 from kvcontract.live.env import vllm_names
+from kvcontract.live.gaps import driver_gap_of
 from kvcontract.live.observation import (
     LiveException,
     LiveObservation,
@@ -160,7 +162,8 @@ class LiveRun:
                                            cpu_chunks=engine.cpu_chunks,
                                            notes=list(engine.notes))
         self.recorder = Recorder(engine, self.observation)
-        self.worker = HostWorker(trace.timing)
+        self.worker = HostWorker(trace.timing,
+                                 release=(engine.vllm_config, engine.kv_cache_config))
         self.step = 0
         self.live: dict[str, Any] = {}
         """trace name -> vLLM Request, for the requests that arrived."""
@@ -213,10 +216,11 @@ class LiveRun:
             request = scheduler.requests[rid]
             done = request.num_computed_tokens >= request.num_tokens
             sampled.append([sampled_token(request.num_output_tokens)] if done else [])
-        return ModelRunnerOutput(req_ids=req_ids,
-                                 req_id_to_index={r: i for i, r in enumerate(req_ids)},
-                                 sampled_token_ids=sampled,
-                                 kv_connector_output=self.worker.output())
+        kwargs: dict[str, Any] = {}
+        if has("model-output-index-map"):  # dropped in 0.34: the order of req_ids is it
+            kwargs["req_id_to_index"] = {r: i for i, r in enumerate(req_ids)}
+        return ModelRunnerOutput(req_ids=req_ids, sampled_token_ids=sampled,
+                                 kv_connector_output=self.worker.output(), **kwargs)
 
     def _observe_schedule(self, output: Any) -> None:
         names = self.recorder.names
@@ -288,8 +292,7 @@ class LiveRun:
                             self.reset(event.kind)
                 metadata = self.step_once()
             except Exception as exc:  # vLLM's own failure is the observation
-                self.observation.exceptions.append(LiveException(
-                    self.step, "step", type(exc).__name__, str(exc)))
+                self.record_exception(exc, "step")
                 return False
             pending_arrivals = any(r.arrive_at > local for r in arrivals)
             pending_events = any(e.step > local for e in phase.events)
@@ -299,10 +302,20 @@ class LiveRun:
             try:
                 self.reset("reset-prefix-cache")
             except Exception as exc:
-                self.observation.exceptions.append(LiveException(
-                    self.step, "reset_prefix_cache", type(exc).__name__, str(exc)))
+                self.record_exception(exc, "reset_prefix_cache")
                 return False
         return True
+
+    def record_exception(self, exc: Exception, where: str) -> None:
+        """An exception of a step (or of an operation at ``where``): a gap of
+        kvcontract's driver (:func:`~kvcontract.live.gaps.driver_gap_of`), else vLLM's
+        failure, the run's outcome."""
+        gap = driver_gap_of(exc, self.step, where)
+        if gap is not None:
+            self.observation.driver_gaps.append(gap)
+        else:
+            self.observation.exceptions.append(LiveException(
+                self.step, where, type(exc).__name__, str(exc)))
 
     def run(self) -> LiveObservation:
         for phase in self.trace.phases:

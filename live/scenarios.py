@@ -1,11 +1,13 @@
 """Named scenarios on the live engine: the lifecycle only a real engine reaches, and the
-two lost-hit findings of 0.31-0.33 confirmed on vLLM's own code.
+two lost-hit findings of 0.31-0.34 confirmed on vLLM's own code.
 
 Each scenario builds its engine, drives its trace and returns a :class:`ScenarioResult`:
 the outcome (``clean``, or the exception vLLM raised: C2's crash), the numbers it
 observed, and checks of those numbers against the spec (a check that fails is a
-finding of the scenario, not an error of the run). :data:`SCENARIOS` names them for
-``kvcontract live --scenario NAME`` and the tests.
+finding of the scenario, not an error of the run). A run that stopped on a gap of
+kvcontract's own driver (:mod:`kvcontract.live.gaps`) is neither: its result is UNKNOWN
+(``driver_gap``, no checks, C13-C15 UNKNOWN naming the gap). :data:`SCENARIOS` names
+them for ``kvcontract live --scenario NAME`` and the tests.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kvcontract.live.build import BuildOptions, Refused
+from kvcontract.live.capabilities import has
 from kvcontract.live.confirm import (
     Confirmation,
     _traces,
@@ -23,6 +26,7 @@ from kvcontract.live.confirm import (
     end_to_end_case,
     options_for,
 )
+from kvcontract.live.gaps import DriverGapError
 from kvcontract.live.lifecycle import judge, run_lifecycle
 from kvcontract.live.observation import LiveObservation
 from kvcontract.live.partial_tail import PARTIAL_TAIL_GEOMETRY, run_partial_tail
@@ -87,6 +91,9 @@ def judge_lifecycle(result: LiveObservation | Refused, geometry: Geometry,
     if isinstance(result, Refused):
         return [ClauseVerdict(c, Verdict.UNKNOWN, reason=f"vLLM refused the geometry: "
                               f"{result.reason}") for c in LIFECYCLE_CLAUSES]
+    gap = result.driver_gap
+    if gap is not None:
+        return _unknown_clauses(gap.text())
     if result.lifecycle is None:
         return [ClauseVerdict(c, Verdict.UNKNOWN, reason="the run has no lifecycle record")
                 for c in LIFECYCLE_CLAUSES]
@@ -121,22 +128,37 @@ class ScenarioResult:
     observation: LiveObservation | None = None
     clauses: list[ClauseVerdict] = field(default_factory=list)
     """C13-C15 on the run (lifecycle scenarios)."""
+    driver_gap: str | None = None
+    """The run stopped on a gap of kvcontract's driver: the scenario is UNKNOWN."""
 
     @property
     def ok(self) -> bool:
-        return all(check.ok for check in self.checks)
+        """Every check holds (False for an UNKNOWN result: nothing was checked)."""
+        return self.driver_gap is None and all(check.ok for check in self.checks)
+
+    @property
+    def unknown(self) -> bool:
+        """Nothing about vLLM was observed (a driver gap)."""
+        return self.driver_gap is not None
 
     def to_json(self) -> dict[str, Any]:
         return {"name": self.name, "description": " ".join(self.description.split()),
                 "geometry": self.geometry, "outcome": self.outcome, "ok": self.ok,
+                "unknown": self.unknown, "driver_gap": self.driver_gap,
                 "numbers": self.numbers,
                 "checks": [vars(check) for check in self.checks],
                 "clauses": [c.to_json() for c in self.clauses]}
 
 
+def _unknown_clauses(why: str) -> list[ClauseVerdict]:
+    return [ClauseVerdict(c, Verdict.UNKNOWN, reason=why) for c in LIFECYCLE_CLAUSES]
+
+
 def _outcome(result: LiveObservation | Refused) -> str:
     if isinstance(result, Refused):
         return f"refused: {result.reason}"
+    if result.driver_gap is not None:
+        return f"driver gap: {result.driver_gap.text()}"
     if result.exceptions:
         first = result.exceptions[0]
         return f"raised {first.type}: {first.message}"
@@ -148,6 +170,10 @@ def _result(name: str, description: str, geometry: Geometry,
     observation = None if isinstance(result, Refused) else result
     found = ScenarioResult(name, description, geometry.describe(), _outcome(result),
                            observation=observation)
+    if observation is not None and observation.driver_gap is not None:
+        found.driver_gap = observation.driver_gap.text()
+        found.clauses = judge_lifecycle(result, geometry)
+        return found
     found.checks.append(Check("vLLM raised no exception", "clean", found.outcome,
                               found.outcome == "clean"))
     if observation is None or observation.lifecycle is not None:
@@ -608,14 +634,19 @@ def _failed(name: str, doc: str, timing: Timing,
 
 def failed_store() -> ScenarioResult:
     """The producer's first store fails in the worker: the failure is handed to the
-    release's own ``OffloadingConnectorWorker.get_finished``."""
+    release's own offloading worker (``OffloadingConnectorWorker.get_finished``). A
+    worker that reports failed transfers has the connector drop the store's chunks (the
+    resend recomputes them); one that asserts every transfer succeeded raises."""
     return _failed("failed-store", failed_store.__doc__ or "",
                    Timing("worker-fail", 0, "store", count=1))
 
 
 def failed_load() -> ScenarioResult:
     """The resend's load fails in the worker: the failure is handed to the release's own
-    ``OffloadingConnectorWorker.get_finished``."""
+    offloading worker (``OffloadingConnectorWorker.get_finished``). A worker that
+    reports failed transfers hands it to the scheduler's failure API under the default
+    ``kv_load_failure_policy`` (as ``failed-load-fail-policy``: whether the request
+    recomputes); one that asserts every transfer succeeded raises (no recovery at all)."""
     result = _failed("failed-load", failed_load.__doc__ or "",
                      Timing("worker-fail", 0, "load", count=1))
     where = result.numbers.get("raised_in")
@@ -624,6 +655,8 @@ def failed_load() -> ScenarioResult:
                                         f"release's worker raised on the failed load "
                                         f"({where[0]}): {result.outcome}")
                           if v.clause == "C15" else v for v in result.clauses]
+    elif result.outcome == "clean":  # the release's worker reported it: the scheduler's turn
+        _recomputes_check(result)
     return result
 
 
@@ -650,15 +683,26 @@ def failed_load_fail_policy() -> ScenarioResult:
 SCHEDULER_FAILURE_PATH = ("the scheduler's failure API (failed_recving): reached only by a "
                           "worker that reports failed transfers; the release's offloading "
                           "worker asserts instead (failed-load)")
-"""Where the ``fail``-timed load scenarios run: vLLM's scheduler code, fed a failure the
-installed offloading worker never reports."""
+"""Where the ``fail``-timed load scenarios run on a release whose offloading worker
+asserts every transfer succeeded: vLLM's scheduler code, fed a failure the installed
+worker never reports."""
+
+RELEASE_FAILURE_PATH = ("the scheduler's failure API (failed_recving): the release's own "
+                        "offloading worker reports a failed load there (failed-load)")
+"""The same where the release's worker reports failed transfers (capability
+``failed-transfer-jobs``)."""
+
+
+def failure_path() -> str:
+    """How the installed release reaches the scheduler's failure API."""
+    return RELEASE_FAILURE_PATH if has("failed-transfer-jobs") else SCHEDULER_FAILURE_PATH
 
 
 def _recomputes_check(result: ScenarioResult) -> None:
     """C15 asks a failed load to leave the request recomputing: a request vLLM fails
     with an error instead is a finding of the scenario (the trace maps it to an abort,
     which the judges accept)."""
-    result.numbers["reachable"] = SCHEDULER_FAILURE_PATH
+    result.numbers["reachable"] = failure_path()
     observation = result.observation
     if observation is None or "consumer" not in observation.requests:
         return
@@ -682,7 +726,7 @@ def _with_finding(verdict: ClauseVerdict, impact: Impact, finding: str) -> Claus
                          (finding, *verdict.findings), verdict.reason)
 
 
-# -- partial tails (0.33.0's sub-chunk boundary, docs/CONTRACT.md 9.2) ---------------------
+# -- partial tails (the sub-chunk boundary since 0.33.0, docs/CONTRACT.md 9.2) -------------
 def _partial_tail(name: str, doc: str, geometry: Geometry = PARTIAL_TAIL_GEOMETRY,
                   prompt_len: int = 230, consumer: str = "resend", *,
                   shared: int | None = None,
@@ -775,7 +819,8 @@ FAILURES = ("failed-store", "failed-load", "failed-load-recompute", "failed-load
 """Lifecycle scenarios that inject a failed transfer: their outcome is what the release
 does with it (a raise or a failed request is their finding, not an error of the run)."""
 PARTIAL_TAILS = tuple(name for name in SCENARIOS if name.startswith("partial-tail-"))
-"""0.33.0's partial tails, judged by C2 and C12 at a sub-chunk boundary (not lifecycle)."""
+"""Partial tails (since 0.33.0), judged by C2 and C12 at a sub-chunk boundary (not
+lifecycle)."""
 LIFECYCLE = tuple(name for name in SCENARIOS
                   if name not in FINDINGS + FAILURES + PARTIAL_TAILS)
 LIFECYCLE_JUDGED = LIFECYCLE + FAILURES
@@ -783,7 +828,30 @@ LIFECYCLE_JUDGED = LIFECYCLE + FAILURES
 
 
 def run_scenario(name: str) -> ScenarioResult:
-    """Run the scenario ``name`` (KeyError naming the known ones otherwise)."""
+    """Run the scenario ``name`` (KeyError naming the known ones otherwise). A run that
+    stopped on a gap of kvcontract's driver is UNKNOWN: no checks, C13-C15 UNKNOWN."""
     if name not in SCENARIOS:
         raise KeyError(f"unknown live scenario {name!r}; known: {', '.join(SCENARIOS)}")
-    return SCENARIOS[name]()
+    function = SCENARIOS[name]
+    try:
+        result = function()
+    except DriverGapError as exc:
+        result = ScenarioResult(name, function.__doc__ or "", "", f"driver gap: {exc}",
+                                driver_gap=str(exc))
+    return _unknown_if_gap(result, name in LIFECYCLE_JUDGED)
+
+
+def _unknown_if_gap(result: ScenarioResult, judged: bool) -> ScenarioResult:
+    """``result`` made UNKNOWN when its run stopped on a driver gap: its checks read a
+    run that says nothing about vLLM, so none is kept."""
+    observation = result.observation
+    if result.driver_gap is None and observation is not None and \
+            observation.driver_gap is not None:
+        result.driver_gap = observation.driver_gap.text()
+        result.outcome = f"driver gap: {result.driver_gap}"
+    if result.driver_gap is None:
+        return result
+    result.checks = []
+    if judged or result.clauses:
+        result.clauses = _unknown_clauses(result.driver_gap)
+    return result

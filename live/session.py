@@ -24,11 +24,14 @@ drives both. Each operation reaches vLLM through vLLM's own API:
 * ``evict_gpu_cache``: ``reset_prefix_cache(reset_connector=False)``, or, while requests
   hold blocks (vLLM then refuses the reset), ``BlockPool.evict_blocks`` on every free
   block: the GPU prefix cache loses what no request holds, the offloaded tier is kept;
-* ``fail_next_store``: 0.33.0's connector has no failed store (its worker reports a job
-  done or not at all), so the next store job is never reported (its chunks stay
-  HIT_PENDING): the executable system instead drops the chunks (absent);
-  ``stall_next_store`` is the same knob, and there the executable system agrees (its
-  stalled job's chunks stay pending too);
+* ``fail_next_store``: where the release's worker reports failed transfers (capability
+  ``failed-transfer-jobs``, 0.34.0), the next store job is reported failed
+  (``failed_jobs``) and the connector drops its chunks (absent), as the executable
+  system does; where it does not (0.33.0: a job is done or not reported at all), the
+  next store job is never reported (its chunks stay HIT_PENDING) while the executable
+  system drops them (the differential's ``failed-store`` class);
+* ``stall_next_store``: the next store job is never reported (its chunks stay pending
+  on both systems);
 * ``retry_lookups``: the connector's manager answers RETRY to every lookup of the next
   program steps (a stand-in tier with an asynchronous lookup in flight, wrapped around
   vLLM's manager; vLLM's connector decides what a RETRY means);
@@ -44,9 +47,11 @@ drives both. Each operation reaches vLLM through vLLM's own API:
 
 A state with no faithful live equivalent raises :class:`NotReplayableError` (the
 program is reported ``not replayable`` with the reason); an exception vLLM raises in a
-step is recorded in the observation (a crash) and the session stops there. The session
-drives 0.33.0's connector (``RequestOffloadState`` and key positions); older releases
-raise :class:`NotReplayableError` for the fixtures.
+step is recorded in the observation (a crash) and the session stops there; an exception
+of the driver's own (:mod:`kvcontract.live.gaps`) is recorded as a driver gap and stops
+it too (the program is not replayable). The fixtures need the release's
+``RequestOffloadState`` and key positions (capabilities ``request-offload-state``,
+``key-positions``); without them they raise :class:`NotReplayableError`.
 """
 
 from __future__ import annotations
@@ -56,8 +61,9 @@ from typing import Any
 
 from kvcontract.impl.system.engine import RETRY_STEPS
 from kvcontract.live.build import BuildOptions, LiveEngine, Refused, build
+from kvcontract.live.capabilities import has
 from kvcontract.live.env import vllm_names
-from kvcontract.live.observation import LiveException, LiveObservation
+from kvcontract.live.observation import LiveObservation
 from kvcontract.live.run import LiveRun, shutdown
 from kvcontract.live.trace import Trace, TraceRequest
 from kvcontract.live.worker import HostWorker, Timing
@@ -74,18 +80,30 @@ class NotReplayableError(Exception):
 
 
 class _FailingWorker(HostWorker):
-    """The host-only worker, with the next ``fail_stores`` store jobs never reported
-    (0.33.0's connector knows no failed store: a store it never hears of stays pending)."""
+    """The host-only worker, with the next ``fail_stores`` store jobs failed: reported
+    failed (``failed_jobs``) where the release's connector knows failed stores
+    (capability ``failed-transfer-jobs``: it drops the chunks), never reported where it
+    does not (0.33.0: a store it never hears of stays pending); and the next
+    ``stall_stores`` store jobs never reported."""
 
     fail_stores: int = 0
+    stall_stores: int = 0
 
     def submit(self, metadata: Any) -> None:
         before = set(self.pending)
         super().submit(metadata)
         for job_id in sorted(set(self.pending) - before):
             job = self.pending[job_id]
-            if job.is_store and self.fail_stores > 0:
+            if not job.is_store:
+                continue
+            if self.fail_stores > 0:
                 self.fail_stores -= 1
+                if has("failed-transfer-jobs"):
+                    job.failed = True
+                else:
+                    job.due = None
+            elif self.stall_stores > 0:
+                self.stall_stores -= 1
                 job.due = None
 
 
@@ -131,7 +149,7 @@ class LiveSession:
         # the connector saw it.
         engine.connector_scheduler.manager = _RetryingManager(self.manager, self)
         self.run = LiveRun(engine, Trace((), timing or Timing()))
-        self.worker = _FailingWorker(self.run.worker.timing)
+        self.worker = _FailingWorker(self.run.worker.timing, release=self.run.worker.release)
         self.run.worker = self.worker
         self.observation: LiveObservation = self.run.observation
         self.log: list[str] = []
@@ -166,9 +184,8 @@ class LiveSession:
             return action(*args)
         except NotReplayableError:
             raise
-        except Exception as exc:  # vLLM's own failure is the observation
-            self.observation.exceptions.append(LiveException(
-                self.run.step, where, type(exc).__name__, str(exc)))
+        except Exception as exc:  # vLLM's own failure (or a driver gap) is the observation
+            self.run.record_exception(exc, where)
             self.stopped = True
             return None
 
@@ -242,6 +259,9 @@ class LiveSession:
     def _preempt(self, request: Any) -> None:
         import time
 
+        if not has("preempt-request"):
+            raise NotReplayableError("the installed vLLM's Scheduler has no "
+                                     "_preempt_request(request, timestamp) to preempt with")
         scheduler = self.engine.scheduler
         if request not in scheduler.running:
             return
@@ -280,9 +300,9 @@ class LiveSession:
         self.worker.fail_stores += 1
 
     def stall_next_store(self) -> None:
-        """The next store job is never reported: the same knob as ``fail_next_store``,
-        which on 0.33.0 is exactly a stalled write (vLLM #49829)."""
-        self.worker.fail_stores += 1
+        """The next store job is never reported (a stalled write, vLLM #49829); where the
+        release knows no failed store, ``fail_next_store`` is the same knob."""
+        self.worker.stall_stores += 1
 
     def offload_keys(self, tokens: Sequence[int]) -> tuple[dict[tuple[int, int], list[Any]],
                                                            Any]:

@@ -8,12 +8,18 @@ flush) and reports jobs finished the way the real worker does, through
 done. When it reports is the timing knob (:class:`Timing`): at once (the same step's
 output), ``delay`` steps later, never (a stalled job: its chunks stay HIT_PENDING),
 ``fail`` (a load reported through the scheduler's failure API: its request in
-``failed_recving`` and ``finished_recving``, its job completed, as a worker that
-supports failed transfers reports one; a store so timed is reported as never
-finishing), or ``worker-fail`` (the failed transfer, load or store, handed to the
-release's own ``OffloadingConnectorWorker.get_finished`` over a stand-in transfer
-handler that returns it: what the release's worker does with it is the outcome; 0.33.0
-asserts ``transfer_result.success``, so the step raises).
+``failed_recving`` and ``finished_recving``, its job completed, and, where the release's
+worker metadata has ``failed_jobs`` (capability ``failed-transfer-jobs``), the job
+marked failed there, as a worker that supports failed transfers reports one; a store so
+timed is reported failed the same way where the release has ``failed_jobs``, and never
+finishes where it has not), or ``worker-fail`` (the failed transfer, load or store,
+handed to the release's own worker: a worker-role ``OffloadingConnector`` built by the
+release's constructor over the engine's config, its transfer handler a stand-in that
+returns the failed transfer, read as the model runner reads it
+(``get_transfer_results``, ``build_connector_worker_meta``): what the release's worker
+does with it is the outcome. 0.33.0 asserts ``transfer_result.success``, so the step
+raises; 0.34.0 reports the job in ``failed_jobs`` and a failed load in
+``failed_recving``).
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ import traceback
 from dataclasses import dataclass, field
 from typing import Any
 
+from kvcontract.live.capabilities import has
 from kvcontract.live.env import vllm_names
 
 TIMINGS = ("at-once", "delayed", "never", "fail", "worker-fail")
@@ -68,6 +75,16 @@ class _Job:
     failed: bool = False
 
 
+@dataclass(frozen=True)
+class _Reported:
+    """What the release's worker reported for a failed transfer."""
+
+    recving: set[str]
+    failed_recving: set[str]
+    completed: dict[int, int]
+    failed_jobs: set[int]
+
+
 @dataclass
 class HostWorker:
     """Reports the connector's jobs finished according to ``timing``."""
@@ -84,6 +101,10 @@ class HostWorker:
     raised_in: list[str] = field(default_factory=list)
     """``file:line function`` where the release's worker raised on a failed transfer
     (``worker-fail``); the exception itself propagates."""
+    release: tuple[Any, Any] | None = None
+    """The engine's ``(vllm_config, kv_cache_config)``: what the release's own worker is
+    built over for ``worker-fail`` (:class:`~kvcontract.live.run.LiveRun` sets it)."""
+    _connector: Any = None
 
     def _due(self, is_store: bool) -> tuple[int | None, bool]:
         timing = self.timing.for_kind(is_store)
@@ -95,7 +116,7 @@ class HostWorker:
             return self.step, False
         if timing.mode == "delayed":
             return self.step + timing.delay, False
-        if timing.mode == "fail" and not is_store:
+        if timing.mode == "fail" and (not is_store or has("failed-transfer-jobs")):
             return self.step, True
         if timing.mode == "worker-fail":
             return self.step, True
@@ -126,6 +147,7 @@ class HostWorker:
         KVConnectorOutput = vllm_names("vllm.v1.outputs", "KVConnectorOutput")
 
         done: dict[int, int] = {}
+        failed_jobs: set[int] = set()
         recving: set[str] = set()
         failed: set[str] = set()
         for job_id, job in list(self.pending.items()):
@@ -135,22 +157,81 @@ class HostWorker:
             self.completed.append((self.step, job_id, job.is_store))
             if job.failed and self.timing.for_kind(job.is_store).mode == "worker-fail":
                 try:
-                    reported, marked = _release_worker_reports_failure(job)
+                    reported = self._release_worker_reports_failure(job)
                 except Exception as exc:
                     self.raised_in.append(_where(exc))
                     raise
-                recving |= reported
-                done.update(marked)
+                recving |= reported.recving
+                failed |= reported.failed_recving
+                done.update(reported.completed)
+                failed_jobs |= reported.failed_jobs
                 continue
             if job.failed:
-                failed.add(job.req_id)
+                if not job.is_store:
+                    failed.add(job.req_id)
+                failed_jobs.add(job_id)
             done[job_id] = 1
             if not job.is_store and not job.sync:
                 recving.add(job.req_id)
         self.step += 1
-        return KVConnectorOutput(
-            finished_recving=recving or None, failed_recving=failed,
-            kv_connector_worker_meta=worker_metadata(completed_jobs=done))
+        meta: dict[str, Any] = {"completed_jobs": done}
+        if has("failed-transfer-jobs"):
+            meta["failed_jobs"] = failed_jobs
+        output: dict[str, Any] = {"finished_recving": recving or None}
+        if has("failed-recving"):
+            output["failed_recving"] = failed
+        elif failed:
+            raise RuntimeError("the installed vLLM's KVConnectorOutput has no "
+                               "failed_recving: a failed load cannot be reported (a driver "
+                               "gap: Timing fail needs it)")
+        return KVConnectorOutput(kv_connector_worker_meta=worker_metadata(**meta), **output)
+
+    def _release_worker(self) -> Any:
+        """The release's own worker-role ``OffloadingConnector`` over the engine's
+        config (its constructor builds the offloading spec; no GPU set-up runs)."""
+        if self._connector is None:
+            if self.release is None:
+                raise RuntimeError("worker-fail needs the engine's config "
+                                   "(HostWorker.release), which LiveRun sets")
+            connector_cls = vllm_names(
+                "vllm.distributed.kv_transfer.kv_connector.v1.offloading_connector",
+                "OffloadingConnector")
+            role = vllm_names("vllm.distributed.kv_transfer.kv_connector.v1.base",
+                              "KVConnectorRole")
+            vllm_config, kv_cache_config = self.release
+            self._connector = connector_cls(vllm_config, role.WORKER, kv_cache_config)
+        return self._connector
+
+    def _release_worker_reports_failure(self, job: _Job) -> _Reported:
+        """Hand ``job``'s failed transfer to the release's worker (its transfer handler a
+        stand-in that returns it) and read what it reports, as the model runner reads it:
+        ``get_transfer_results`` (``get_finished`` where the release has no such call) and
+        ``build_connector_worker_meta``. Whatever the release's code raises propagates:
+        that is the observed outcome of a failed transfer."""
+        metadata_cls = vllm_names(
+            "vllm.distributed.kv_transfer.kv_connector.v1.offloading.common",
+            "OffloadingConnectorMetadata")
+        connector = self._release_worker()
+        worker = connector.connector_worker
+        worker.worker = _FailingTransfers(job.job_id)
+        if not job.is_store:
+            worker._load_jobs[job.job_id] = None if job.sync else job.req_id
+        connector.bind_connector_metadata(metadata_cls(load_jobs={}, store_jobs={}))
+        try:
+            if hasattr(connector, "get_transfer_results"):
+                results = connector.get_transfer_results(set())
+                recving = set(results.finished_recving or ())
+                failed_recving = set(getattr(results, "failed_recving", None) or ())
+            else:
+                recving = set(connector.get_finished(set())[1] or ())
+                failed_recving = set()
+            meta = connector.build_connector_worker_meta()
+        finally:
+            connector.clear_connector_metadata()
+        completed = dict(getattr(meta, "completed_jobs", None) or {})
+        return _Reported({str(r) for r in recving}, {str(r) for r in failed_recving},
+                         {int(j): int(c) for j, c in completed.items()},
+                         {int(j) for j in getattr(meta, "failed_jobs", None) or ()})
 
     @property
     def stalled(self) -> list[int]:
@@ -182,22 +263,3 @@ class _FailingTransfers:
         return [TransferResult(job_id=self._job_id, success=False)]
 
 
-def _release_worker_reports_failure(job: _Job) -> tuple[set[str], dict[int, int]]:
-    """Hand ``job``'s failed transfer to the release's ``OffloadingConnectorWorker.
-    get_finished`` (built without its GPU set-up: it reads only its transfer handler,
-    its load jobs and its worker metadata) and return the requests it reports
-    finished receiving and the jobs it marks completed. Whatever the release's code
-    raises propagates: that is the observed outcome of a failed transfer."""
-    worker_cls = vllm_names(
-        "vllm.distributed.kv_transfer.kv_connector.v1.offloading.worker",
-        "OffloadingConnectorWorker")
-    worker_metadata = vllm_names(
-        "vllm.distributed.kv_transfer.kv_connector.v1.offloading.common",
-        "OffloadingWorkerMetadata")
-    worker = object.__new__(worker_cls)
-    worker.worker = _FailingTransfers(job.job_id)
-    worker._load_jobs = {} if job.is_store else {job.job_id: None if job.sync else job.req_id}
-    worker._connector_worker_meta = worker_metadata()
-    _, recving = worker.get_finished(set())
-    marked = dict(worker._connector_worker_meta.completed_jobs)
-    return {str(r) for r in recving}, {int(j): int(c) for j, c in marked.items()}

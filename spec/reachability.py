@@ -102,7 +102,7 @@ def block_is_reachable(
         # together every block from period + shift - need on, so all of them only when
         # need >= period + shift (an EAGLE group's first block is not, at need == period).
         if not isinstance(need, int) or need < period + shift:
-            tail = and_(block >= shift, mod(block - shift, period) >= period - need)
+            tail = segment_tail_block(block, period, need, shift)
             marks.append(or_(need >= period + shift, tail))
         else:
             return True
@@ -116,25 +116,51 @@ def block_is_reachable(
                 )
             )
         if final_segment_end_block is not None and not eagle:
-            end = final_segment_end_block
-            partial = mod(end, period)
-            marks.append(
-                and_(
-                    partial != 0,
-                    block >= max_(end - partial, end - need),
-                    block < end,
-                )
-            )
+            marks.append(final_tail_block(block, final_segment_end_block, period, need))
     for boundary in replay_blocks:
-        # The window of an EAGLE consumer ends one block later, with its peek block
-        # (``need`` counts it), as for segment tails.
-        marks.append(and_(block >= boundary + shift - need, block < boundary + shift))
-        if eagle:
-            marks.append(block == peek_chunk_first_block(boundary, blocks_per_chunk))
+        marks.append(replay_window_block(block, boundary, need, eagle, blocks_per_chunk))
     return any_of(marks)
 
 
-def peek_chunk_first_block(boundary_block: Num, blocks_per_chunk: int) -> Num:
+def replay_window_block(
+    block: Num, boundary_block: Num, need: Num, eagle: bool, blocks_per_chunk: Num
+) -> Bool:
+    """Rules (d) and (e) of docs/CONTRACT.md 5: ``block`` is one of the ``need`` blocks
+    before the replay block ``boundary_block`` (an EAGLE consumer's window ends one block
+    later, with its peek block, as for segment tails), or, for EAGLE, the first block of
+    the chunk its lookup peeks at (:func:`peek_chunk_first_block`)."""
+    shift = 1 if eagle else 0
+    window = and_(block >= boundary_block + shift - need, block < boundary_block + shift)
+    if not eagle:
+        return window
+    return or_(window, block == peek_chunk_first_block(boundary_block, blocks_per_chunk))
+
+
+def segment_tail_block(block: Num, period: Num, need: Num, shift: int) -> Bool:
+    """Rule (a) of docs/CONTRACT.md 5: ``block`` is one of the ``need`` blocks before a
+    segment boundary ``k * period`` (an EAGLE group's, ``shift = 1``, end one block
+    later, with the peek block)."""
+    return and_(block >= shift, mod(block - shift, period) >= period - need)
+
+
+def final_tail_range(final_segment_end_block: Num, period: Num, need: Num) -> tuple[Num, Num]:
+    """Rule (c) of docs/CONTRACT.md 5: the final tail ``[max(F - F mod per, F - need),
+    F)`` of a final partial segment ending at block ``F`` (empty when ``F mod per == 0``:
+    no partial segment, see :func:`final_tail_block`). The blocks the final horizon
+    demands within its own segment, and no block at or past ``F``."""
+    end = final_segment_end_block
+    return max_(end - mod(end, period), end - need), end
+
+
+def final_tail_block(block: Num, final_segment_end_block: Num, period: Num, need: Num) -> Bool:
+    """Whether ``block`` is in the final tail (rule (c), non-EAGLE groups, dense
+    retention): the final segment is partial (``F mod per != 0``) and ``block`` lies in
+    :func:`final_tail_range`."""
+    start, end = final_tail_range(final_segment_end_block, period, need)
+    return and_(mod(final_segment_end_block, period) != 0, block >= start, block < end)
+
+
+def peek_chunk_first_block(boundary_block: Num, blocks_per_chunk: Num) -> Num:
     """The first block of the chunk an EAGLE lookup peeks at for a boundary block."""
     return cdiv(boundary_block, blocks_per_chunk) * blocks_per_chunk
 
@@ -165,17 +191,72 @@ def chunk_is_stored(
     )
 
 
+def eagle_replay_boundaries(prompt_len: Num, unit: Num) -> tuple[Num, Num]:
+    """The two boundaries vLLM 0.33.0's GPU prefix cache serves an EAGLE request at, in
+    its legacy EAGLE hash mode (``kv_cache_coordinator.replay_boundaries``): the hit
+    lands one unit below the aligned boundary it matched (the drafter's last unit is
+    volatile), so the resend's ``P - 1`` and a longer sibling's ``P``, each aligned down
+    to the unit, minus one unit (either may be 0 or below: no hit).
+
+    vLLM 0.34.0's lookahead-hash mode for EAGLE (its own issue) plugs in here: a mode
+    argument choosing that release's rule, passed by :func:`gpu_replay_boundaries` and
+    :func:`owed_replay_boundary`, so the store path's theorem
+    (``C7/replay-boundaries-exact``) and C12's promise follow it together.
+    """
+    resend = floordiv(prompt_len - 1, unit) * unit
+    extension = floordiv(prompt_len, unit) * unit
+    return resend - unit, extension - unit
+
+
 def gpu_replay_boundaries(prompt_len: int, unit: int, eagle: bool) -> tuple[int, ...]:
     """The replay boundaries vLLM 0.33.0's GPU prefix cache keeps for a prompt (stated
     from ``kv_cache_coordinator.replay_boundaries``, with the offload's unit ``A`` in
     place of the scheduler block): the resend's ``P - 1``; with EAGLE the hit lands one
     unit below the aligned boundary it matched, so the resend's ``(P - 1)`` and a longer
-    sibling's ``P``, each aligned down to the unit, minus one unit (not below 0)."""
+    sibling's ``P``, each aligned down to the unit, minus one unit (not below 0:
+    :func:`eagle_replay_boundaries`)."""
     if not eagle:
         return (prompt_len - 1,)
-    resend = (prompt_len - 1) // unit * unit
-    extension = prompt_len // unit * unit
-    return tuple(sorted({max(resend - unit, 0), max(extension - unit, 0)}))
+    return tuple(sorted({max(int(b), 0) for b in eagle_replay_boundaries(prompt_len, unit)}))
+
+
+def owed_replay_boundary(
+    boundary: Num, prompt_len: Num, alignment_tokens: Num | None,
+    retention_interval: Num | None, eagle: bool,
+) -> Bool:
+    """Whether the store path owes the mask replay boundary ``boundary`` (tokens > 0) for
+    a ``prompt_len``-token prompt: the membership form of
+    :func:`replay_boundaries_owed` (the same rule, evaluable for symbolic counts).
+
+    Only with a retention interval (0 included); then the resend's ``P - 1`` and, when
+    the geometry has an EAGLE group and an alignment ``A``, the two EAGLE boundaries of
+    vLLM 0.33.0's GPU replay rule at the unit ``A`` (:func:`eagle_replay_boundaries`).
+    A boundary of 0 or below is no hit and is never owed.
+    """
+    if retention_interval is None:
+        return False
+    candidates: list[Bool] = [boundary == prompt_len - 1]
+    if eagle and alignment_tokens is not None:
+        candidates += [boundary == b
+                       for b in eagle_replay_boundaries(prompt_len, alignment_tokens)]
+    return and_(boundary > 0, any_of(candidates))
+
+
+def replay_boundaries_owed(
+    prompt_len: int, alignment_tokens: int | None, retention_interval: int | None,
+    eagle: bool,
+) -> tuple[int, ...]:
+    """The replay boundaries (tokens, ascending, without duplicates) a producer's store
+    path owes the mask for a ``prompt_len``-token prompt, from the prompt, the alignment
+    ``A``, the retention interval and whether the geometry has an EAGLE group: vLLM's
+    GPU replay rule (:func:`gpu_replay_boundaries`) at the offload's unit ``A``, the
+    resend's ``P - 1`` kept besides (see :func:`store_replay_boundaries`)."""
+    if retention_interval is None:
+        return ()
+    found = {prompt_len - 1}
+    if eagle and alignment_tokens is not None:
+        found.update(gpu_replay_boundaries(prompt_len, alignment_tokens, True))
+    return tuple(sorted(b for b in found if b > 0))
 
 
 def store_replay_boundaries(geometry: Geometry, prompt_len: int) -> tuple[int, ...]:
@@ -194,13 +275,9 @@ def store_replay_boundaries(geometry: Geometry, prompt_len: int) -> tuple[int, .
     Sorted, without duplicates. Only with a retention interval (0 included); without
     one the segments of ``A`` already end at every multiple of ``A``, these included.
     """
-    if geometry.retention_interval is None:
-        return ()
-    found = {prompt_len - 1}
-    unit = geometry.alignment_tokens
-    if unit is not None and any(group.eagle for group in geometry.groups):
-        found.update(gpu_replay_boundaries(prompt_len, unit, True))
-    return tuple(sorted(b for b in found if b > 0))
+    return replay_boundaries_owed(
+        prompt_len, geometry.alignment_tokens, geometry.retention_interval,
+        any(group.eagle for group in geometry.groups))
 
 
 # -- the store rule of one group of a geometry (concrete ints) ---------------------------

@@ -260,7 +260,8 @@ def _run(group: click.Group, args: Sequence[str] | None, prog_name: str | None,
         if SESSION.debug:
             click.echo(traceback.format_exc().rstrip(), err=True)
         click.echo(f"kvcontract: error: {exc}", err=True)
-        return EXIT_USAGE
+        code = getattr(exc, "exit_code", EXIT_USAGE)
+        return code if isinstance(code, int) and not isinstance(code, bool) else EXIT_USAGE
     except Exception as exc:  # a bug, a killed worker, a pickling error: never a verdict
         if SESSION.interrupted and isinstance(exc, BrokenProcessPool):
             return _interrupted()  # the workers died of the same Ctrl-C

@@ -20,6 +20,15 @@ A picture that carries a ``timeline`` (the lifecycle clauses C13-C15: rows of
 TimelinePicture`) is a *timeline scene*: the witness is drawn along scheduler steps,
 one lane per request, the steps a violation names highlighted, instead of along the
 token axis.
+
+An audit's theorem of upstream's own store path (``upstream-store-*``, C12's
+``upstream-*``) is drawn from what that path did on the witness (:func:`observed_picture`):
+the binding has no store horizon of its own to run kvcontract's store path with. A
+witness whose picture cannot be drawn says why in one line: a system program or a fuzz
+difference has none (exit 2); re-running the code on it failed (a function the target
+does not bind, a call that raises or hangs: :class:`NoPicture`, exit 3). An audit
+report's pictures re-run upstream code, so ``kvcontract explain`` computes them in a
+sandbox child under the audit's limits (``tools/audit/sandbox``).
 """
 
 from __future__ import annotations
@@ -39,12 +48,14 @@ from kvcontract.spec.arith import cdiv
 from kvcontract.spec.geometry import Geometry, GroupSpec
 from kvcontract.spec.lookup import HIT, HIT_PENDING, MISS, RETRY, LookupResult
 from kvcontract.spec.properties import (
+    CaseProperty,
     Picture,
     Property,
     UnknownPropertyError,
     WitnessError,
     get_property,
 )
+from kvcontract.vocabulary import EXIT_UNKNOWN
 
 MAX_DRAWN_CHUNKS = 96
 """Rows longer than this are cropped to the interesting region (pictures stay legible)."""
@@ -245,6 +256,11 @@ def scene_from_result(result: Mapping[str, Any], impl: Implementation,
     if not witness:
         raise UsageError(f"{theorem_id} has no witness to draw (verdict {result.get('verdict')})")
     kind = witness.get("kind")
+    if kind == "system":
+        raise UsageError(
+            f"{theorem_id}: a witness of kind 'system' is a program of the executable "
+            "system, not one scenario, so it has no token-axis picture (the audit runs it "
+            "again; `kvcontract fuzz` runs the seed scenarios)")
     if kind not in ("arith", "exhaustive"):
         raise UsageError(
             f"{theorem_id}: a witness of kind {kind!r} has no token-axis picture "
@@ -254,11 +270,102 @@ def scene_from_result(result: Mapping[str, Any], impl: Implementation,
     try:
         if prop is None:
             prop = get_property(theorem_id)
-        picture = prop.draw(witness, impl)
+        picture = _picture(prop, witness, impl)
     except (UnknownPropertyError, WitnessError) as exc:
+        if isinstance(exc, NoPicture):
+            raise
         raise UsageError(f"{theorem_id}: {exc}") from None
     title = f"{theorem_id} ({impl.name}): {result.get('message', '')}"
     return scene_of_picture(picture, title)
+
+
+class NoPicture(WitnessError):
+    """A witness whose picture cannot be drawn here: re-running the code it needs
+    failed (a function the target does not bind, a call that raises or hangs on the
+    witness). The command line exits 3 (undecided), one line naming why."""
+
+    exit_code = EXIT_UNKNOWN
+
+
+def _picture(prop: Property, witness: Mapping[str, Any], impl: Implementation) -> Picture:
+    """``prop``'s picture of ``witness`` on ``impl``; an audit's theorem of upstream's
+    own store path (``upstream-store-*``, C12's ``upstream-*``) drawn from what that
+    path did (:func:`observed_picture`), never from kvcontract's store path over the
+    binding (which lacks the store horizon: upstream computes it inside
+    ``_build_store_jobs``)."""
+    from kvcontract.tools.audit.binding import MissingRole, StandInGap, UpstreamError
+
+    theorem_id = prop.theorem_id
+    try:
+        if isinstance(prop, CaseProperty) and prop.name.startswith("upstream-"):
+            observed = observed_picture(prop, prop.space.decode(witness), impl)
+            if observed is not None:
+                return observed
+        return prop.draw(witness, impl)
+    except (UnknownPropertyError, WitnessError):
+        raise
+    except MissingRole as exc:
+        raise NoPicture(f"{theorem_id}: no picture: drawing it re-runs a function "
+                        f"{impl.name} does not bind: {exc}") from None
+    except (StandInGap, UpstreamError) as exc:
+        raise NoPicture(f"{theorem_id}: no picture: re-running the bound code on the "
+                        f"witness did not finish: {exc}") from None
+    except Exception as exc:  # the code under test fails on its own witness
+        raise NoPicture(f"{theorem_id}: no picture: {impl.name} raises "
+                        f"{type(exc).__name__} on the witness: {exc}") from None
+
+
+def observed_picture(prop: CaseProperty, case: Any, impl: Implementation) -> Picture | None:
+    """The picture of a store or end-to-end case as ``prop``'s own observation saw it
+    (upstream's executed store path, upstream's lookup as the consumer), against the
+    spec's ranges; None for another kind of case. Offending chunks as the catalogue's
+    pictures mark them: a store path's offers that differ from the spec's or repeat;
+    a consumer's reads at the boundary shown that are not HIT."""
+    from kvcontract.spec.properties.end_to_end import EndToEndCase, manager_state, promise
+    from kvcontract.spec.properties.store import StoreCase, store_expected_offers
+
+    if not isinstance(case, (StoreCase, EndToEndCase)):
+        return None
+    observation = prop.space.observe(case, impl)
+    geometry = case.geometry
+    if isinstance(case, StoreCase):
+        stored: dict[int, set[int]] = {}
+        offending: dict[int, set[int]] = {}
+        notes = [f"prefill steps {list(case.steps)}, then {case.ending}; the offers are "
+                 f"{impl.name}'s store path as executed"]
+        for g, tracker in enumerate(observation.trackers):
+            expected = store_expected_offers(case, g)
+            stored[g] = expected
+            offered: set[int] = set()
+            repeated: set[int] = set()
+            for offer in tracker.offers:
+                repeated |= offered & set(offer)
+                offered |= set(offer)
+            wrong = (offered ^ expected) | repeated
+            if wrong:
+                offending[g] = wrong
+                notes.append(f"group {g}: offered {sorted(offered)}, the spec stores "
+                             f"{sorted(expected)}")
+        return Picture(geometry, case.prompt_len, None, 0, stored=stored,
+                       offending=offending, notes=notes)
+    promised = promise(case)
+    hit = observation.hit_tokens
+    shown = hit if hit is not None and hit > promised else promised
+    tokens = case.consumer.num_tokens
+    states = {g: [manager_state(observation, g, k)
+                  for k in range(multigroup.complete_chunks(geometry, group, tokens))]
+              for g, group in enumerate(geometry.groups)}
+    bad: dict[int, set[int]] = {}
+    for g, group in enumerate(geometry.groups):
+        if not shown:
+            break
+        lo, hi = multigroup.read_range(geometry, group, shown, 0)
+        unread = {k for k in range(lo, hi) if manager_state(observation, g, k) != HIT}
+        if unread:
+            bad[g] = unread
+    return Picture(geometry, tokens, shown, 0, states=states, offending=bad,
+                   notes=[f"promised hit {promised}, accepted {hit} ({impl.name}'s "
+                          "store path and lookup as executed)"])
 
 
 # -- terminal -------------------------------------------------------------------------------

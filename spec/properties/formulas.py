@@ -22,6 +22,7 @@ from kvcontract.spec.arith import (
     and_,
     any_of,
     cdiv,
+    eq,
     floordiv,
     implies,
     in_range,
@@ -45,7 +46,15 @@ from kvcontract.spec.lookup import load_window_chunks
 from kvcontract.spec.models import list_presets, preset_geometries
 from kvcontract.spec.properties import domains
 from kvcontract.spec.properties.base import Config, Env, FormulaProperty, Picture
-from kvcontract.spec.reachability import demanded_chunk_range
+from kvcontract.spec.reachability import (
+    demanded_chunk_range,
+    final_tail_block,
+    owed_replay_boundary,
+    replay_boundaries_owed,
+    replay_window_block,
+    segment_tail_block,
+    store_need_blocks,
+)
 
 
 def _swa_hyps(env: Env) -> list[Bool]:
@@ -527,6 +536,174 @@ def stored_blocks_demanded(env: Env, impl: Implementation) -> tuple[list[Bool], 
     return hyps, implies(marked, demanded)
 
 
+def _final_tail_marks(env: Env, impl: Implementation) -> tuple[list[Bool], Bool, Bool]:
+    """``(hypotheses, marked, contract)`` of the final-tail theorems: block ``i`` of the
+    final partial segment ending at block ``F`` (from the segment's start ``F - F mod per``
+    up to ``F`` itself; non-EAGLE, dense retention: the only case with a final tail),
+    whether the mask marks it, and whether the contract marks it (docs/CONTRACT.md 5:
+    the final tail ``[max(F - F mod per, F - need), F)`` of rule (c), a segment tail of
+    rule (a), or every block when ``need >= per``)."""
+    size_hyps, align, block_tokens, bpc, eagle, retention = _mask_env(env)
+    i, end, sw, e = env["i"], env["F"], env["sw"], env["e"]
+    symbolic = _symbolic_sizes(env)
+    period = env["per"] if symbolic else align // block_tokens
+    need = store_need_blocks(sw, e, block_tokens, False)
+    partial = mod(end, period)
+    hyps: list[Bool] = [*size_hyps, sw >= 2, e >= 0, end >= 1, partial != 0,
+                        i >= end - partial, i <= end]
+    if eagle or retention is not None:
+        hyps.append(False)  # domain: a final tail exists for non-EAGLE dense retention only
+    env.assume(hyps)
+    if symbolic:
+        _size_lemmas(env)
+    marked = env.call(
+        impl.is_block_reachable, i, align, block_tokens, sw, e, eagle, retention, end, (),
+        bpc, generalize=(1, 2),
+    )
+    contract = or_(need >= period, segment_tail_block(i, period, need, 0),
+                   final_tail_block(i, end, period, need))
+    return hyps, marked, contract
+
+
+def final_tail_supplied(env: Env, impl: Implementation) -> tuple[list[Bool], Bool]:
+    """C7, per block: every block of the final partial segment the contract marks is
+    marked, the final tail ``[max(F - F mod per, F - need), F)`` whole (the chunk-level
+    ``final-boundary-supplied`` misses a block dropped from a chunk with another marked
+    one)."""
+    hyps, marked, contract = _final_tail_marks(env, impl)
+    return hyps, implies(contract, marked)
+
+
+def final_tail_exact(env: Env, impl: Implementation) -> tuple[list[Bool], Bool]:
+    """C8, per block: the mask marks no block of the final partial segment, nor the
+    block ``F`` at its end, that the contract does not mark. The final tail ends before
+    ``F``: the chunk of ``F`` starts at the horizon and no boundary up to it demands it
+    (``stored-blocks-demanded`` stops below the horizon). With
+    :func:`final_tail_supplied`, the final tail's blocks exactly."""
+    hyps, marked, contract = _final_tail_marks(env, impl)
+    return hyps, implies(marked, contract)
+
+
+def _replay_tail_marks(env: Env, impl: Implementation) -> tuple[list[Bool], Bool, Bool]:
+    """``(hypotheses, marked, contract)`` of the replay-tail theorems: block ``i`` and a
+    replay block ``b = k * per`` (a replay boundary aligned down to ``A``, in blocks),
+    whether the mask given that replay block marks ``i``, and whether the contract's
+    rules (d) and (e) for it do (docs/CONTRACT.md 5: the ``need`` blocks before ``b``,
+    an EAGLE group's one block later, and its peek chunk's first block)."""
+    size_hyps, align, block_tokens, bpc, eagle, retention = _mask_env(env)
+    i, k, sw, e = env["i"], env["k"], env["sw"], env["e"]
+    symbolic = _symbolic_sizes(env)
+    per = env["per"] if symbolic else align // block_tokens
+    need = store_need_blocks(sw, e, block_tokens, eagle)
+    boundary = k * per
+    hyps: list[Bool] = [*size_hyps, sw >= 2, e >= 0, k >= 0, i >= 0]
+    if retention is None:
+        hyps.append(False)  # replay boundaries exist only with a retention interval
+    env.assume(hyps)
+    if symbolic:
+        _size_lemmas(env)
+    marked = env.call(
+        impl.is_block_reachable, i, align, block_tokens, sw, e, eagle, retention, None,
+        (boundary,), bpc, generalize=(1, 2),
+    )
+    return hyps, marked, replay_window_block(i, boundary, need, eagle, bpc)
+
+
+def replay_tail_supplied(env: Env, impl: Implementation) -> tuple[list[Bool], Bool]:
+    """C7, per block: every block the contract marks for a replay boundary is marked
+    (the chunk-level ``replay-boundary-supplied`` misses a block dropped from a chunk that
+    keeps another marked block: an EAGLE window without its peek block)."""
+    hyps, marked, contract = _replay_tail_marks(env, impl)
+    return hyps, implies(contract, marked)
+
+
+def replay_tail_exact(env: Env, impl: Implementation) -> tuple[list[Bool], Bool]:
+    """C8, per block, with retention 0 (the replay boundaries are the only boundaries
+    the mask serves): the mask marks no block but the contract's replay window and, for
+    EAGLE, its peek chunk's first block."""
+    hyps, marked, contract = _replay_tail_marks(env, impl)
+    return hyps, implies(marked, contract)
+
+
+def _passes_replay_boundary(
+    store_replay_boundaries: Callable[..., tuple[Any, ...]], prompt_len: Num,
+    alignment_tokens: Num | None, retention_interval: Num | None, eagle: bool, boundary: Num,
+) -> bool:
+    """Whether the store path passes ``boundary`` to the mask (membership: the order and
+    duplicates of its tuple are the mask's business, not the contract's).
+
+    A store path that keeps state between calls (a closure: a memo, the builder it
+    drives, as the audit's executed probe of upstream's ``_build_store_jobs`` does) is
+    not lifted: symbolic arguments would meet that state (a memo compares them as keys,
+    stand-ins take plain ints) and a run that swallows the failure would look like an
+    answer. It is decided on plain ints instead (the audit searches concretely)."""
+    if not isinstance(prompt_len, int) and getattr(store_replay_boundaries, "__closure__",
+                                                   None):
+        from kvcontract.proofs.symbolic import LiftError
+
+        raise LiftError("the store path's replay boundaries keep state between calls (a "
+                        "closure): run on plain ints only")
+    return boundary in store_replay_boundaries(prompt_len, alignment_tokens,
+                                               retention_interval, eagle)
+
+
+def replay_boundaries_exact(env: Env, impl: Implementation) -> tuple[list[Bool], Bool]:
+    """The replay boundaries the store path passes to the mask are exactly those the
+    contract owes (docs/CONTRACT.md 5, ``reachability.owed_replay_boundary``): every
+    boundary ``x >= 1`` is passed iff it is owed. With a retention interval (0 included)
+    the resend's ``P - 1``; with an EAGLE group and an alignment ``A`` also the EAGLE
+    boundaries of vLLM 0.33.0's GPU replay rule (legacy EAGLE hash mode) at the unit
+    ``A``: ``(P - 1) // A * A - A`` and ``P // A * A - A``. Without a retention
+    interval none. A boundary the store path leaves out is a hit the GPU serves and the
+    offload loses (C7, C12); one it adds stores tails no boundary reaches (C8)."""
+    prompt_len, boundary = env["P"], env["x"]
+    aligned, kind, eagle = env["Ak"], env["Rk"], bool(env["eagle"])
+    align: Num | None = env["A"] if aligned else None
+    retention: Num | None = None if kind < 0 else (0 if kind == 0 else env["R"])
+    hyps: list[Bool] = [prompt_len >= 1, boundary >= 1]
+    if align is not None:
+        hyps.append(align >= 1)
+    if kind > 0:
+        hyps.append(env["R"] >= 1)
+    env.assume(hyps)
+    if isinstance(align, int) and align < 1:
+        return hyps, True  # outside the domain (A >= 1): nothing to divide by
+    if all(v is None or isinstance(v, int) for v in (prompt_len, boundary, align, retention)):
+        # On plain ints (a replay, the audit's concrete search) the whole set at once, for
+        # every boundary: what the statement says for each ``x``, without having to
+        # guess the one that differs.
+        passed_set = {b for b in impl.store_replay_boundaries(
+            prompt_len, align, retention, eagle) if b >= 1}
+        owed_set = set(replay_boundaries_owed(prompt_len, align, retention, eagle))
+        return hyps, passed_set == owed_set
+    passed = env.call(_passes_replay_boundary, impl.store_replay_boundaries, prompt_len,
+                      align, retention, eagle, boundary)
+    owed = owed_replay_boundary(boundary, prompt_len, align, retention, eagle)
+    return hyps, eq(passed, owed)
+
+
+def replay_boundary_configs() -> list[Config]:
+    """Every combination the store path distinguishes: EAGLE or not, an alignment or
+    none, retention None, 0 or an interval; the counts (and ``A``, ``R``) symbolic."""
+    configs = []
+    for eagle in (0, 1):
+        for aligned in (0, 1):
+            for kind, label in ((-1, "none"), (0, "zero"), (1, "interval")):
+                values = {"eagle": eagle, "Ak": aligned, "Rk": kind}
+                if not aligned:
+                    values["A"] = 0
+                if kind != 1:
+                    values["R"] = 0
+                configs.append(Config(
+                    f"eagle={bool(eagle)}, alignment={'A' if aligned else 'None'}, "
+                    f"retention={label}", values))
+    return configs
+
+
+REPLAY_BOUNDARY_DOMAIN = ("every combination of EAGLE or not, an alignment A or none and "
+                          "retention None, 0 or an interval R")
+
+
 def _marked_block_demanded(env: Env, block: Num, horizon_chunks: Num) -> Bool:
     """With symbolic sizes: block ``block``, marked by the mask (non-EAGLE, dense
     retention), is demanded by the end of its segment or by the final horizon, through
@@ -757,6 +934,43 @@ def _picture_mask(v: Mapping[str, int], impl: Implementation) -> Picture:
                    notes=[note])
 
 
+def _picture_final_tail(v: Mapping[str, int], impl: Implementation) -> Picture:
+    """A final-tail witness: block ``i`` near the final segment end ``F`` is marked where
+    the contract does not mark it, or the reverse."""
+    del impl
+    geometry = mask_geometry(v)
+    end, block = v["F"], v["i"]
+    horizon = end * v["B"]
+    return Picture(geometry, horizon, horizon, 0, offending={1: {block // v["bpc"]}},
+                   notes=[f"block {block} of the final partial segment ending at block {end}:"
+                          " the mask disagrees with the contract's final tail"])
+
+
+def _picture_replay_tail(v: Mapping[str, int], impl: Implementation) -> Picture:
+    """A replay-tail witness: block ``i`` near the replay block ``k * per``."""
+    del impl
+    geometry = mask_geometry(v)
+    align, _ = _mask_sizes(v)
+    per = align // v["B"]
+    boundary = v["k"] * per
+    return Picture(geometry, (boundary + 2 * v["bpc"]) * v["B"], boundary * v["B"], 0,
+                   offending={1: {v["i"] // v["bpc"]}},
+                   notes=[f"block {v['i']} and the replay block {boundary}: the mask "
+                          "disagrees with the contract's replay window"])
+
+
+def _picture_replay(v: Mapping[str, int], impl: Implementation) -> Picture:
+    """A replay-boundary witness: an FA group (EAGLE when the witness is) of block ``A``
+    with the interval, prompt ``P``, and the boundary the store path gets wrong."""
+    del impl
+    align = v["A"] if v.get("Ak") else 16
+    retention = None if v["Rk"] < 0 else (0 if v["Rk"] == 0 else 2 * align)
+    geometry = Geometry((fa(align, eagle=bool(v["eagle"])),), retention_interval=retention)
+    return Picture(geometry, v["P"], v["x"], 0,
+                   notes=[f"replay boundary {v['x']} of a {v['P']}-token prompt: passed to "
+                          "the mask where the contract does not owe it, or the reverse"])
+
+
 SWA_LOAD = ("load_chunk_range",)
 MASK = ("is_block_reachable",)
 
@@ -918,6 +1132,72 @@ def formula_properties() -> list[FormulaProperty]:
             picture=_picture_mask,
             geometry=mask_geometry,
             **_all_sizes("none", False),
+        )
+    )
+    # Issue 30: the final partial segment's tail and the store path's replay boundaries,
+    # exactly (what kvcontract mutate showed the one-sided theorems above leave open).
+    for clause, name, description, statement in (
+        ("C7", "final-tail-supplied",
+         "every block of the final partial segment the contract marks is marked",
+         final_tail_supplied),
+        ("C8", "final-tail-exact",
+         "no block of the final partial segment, nor the horizon's, is marked that the "
+         "contract does not mark",
+         final_tail_exact),
+    ):
+        properties.append(
+            FormulaProperty(
+                clause,
+                name,
+                description,
+                _w("i F sw e"),
+                statement,
+                lambda: _mask_configs(False, "none"),
+                MASK_DOMAIN + ", eagle=False, retention=none",
+                uses=MASK,
+                picture=_picture_final_tail,
+                geometry=mask_geometry,
+                **{**_all_sizes("none", False), "refine_sizes": ()},
+            )
+        )
+    for clause, name, description, statement, retentions in (
+        ("C7", "replay-tail-supplied",
+         "every block the contract marks for a replay boundary is marked",
+         replay_tail_supplied, ("zero", "interval")),
+        ("C8", "replay-tail-exact",
+         "with retention 0, no block is marked but a replay boundary's window and peek",
+         replay_tail_exact, ("zero",)),
+    ):
+        for eagle in (False, True):
+            for retention in retentions:
+                tag = f"{'eagle' if eagle else 'plain'}-{retention}"
+                properties.append(
+                    FormulaProperty(
+                        clause,
+                        f"{name}[{tag}]",
+                        description,
+                        _w("i k sw e"),
+                        statement,
+                        functools.partial(_mask_configs, eagle, retention),
+                        MASK_DOMAIN + f", eagle={eagle}, retention={retention}",
+                        uses=MASK,
+                        picture=_picture_replay_tail,
+                        geometry=mask_geometry,
+                        **{**_all_sizes(retention, eagle), "refine_sizes": ()},
+                    )
+                )
+    properties.append(
+        FormulaProperty(
+            "C7",
+            "replay-boundaries-exact",
+            "the store path passes the mask exactly the replay boundaries the contract owes "
+            "(P - 1; with EAGLE also vLLM 0.33.0's GPU replay boundaries at the unit A)",
+            _w("P x A R"),
+            replay_boundaries_exact,
+            replay_boundary_configs,
+            REPLAY_BOUNDARY_DOMAIN,
+            uses=("store_replay_boundaries",),
+            picture=_picture_replay,
         )
     )
     return properties

@@ -423,6 +423,35 @@ def eagle_peek(case: LookupCase, observation: LookupObservation) -> str | None:
     return None
 
 
+def peeks_one_chunk(case: LookupCase, observation: LookupObservation) -> str | None:
+    """C5: an unverified EAGLE group queries exactly one chunk past its boundary.
+
+    No group looks up a chunk past the one its first candidate boundary ends in (the
+    first ``maxhit``, capped by the budget and clamped to the group's keys), except an
+    EAGLE group's one peek chunk after it (its window of ``W + 1`` / ``initial + 1``
+    chunks ends there). A group that looks further reads, and may defer on or lose its
+    hit to, a chunk no boundary of this lookup needs; that the peek itself is looked up,
+    HIT and popped once, never loaded, is ``C5/eagle-peek``; that the window left of it
+    was checked whole is C2's (``lookup-loads-only-hit``)."""
+    if observation.error is not None:
+        return _raised(observation)
+    geometry = case.geometry
+    first = multigroup.initial_max_hit(geometry, case.num_tokens)
+    if case.max_hit_tokens is not None:
+        first = min(first, case.max_hit_tokens)
+    for g, chunk in observation.lookups:
+        group = geometry.groups[g]
+        tpc = geometry.chunk_tokens(group)
+        candidate = min(first, len(case.states[g]) * tpc)
+        last = int(cdiv(candidate, tpc)) - 1 + (1 if group.eagle else 0)
+        if chunk > last:
+            what = "its peek chunk" if group.eagle else "the chunk of its first candidate"
+            return (f"group {g} looked up chunk {chunk}, past {what} {last} (first "
+                    f"candidate {candidate}; an EAGLE group peeks exactly one chunk, "
+                    "another none)")
+    return None
+
+
 def converges(case: LookupCase, observation: LookupObservation) -> str | None:
     """C6: the loop terminates, maxhit never grows (each traced value lowers it), the
     passes are at most its decreases plus one, and the final N is safe at N itself for
@@ -548,6 +577,14 @@ def lookup_properties() -> list[CaseProperty]:
              "EAGLE: the peek chunk is looked up and HIT, not loaded; one pop per boundary",
              eagle_peek, frozenset(),
              "the peek is judged on the EAGLE geometries (on the others: no group pops)"),
+        # Issue 30: the peek's size (one chunk, no more) and the window it closes.
+        # Upstream's loop reports its lookups, but this stays kvcontract's (its first
+        # candidate and keys are the contract's; the audit runs it via kvcontract's
+        # loop over the bound primitives).
+        make("C5", "eagle-peeks-one-chunk",
+             "EAGLE: exactly one chunk (the peek) is looked up past the boundary; no other "
+             "group looks past it", peeks_one_chunk,
+             frozenset()),
         # A system event carries no trace of the loop's maxhit.
         make("C6", "lookup-converges",
              "the loop terminates, maxhit never grows, the final N is servable by every group",

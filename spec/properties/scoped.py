@@ -31,7 +31,10 @@ by id with :func:`kvcontract.spec.properties.replay`):
   symbolic sizes, so a counterexample is one on the given geometry (C1/C2/C4 are proved
   for every size by the full catalogue). A mask property whose EAGLE flag and retention
   kind no given group has does not apply and is left out, as are all of them for
-  geometries without an SWA group (:func:`scope_notes` names them);
+  geometries without an SWA group (:func:`scope_notes` names them); the replay
+  boundaries the store path passes (``C7/replay-boundaries-exact``) are checked at the
+  given geometries' alignment, retention interval and EAGLE flag, the prompt symbolic
+  (:func:`_replay_configs`; left out where no SWA group has a mask);
 * the scanner specification (``spec-scan-*``, no implementation and no geometry) is
   left out: the full catalogue proves it.
 
@@ -464,10 +467,43 @@ def _mask_configs(prop: FormulaProperty, scope: Scope) -> list[Config]:
     return split
 
 
+def _replay_configs(prop: FormulaProperty, scope: Scope) -> list[Config]:
+    """The store path's replay boundaries (``C7/replay-boundaries-exact``, configurations
+    ``Ak``/``Rk``): one configuration per distinct (EAGLE, ``A``, retention) of the
+    geometries with an SWA group whose mask applies (the boundaries matter to no other
+    group), ``A`` and the interval fixed; the prompt and the boundary stay symbolic."""
+    configs: dict[tuple[tuple[str, int], ...], list[str]] = {}
+    for label, geometry in scope:
+        align = geometry.alignment_tokens
+        if align is None or not any(
+                group.kind is GroupKind.SLIDING_WINDOW and align % geometry.block_tokens(group)
+                == 0 for group in geometry.groups):
+            continue
+        retention = geometry.retention_interval
+        values = {"eagle": int(any(group.eagle for group in geometry.groups)), "Ak": 1,
+                  "A": align, "Rk": -1 if retention is None else min(retention, 1),
+                  "R": retention or 0}
+        configs.setdefault(tuple(values.items()), []).append(label)
+    return [Config(f"A={dict(key)['A']}, eagle={bool(dict(key)['eagle'])}, "
+                   f"R={dict(key)['R'] if dict(key)['Rk'] >= 0 else None} "
+                   f"({', '.join(labels)})", dict(key)) for key, labels in configs.items()]
+
+
 def scoped_formula(prop: FormulaProperty, scope: Scope) -> FormulaProperty | None:
     """``prop`` restricted to the SWA groups of ``scope`` (sizes, ``sw`` and ``e`` fixed;
-    no symbolic sizes), or None when no given group has its shape. A property that
-    takes no window is returned unchanged."""
+    no symbolic sizes), or None when no given group has its shape; the replay boundaries
+    the store path passes to the geometries' alignment, retention and EAGLE. A property
+    that takes no window is returned unchanged."""
+    if "Ak" in prop.configs()[0].values:
+        configs = _replay_configs(prop, scope)
+        if not configs:
+            return None
+        labels = "; ".join(c.label for c in configs)
+        return dataclasses.replace(
+            prop, variables=tuple(v for v in prop.variables if v not in ("A", "R")),
+            configs=lambda: list(configs), symbolic_sizes=(),
+            domain=f"the alignment, retention and EAGLE of the given geometries: {labels}",
+        )
     if not set(_WINDOW) <= set(prop.variables):
         return prop
     sample = prop.configs()[0].values

@@ -247,6 +247,10 @@ class StoreRun:
     """Computed tokens before each prefill step."""
     computed: int
     """Computed tokens at the end (the real horizon)."""
+    integrity: tuple[str, ...] | None = None
+    """What a traced run found wrong with the data its store jobs copy (vLLM's engine:
+    :mod:`kvcontract.live.judge.stores`: C10 is then judged on the data the jobs copy);
+    None where nothing is traced (a model's run: C10 is judged on its block ranges)."""
 
 
 def simulate_store_case(case: StoreCase, impl: Implementation) -> StoreRun:
@@ -493,7 +497,16 @@ def offered_at_most_once(case: StoreCase, run: StoreRun) -> str | None:
 
 def stores_well_formed(case: StoreCase, run: StoreRun) -> str | None:
     """C10: offered chunks are complete and committed, and every block of an offered
-    chunk that the mask marks is still live (not freed) at the step that offers it."""
+    chunk that the mask marks is still live (not freed) at the step that offers it; on a
+    traced run (vLLM's engine), every store job copies what its chunks' positions hold."""
+    if run.integrity is not None:
+        # What the copies hold, traced on vLLM's engine: a freed block whose content is
+        # intact when copied (vLLM zeroes a reallocated one, fences a copying one) is
+        # not corrupt; what the model's block ranges can only suspect is measured.
+        if not run.integrity:
+            return None
+        traced: str = Violation(run.integrity[0], Impact.CORRUPTION)
+        return traced
     steps = schedule_steps(case)
     for g, tracker in enumerate(run.trackers):
         group = case.geometry.groups[g]

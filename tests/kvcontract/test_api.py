@@ -6,6 +6,7 @@ modules."""
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import re
 import signal
@@ -381,3 +382,24 @@ def test_cli_takes_package_module_name(package: Path) -> None:
                           "kvc_user_impls.impls:NOPE", "--clause", "C1"],
                          capture_output=True, text=True, env=env, cwd=package)
     assert bad.returncode == 2 and "has no attribute NOPE" in bad.stderr
+
+
+def test_the_api_and_the_cli_give_the_same_audit_document(tmp_path: Path) -> None:
+    """One pipeline (tools/audit/command.produce_report): the same audit through
+    ``kvcontract.api.audit`` and through ``kvcontract audit --json`` is one document,
+    its timing aside."""
+    from kvcontract.tools.cli import main
+    from kvcontract.tools.reports.merge import comparable
+
+    out = tmp_path / "cli.json"
+    with pytest.raises(SystemExit):
+        main(["audit", "--target", "builtin:unaligned-hit", "--clause", "C2", "--clause",
+              "C4", "--jobs", "1", "--quiet", "--timeout", "2", "--json", str(out)])
+    cli = json.loads(out.read_text())
+    api = kvcontract.audit("builtin:unaligned-hit", clauses=["C2", "C4"], jobs=1)
+    for report in (cli, api):
+        for defect in report.get("defects", []):
+            defect.pop("explain", None)  # names the JSON file the CLI wrote
+            defect.pop("reproduce", None)
+    assert comparable(api) == comparable(cli)
+    assert api["exit_code"] == cli["exit_code"] == 1

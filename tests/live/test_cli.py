@@ -1,6 +1,10 @@
-"""``kvcontract live``: usage errors and the exit codes of --check (no vLLM needed)."""
+"""``kvcontract live``: usage errors, the exit codes of --check and the capabilities it
+prints (no vLLM needed, but where a test says so)."""
 
 from __future__ import annotations
+
+import json
+import pathlib
 
 import pytest
 from click.testing import CliRunner, Result
@@ -8,6 +12,7 @@ from click.testing import CliRunner, Result
 from kvcontract.live import env
 from kvcontract.tools.cli import cli
 from kvcontract.vocabulary import EXIT_OK, EXIT_UNKNOWN, EXIT_USAGE
+from tests.live.conftest import _FOUND, needs_vllm
 
 
 def invoke(args: list[str]) -> Result:
@@ -47,3 +52,43 @@ def test_list_scenarios() -> None:
     assert result.exit_code == EXIT_OK
     for name in ("window-formula", "eagle-replay", "stalled-store", "cpu-capacity-lru"):
         assert name in result.output
+
+
+@needs_vllm
+def test_check_prints_the_capabilities_it_found() -> None:
+    result = invoke(["live", "--check"])
+    assert result.exit_code == EXIT_OK, result.output
+    assert "capabilities of the installed vLLM" in result.output
+    found = _FOUND.capabilities
+    assert found is not None
+    for capability in found.found:
+        assert f"{capability.name}: " in result.output
+    assert "releases known to work" in result.output
+
+
+def test_check_names_an_api_the_driver_needs(monkeypatch: pytest.MonkeyPatch) -> None:
+    from kvcontract.live import capabilities
+
+    monkeypatch.setattr(env, "PURE_PYTHON_CLOSURE", {})
+    monkeypatch.setattr(env, "LIVE_MODULES", ())
+    monkeypatch.setattr(env, "_version", lambda d: "9.99.0" if d == "vllm" else "2.13.0")
+    lacking = capabilities.Capabilities(tuple(
+        capabilities.Capability(p.name, p.api, p.name != "connector-output", p.required,
+                                p.use) for p in capabilities.PROBES))
+    monkeypatch.setattr(capabilities, "capabilities", lambda: lacking)
+    result = invoke(["live", "--check"])
+    assert result.exit_code == EXIT_UNKNOWN
+    assert "KVConnectorOutput" in result.output and "problem:" in result.output
+
+
+@needs_vllm
+def test_the_json_document_carries_the_capabilities(tmp_path: pathlib.Path) -> None:
+    out = tmp_path / "live.json"
+    result = invoke(["live", "--scenario", "abort-queued", "--json", str(out)])
+    assert result.exit_code == EXIT_OK, result.output
+    document = json.loads(out.read_text())
+    found = _FOUND.capabilities
+    assert found is not None
+    assert document["capabilities"] == json.loads(json.dumps(found.to_json()))
+    row = document["scenarios"][0]
+    assert (row["name"], row["unknown"], row["driver_gap"]) == ("abort-queued", False, None)

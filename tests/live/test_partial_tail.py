@@ -1,4 +1,4 @@
-"""Partial tails on vLLM 0.33.0's own scheduler (live/partial_tail.py): vLLM turns them
+"""Partial tails on vLLM's own scheduler (live/partial_tail.py): vLLM turns them
 on where docs/CONTRACT.md 9.2 says, the producer stores a partial block at ``b(P)`` in
 every group, and the consumer's hit meets the partial-tail promise (C12) with every key
 it loads answered HIT and stored (C2). The resend is the quick slice; the other
@@ -10,17 +10,15 @@ import pytest
 
 from kvcontract.live.partial_tail import PARTIAL_TAIL_GEOMETRY, PartialTailRun, run_partial_tail
 from kvcontract.live.scenarios import PARTIAL_TAILS, run_scenario
-from tests.live.conftest import needs_vllm
+from tests.live.conftest import has, needs_vllm
 
 pytestmark = [needs_vllm, pytest.mark.live]
 
 
 def _release_has_partial_tails() -> None:
-    import importlib.metadata
-
-    version = importlib.metadata.version("vllm")
-    if tuple(int(p) for p in version.split(".")[:2]) < (0, 33):
-        pytest.skip(f"vLLM {version} has no partial-tail path (0.33.0 added it)")
+    if not has("partial-tails"):
+        pytest.skip("the installed vLLM has no partial-tail path "
+                    "(SchedulerOffloadConfig.supports_partial_tail; 0.33.0 added it)")
 
 
 def test_resend_is_served_at_the_partial_tail() -> None:

@@ -462,7 +462,7 @@ def get_sliding_window_size_in_chunks(kv_cache_spec, tokens_per_chunk):
                     tokens_per_chunk)
     return None
 '''
-FAST = ["--clause", "C4", "--budget", "1000", "--jobs", "2", "--quiet"]
+FAST = ["--clause", "C4", "--budget", "1000", "--jobs", "2", "--quiet", "--judge", "stand-ins"]
 FAST_AUDIT = [*FAST, "--base", "0.33.0"]
 """A patch laid over the 0.33.0 release: every function it does not define is 0.33.0's."""
 
@@ -582,7 +582,8 @@ def test_vllm_gate_goes_green_on_nothing_new(vllm_033: Path, tmp_path: Path) -> 
     off-by-one in upstream's window scan exits 1 and names only the new finding."""
     checkout = tmp_path / "checkout"
     shutil.copytree(vllm_033, checkout)
-    budget = ["--clause", "C4", "--budget", "2000", "--jobs", "2", "--quiet"]
+    budget = ["--clause", "C4", "--budget", "2000", "--jobs", "2", "--quiet", "--judge",
+              "stand-ins"]
     target = f"vllm:{checkout}"
     baseline = tmp_path / ".kvcontract-baseline.json"
     _ok(invoke(["audit", "--target", target, *budget, "--write-baseline", str(baseline)]), 1)

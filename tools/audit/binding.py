@@ -29,15 +29,18 @@ import functools
 import inspect
 import itertools
 import logging
+import mmap
+import os
 import re
 import signal
+import sys
 import threading
 import types
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from kvcontract.errors import InputFileError
 from kvcontract.impl.bundle import Implementation
@@ -306,41 +309,313 @@ def stand_in_gap(exc: BaseException) -> str | None:
 _CALL_TIMEOUT: list[float | None] = [None]
 _IN_CALL: list[bool] = [False]
 
+UPSTREAM_MODULE = "kvcontract_audit_upstream"
+"""``__name__`` of the namespace every bound upstream function is compiled in
+(:func:`_namespace`): how a frame of upstream code is told from kvcontract's."""
 
-def set_call_timeout(seconds: float | None) -> None:
+EXIT_CALL_PAST_LIMIT = 86
+"""The exit status of a sandbox child whose upstream call went on for twice its CPU-time
+limit after the limit's exception was raised into it (upstream code that catches it and
+goes on): the child cannot stop the call, so it ends itself and the parent reports the
+call named on its :class:`CallBoard`. (C code that never returns to Python is killed by
+the parent: ``sandbox.PAST_LIMIT_FACTOR``.)"""
+
+MIN_WATCH_WINDOW = 1.5
+"""The shortest wall-clock window (seconds) in which the sandbox's watchdog judges a call
+blocked (:func:`watch_window`): a call may wait briefly and still return (a page-in, a
+short sleep: a second with a 0.3 s limit returns, tests/tools/audit/
+test_audit_robustness.py), so only a longer wait is read as a hang."""
+
+
+def watch_window(seconds: float) -> float:
+    """How long (wall-clock seconds) an upstream call with a CPU-time limit of
+    ``seconds`` must stay blocked, using no CPU and not waiting for one, before the
+    sandbox's watchdog interrupts it: the limit itself, at least
+    :data:`MIN_WATCH_WINDOW`."""
+    return max(seconds, MIN_WATCH_WINDOW)
+
+
+class CallBoard:
+    """The upstream call a sandbox child is in, shared with its parent: an anonymous
+    shared memory page made before the fork. The child writes it (:func:`_time_limit`,
+    only when it arms a limit, so every run writes the same at the same points); the
+    parent reads it to watch a blocked call (``sandbox``) and to name the call in flight
+    of a child that died, and flags the call it found blocked."""
+
+    SIZE = 4096
+    _SEQ, _ACTIVE, _FLAGGED, _LENGTH, _ENDED_ITSELF = range(5)
+    _NAME_AT = 64
+
+    def __init__(self) -> None:
+        self._map = mmap.mmap(-1, self.SIZE)
+        self._ints = memoryview(self._map).cast("q")
+
+    def begin(self, name: bytes) -> None:
+        """A call starts: its name first, then its number (the parent reads in order)."""
+        ints = self._ints
+        size = min(len(name), self.SIZE - self._NAME_AT)
+        self._map[self._NAME_AT:self._NAME_AT + size] = name[:size]
+        ints[self._LENGTH] = size
+        ints[self._SEQ] += 1
+        ints[self._ACTIVE] = ints[self._SEQ]
+
+    def end(self) -> None:
+        self._ints[self._ACTIVE] = 0
+
+    def active(self) -> int:
+        """The number of the call in flight, 0 when none."""
+        return int(self._ints[self._ACTIVE])
+
+    def name(self) -> str:
+        """The last call's name (the call in flight while :meth:`active` is not 0)."""
+        size = int(self._ints[self._LENGTH])
+        return bytes(self._map[self._NAME_AT:self._NAME_AT + size]).decode(
+            "utf-8", "replace")
+
+    def flag(self, call: int) -> None:
+        """The parent found call ``call`` blocked (before it signals the child)."""
+        self._ints[self._FLAGGED] = call
+
+    def flagged(self) -> int:
+        return int(self._ints[self._FLAGGED])
+
+    def ended_itself(self) -> bool:
+        """Whether the child exited because its call went on past the limit."""
+        return bool(self._ints[self._ENDED_ITSELF])
+
+    def mark_ended_itself(self) -> None:
+        self._ints[self._ENDED_ITSELF] = 1
+
+    def close(self) -> None:
+        self._ints.release()
+        self._map.close()
+
+
+_BOARD: list[CallBoard | None] = [None]
+_ENCODED: dict[str, bytes] = {}
+
+_ARMED: list[Any] = ["", 0.0, 0, False, ""]
+"""The armed call: name, limit (CPU seconds), times the CPU-time alarm fired, whether the
+watchdog found it blocked, the innermost upstream frame when it was stopped. A list
+mutated in place: arming a call allocates nothing the collector counts."""
+_NAME, _SECONDS, _FIRED, _BLOCKED, _INNER = range(5)
+
+_HUNG: dict[str, str] = {}
+"""Calls (by name) that hung in this process, with what was reported: not called again
+(a concrete call; a symbolic one may hang where a concrete one returns)."""
+
+
+def set_call_timeout(seconds: float | None, board: CallBoard | None = None) -> None:
     """Bound every upstream call in this process (used by the sandbox child): ``seconds``
     of CPU time (user and system) of this process, never wall-clock time, so a call that
     returns on an idle machine returns however loaded the machine is (what the audit
-    reports must not depend on load)."""
+    reports must not depend on load). ``board``: the sandbox's :class:`CallBoard`, whose
+    parent interrupts a call blocked without using CPU (``SIGUSR2``)."""
     _CALL_TIMEOUT[0] = seconds
+    _HUNG.clear()
+    _BOARD[0] = board
+    if board is not None and threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGUSR2, _on_watchdog)
+
+
+class _CallAlarm(BaseException):
+    """Raised into upstream code when its call is past the limit: a BaseException, so
+    upstream's ``except Exception`` does not swallow it; :func:`_time_limit` turns it
+    into :class:`UpstreamTimeout`."""
+
+
+def _innermost_upstream(frame: types.FrameType | None) -> str:
+    """``function (file:line)`` of the innermost upstream frame, or ""."""
+    while frame is not None:
+        if frame.f_globals.get("__name__") == UPSTREAM_MODULE:
+            code = frame.f_code
+            return f"{code.co_name} ({code.co_filename}:{frame.f_lineno})"
+        frame = frame.f_back
+    return ""
 
 
 def _on_alarm(signum: int, frame: types.FrameType | None) -> None:
-    raise UpstreamTimeout("timed out")
+    """The armed call used its CPU time: stop it. An alarm that upstream swallowed
+    fires again half a limit later; at twice the limit the call cannot be stopped, so
+    a sandbox child ends (:data:`EXIT_CALL_PAST_LIMIT`), its board naming the call
+    (another process, a reproducer's, only keeps raising)."""
+    if not _IN_CALL[0]:
+        return  # the call returned as the timer fired
+    _ARMED[_FIRED] += 1
+    board = _BOARD[0]
+    if _ARMED[_FIRED] >= 3 and board is not None:
+        board.mark_ended_itself()
+        os._exit(EXIT_CALL_PAST_LIMIT)
+    if not _ARMED[_INNER]:
+        _ARMED[_INNER] = _innermost_upstream(frame)
+    raise _CallAlarm()
+
+
+def _on_watchdog(signum: int, frame: types.FrameType | None) -> None:
+    """The sandbox's parent found the call in flight blocked without using CPU."""
+    board = _BOARD[0]
+    if board is None or not _IN_CALL[0] or board.active() == 0 or \
+            board.flagged() != board.active():
+        return  # the call it found blocked has returned meanwhile
+    _ARMED[_BLOCKED] = True
+    if not _ARMED[_INNER]:
+        _ARMED[_INNER] = _innermost_upstream(frame)
+    raise _CallAlarm()
+
+
+def _stopped(what: str, seconds: float, caught: bool) -> str:
+    """What an UNKNOWN row says of a call the limit stopped."""
+    if _ARMED[_BLOCKED]:
+        text = (f"{what} blocked for {watch_window(seconds):g}s without using CPU time "
+                "(stopped by the sandbox's wall-clock watchdog)")
+    else:
+        text = f"{what} did not return within {seconds:g}s of CPU time (--timeout)"
+    inner = str(_ARMED[_INNER])
+    if inner:
+        function, _, place = inner.partition(" ")
+        own = function == what.split(" ", 1)[0].rsplit(".", 1)[-1]
+        text += f", at {place.strip('()')}" if own else f", in {inner}"
+    if caught:
+        text += "; it caught the limit's exception"
+    return text
 
 
 @contextmanager
 def _time_limit(what: str) -> Iterator[None]:
+    """Bound one upstream call (the outermost; a nested one runs under its caller's).
+
+    In a sandbox child (:func:`set_call_timeout`): ``ITIMER_PROF`` counts this
+    process's CPU time, so a busy hang is stopped after ``seconds`` of work on any
+    machine; a call blocked without using CPU is stopped by the parent's watchdog
+    (:class:`CallBoard`). Either way :class:`UpstreamTimeout` names the call and the
+    limit, and a call that hung is not made again in this process (the next one raises
+    at once), unless it was a symbolic call (the concrete one may return)."""
     seconds = _CALL_TIMEOUT[0]
-    if (seconds is None or _IN_CALL[0]
-            or threading.current_thread() is not threading.main_thread()):
+    if seconds is None or threading.current_thread() is not threading.main_thread():
         yield
         return
-    # ITIMER_PROF counts this process's CPU time: a busy hang is caught after
-    # ``seconds`` of work on any machine; a call blocked without using CPU is left to
-    # the sandbox's safety net.
+    lifted = bool(symbolic._current)
+    hung = None if lifted else _HUNG.get(what)
+    if hung is not None:
+        _timed_out(f"{hung}; not called again in this check")
+    if _IN_CALL[0]:
+        yield
+        return
+    _ARMED[_NAME], _ARMED[_SECONDS], _ARMED[_FIRED] = what, seconds, 0
+    _ARMED[_BLOCKED], _ARMED[_INNER] = False, ""
+    board = _BOARD[0]
     previous = signal.signal(signal.SIGPROF, _on_alarm)
-    signal.setitimer(signal.ITIMER_PROF, seconds)
+    # Fires after ``seconds`` of CPU time, then every half limit while the call goes on.
+    signal.setitimer(signal.ITIMER_PROF, seconds, seconds / 2)
+    if board is not None:
+        name = _ENCODED.get(what)
+        if name is None:
+            name = _ENCODED[what] = what.encode("utf-8", "replace")
+        board.begin(name)
     _IN_CALL[0] = True
+    returned, caught = True, False
     try:
         yield
-    except UpstreamTimeout:
-        raise UpstreamTimeout(
-            f"{what} did not return within {seconds:g}s of CPU time") from None
+    except _CallAlarm:
+        returned = False
+    except Exception:
+        if not (_ARMED[_FIRED] or _ARMED[_BLOCKED]):
+            raise  # upstream's own exception: the caller judges it
+        # Raised because upstream caught the limit's exception: says nothing.
+        returned, caught = False, True
     finally:
+        _IN_CALL[0] = False  # first: an alarm handled from here on is ignored
         signal.setitimer(signal.ITIMER_PROF, 0)
         signal.signal(signal.SIGPROF, previous)
-        _IN_CALL[0] = False
+        if board is not None:
+            board.end()
+    if not (_ARMED[_FIRED] or _ARMED[_BLOCKED]):
+        return
+    # Stopped, or it caught the limit's exception: what it did was shaped by the limit,
+    # not by the code.
+    message = _stopped(what, seconds, caught=caught or returned or _ARMED[_FIRED] > 1)
+    if not lifted:
+        _HUNG[what] = message
+    _STOPPED[0] = message
+    if returned:
+        _timed_out(message)  # it returned: no exception is being handled here
+    # Else the exception is swallowed here (an exception raised while the call's is
+    # handled would carry it as its context) and the caller raises after its ``with``
+    # block (:func:`_expired`).
+
+
+_STOPPED: list[str] = [""]
+"""What the last call the limit stopped reports (:func:`_expired`)."""
+
+
+def _expired() -> NoReturn:
+    """After ``with _time_limit(...): return call()``: reached only when the limit
+    stopped the call and swallowed its exception; raise its timeout."""
+    _timed_out(_STOPPED[0])
+
+
+def _timed_out(message: str) -> NoReturn:
+    """Raise the timeout of a call, from one place and with no exception as its context,
+    whether the call was stopped or not made again: a search that replays a failing case
+    (Hypothesis) meets the same failure each time, never a flaky one."""
+    raise UpstreamTimeout(message)
+
+
+def limited(what: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``fn`` (upstream code) called under the per-call limit named ``what``
+    (:func:`_time_limit`), its own exceptions unchanged: for a call site that judges
+    upstream's exceptions itself."""
+    @functools.wraps(fn)
+    def call(*args: Any, **kwargs: Any) -> Any:
+        with _time_limit(what):
+            return fn(*args, **kwargs)
+        _expired()
+
+    return call
+
+
+def limit_loaded_release(package: str = "vllm") -> list[str]:
+    """Every audited function (:data:`ROLES`) of a release this process has imported
+    (vLLM's engine as the judge, imported before the sandbox forks) called under the
+    per-call limit, as the bound functions are: its definition in its module or class
+    replaced by a :func:`limited` wrapper, and every loaded module of ``package`` that
+    imported it by name given the wrapper. Meant for a sandbox child (the parent's
+    release is left as it is): each calls it at its start, and a child that lays a
+    patch over the release afterwards must call it again (the patch's definitions
+    replace the wrappers). What was wrapped, ``qualname (file:line)`` each."""
+    wrapped: list[str] = []
+    replaced: dict[int, Callable[..., Any]] = {}
+    for spec in ROLES:
+        for relative in spec.files:
+            module = sys.modules.get(f"{package}." + relative[:-3].replace("/", "."))
+            if module is None:
+                continue
+            for qualname in spec.qualnames:
+                *path, name = qualname.split(".")
+                owner: Any = module
+                for part in path:
+                    owner = getattr(owner, part, None)
+                raw = vars(owner).get(name) if owner is not None else None
+                function = getattr(raw, "__func__", raw)
+                if not isinstance(function, types.FunctionType) or \
+                        hasattr(function, "__wrapped__"):
+                    continue  # absent from this release, or wrapped already
+                code = function.__code__
+                what = f"{qualname} ({code.co_filename}:{code.co_firstlineno})"
+                new = limited(what, function)
+                setattr(owner, name, classmethod(new) if isinstance(raw, classmethod)
+                        else staticmethod(new) if isinstance(raw, staticmethod) else new)
+                replaced[id(function)] = new
+                wrapped.append(what)
+    if replaced:
+        for loaded_name, loaded in list(sys.modules.items()):
+            if loaded is None or not (loaded_name == package
+                                      or loaded_name.startswith(package + ".")):
+                continue
+            for attribute, value in list(vars(loaded).items()):
+                if isinstance(value, types.FunctionType) and id(value) in replaced:
+                    setattr(loaded, attribute, replaced[id(value)])
+    return wrapped
 
 
 def _passthrough(exc: BaseException) -> bool:
@@ -623,6 +898,16 @@ class Binding:
     implementation: Implementation | None = None
     missing_fields: dict[str, str] = field(default_factory=dict)
     """Implementation field -> why it could not be bound."""
+    engine: Any = None
+    """The target's vLLM as the judge (:class:`kvcontract.tools.audit.on_engine.
+    EngineJudge`), set by :func:`~kvcontract.tools.audit.on_engine.prepare_engine`'s
+    caller; None: the ``upstream-*`` theorems run on stand-ins."""
+    engine_why: str = ""
+    """Why there is no engine (empty when there is one, or for a built-in target)."""
+    engine_fallback: bool = False
+    """The engine was wanted (``--judge auto``) and could not run: the stand-ins'
+    findings are ``unconfirmed`` (exit 3), never a defect of the release. False when
+    stand-ins were chosen (``--judge stand-ins``, or a binding no engine was offered)."""
 
     def location(self, role: str) -> tuple[str, int] | None:
         rb = self.roles.get(role)
@@ -661,6 +946,7 @@ def _guarded(what: str, fn: Callable[..., Any]) -> Callable[..., Any]:
         try:
             with _time_limit(what):
                 return fn(*args, **kwargs)
+            _expired()
         except BaseException as exc:
             if _passthrough(exc) or not isinstance(exc, Exception):
                 raise
@@ -980,9 +1266,11 @@ def _reach_via_store_mask(binding: Binding, manager_cls: Any) -> Callable[..., A
         config = GroupConfig(kv_cache_spec=spec, manager_cls=manager_cls,
                              is_eagle_group=bool(eagle), tokens_per_block=block_tokens,
                              tokens_per_chunk=block_tokens)
+        # use_lookahead_block_hashes: the legacy hash mode, the one C5/C7's EAGLE
+        # statements describe (releases with lookahead hashes read the switch).
         sched = types.SimpleNamespace(config=types.SimpleNamespace(
             blocks_per_chunk=1, alignment_tokens=alignment, retention_interval=retention,
-            dcp_world_size=1))
+            dcp_world_size=1), use_lookahead_block_hashes=False)
         mask = store_fn(sched, config, block, block + 1, final_end_block,
                         tuple(b * block_tokens for b in replay_blocks))
         return _mask_value(mask, mask_where)
@@ -1046,7 +1334,8 @@ def _reach_via_block_mask(binding: Binding, manager_cls: Any) -> Callable[..., A
                     raise StandInGap(f"{mask_where}: {gap}") from exc
                 raise UpstreamError(f"{mask_where} raised {type(exc).__name__}: {exc}") \
                     from exc
-        return _mask_value(mask, mask_where)
+            return _mask_value(mask, mask_where)
+        _expired()
 
     return reach_block_mask
 

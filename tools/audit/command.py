@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import tempfile
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,7 @@ from kvcontract.spec.geometry import Geometry
 from kvcontract.tools.audit.binding import Binding, bind
 from kvcontract.tools.audit.engine import AuditOptions, AuditRun, run_audit
 from kvcontract.tools.audit.lifecycle_stage import lifecycle_section, print_lifecycle
+from kvcontract.tools.audit.on_engine import CONFLICT
 from kvcontract.tools.audit.report import build_report, print_bindings, print_report
 from kvcontract.tools.audit.targets import Target, resolve_target
 from kvcontract.tools.reports.gate import FindingsBaseline
@@ -41,7 +43,7 @@ wall-clock time, does not grow with the machine's load."""
 
 def _options(clauses: Sequence[str], call_timeout: float, budget: int,
              jobs: int | None, geometries: Sequence[tuple[str, Geometry]] = (),
-             shard: Shard | None = None) -> AuditOptions:
+             shard: Shard | None = None, judge_mode: str = "auto") -> AuditOptions:
     if call_timeout <= 0:
         raise UsageError(f"--timeout must be positive, not {call_timeout:g}")
     if isinstance(budget, bool) or not isinstance(budget, int) or budget <= 0:
@@ -52,10 +54,31 @@ def _options(clauses: Sequence[str], call_timeout: float, budget: int,
                         budget=budget, jobs=jobs,
                         theorem_timeout=THEOREM_TIMEOUT,
                         geometries=tuple((str(label), g) for label, g in geometries),
-                        shard=shard)
+                        shard=shard, judge_mode=judge_mode)
 
 
-def _run(console: Console, binding: Binding, options: AuditOptions, quiet: bool) -> AuditRun:
+def attach_engine(binding: Binding, options: AuditOptions, *, second: bool = False) -> None:
+    """vLLM's own engine as the judge of ``binding``'s target (imported in this process
+    before any check forks), or why not; ``--judge engine`` without one raises
+    :class:`~kvcontract.errors.EngineUnavailableError` (exit 3). ``second``: a baseline
+    target, judged by the engine only when it can run beside the first (one process runs
+    one vLLM), else on stand-ins, said so."""
+    from kvcontract.errors import EngineUnavailableError
+    from kvcontract.tools.audit.on_engine import prepare_engine
+
+    engine, why = prepare_engine(binding.target, options.judge_mode)
+    binding.engine, binding.engine_why = engine, why
+    binding.engine_fallback = engine is None and options.judge_mode != "stand-ins" and \
+        binding.target.kind != "builtin"
+    if engine is None and options.judge_mode == "engine" and not second:
+        raise EngineUnavailableError(f"--judge engine: vLLM's engine cannot judge "
+                                     f"{binding.target.display()}: {why}")
+
+
+def _run(console: Console | None, binding: Binding, options: AuditOptions,
+         quiet: bool) -> AuditRun:
+    if console is None:
+        return run_audit(binding, options)
     with Progress(
         TextColumn("[bold]auditing[/] {task.description}"), BarColumn(),
         TextColumn("{task.completed}/{task.total}"), TimeElapsedColumn(),
@@ -141,6 +164,7 @@ def run_audit_command(
     costs: bool = True,
     report_file: str | None = None,
     live: bool = False,
+    judge_mode: str = "auto",
 ) -> dict[str, Any]:
     """Bind, check, compare and print; returns the versioned report (with ``exit_code``).
 
@@ -163,7 +187,7 @@ def run_audit_command(
     the installed vLLM (:mod:`kvcontract.tools.audit.live_stage`)."""
     if shard is not None:
         _check_shard_options(baseline, only_new, findings_baseline, write_baseline)
-    options = _options(clauses, call_timeout, budget, jobs, geometries, shard)
+    options = _options(clauses, call_timeout, budget, jobs, geometries, shard, judge_mode)
     from kvcontract.tools.commands._common import make_console
 
     console = make_console(stderr=to_stderr)
@@ -208,14 +232,41 @@ def _baseline_target(baseline: str | Target | None, resolved: Target,
     return resolve_target(baseline)
 
 
-def _audit(console: Console, resolved: Target, resolved_baseline: Target | None,
-           options: AuditOptions, *, quiet: bool, fail_on: frozenset[Impact],
-           reproducer_dir: str | None, picture_dir: str | None, only_new: bool,
-           findings_baseline: FindingsBaseline | None, write_baseline: str | None,
-           require_complete: bool, verbose: bool = False, costs: bool = True,
-           report_file: str | None = None, live: bool = False) -> dict[str, Any]:
+@dataclass(frozen=True)
+class AuditRequest:
+    """Everything one audit does besides printing, validated once (the CLI's options,
+    ``kvcontract.api.audit``'s arguments): :func:`produce_report` builds the same JSON
+    document from it whoever asks."""
+
+    options: AuditOptions
+    fail_on: frozenset[Impact] = DEFAULT_FAIL_ON
+    reproducer_dir: str | None = None
+    picture_dir: str | None = None
+    only_new: bool = False
+    findings_baseline: FindingsBaseline | None = None
+    write_baseline: str | None = None
+    require_complete: bool = False
+    costs: bool = True
+    report_file: str | None = None
+    live: bool = False
+
+
+def produce_report(resolved: Target, resolved_baseline: Target | None,
+                   request: AuditRequest, *, console: Console | None = None,
+                   quiet: bool = True, verbose: bool = False) -> dict[str, Any]:
+    """The audit's report: bind, the engine as judge where it runs, the checks, the
+    baseline comparison, costs, ``--live``, the lifecycle, the gate, reproducers and
+    pictures. ``console`` (the CLI's) shows progress and, ``verbose``, the bindings;
+    nothing is printed without one."""
+    options = request.options
+    show = console is not None and not quiet
     binding = bind(resolved)
-    if verbose and not quiet:
+    attach_engine(binding, options)
+    if binding.engine is None and binding.engine_why.startswith(CONFLICT):
+        # One process runs one vLLM: the target's runs in a fresh interpreter.
+        return _in_fresh_process(resolved, resolved_baseline, request)
+    if show and verbose:
+        assert console is not None
         print_bindings(console, build_report(binding, AuditRun([], [], 0.0)))
     run = _run(console, binding, options, quiet)
     comparison = None
@@ -223,7 +274,9 @@ def _audit(console: Console, resolved: Target, resolved_baseline: Target | None,
         from kvcontract.tools.audit.baseline import compare
 
         base_binding = bind(resolved_baseline)
-        if verbose and not quiet:
+        attach_engine(base_binding, options, second=True)
+        if show and verbose:
+            assert console is not None
             print_bindings(console, build_report(base_binding, AuditRun([], [], 0.0)))
         base_run = _run(console, base_binding, options, quiet)
         comparison = compare(base_binding, base_run, binding, run, options)
@@ -231,38 +284,96 @@ def _audit(console: Console, resolved: Target, resolved_baseline: Target | None,
 
         comparison["defects"] = compare_defects(group_defects(base_run.rows),
                                                 group_defects(run.rows))
-    report: dict[str, Any] = build_report(binding, run, comparison, fail_on, report_file)
-    if costs and options.shard is None and resolved.kind != "builtin":
+    report: dict[str, Any] = build_report(binding, run, comparison, request.fail_on,
+                                          request.report_file)
+    if request.costs and options.shard is None and resolved.kind != "builtin":
         from kvcontract.tools.audit.cost_stage import cost_defects
 
         cost_defects(binding, report, options)
-    elif not costs:
+    elif not request.costs:
         report["notes"].append("defects not costed on the model presets (--catalogue-only)")
     elif resolved.kind == "builtin":
         # As `prove` on the same implementation: the costs are upstream code's, on the
         # presets (`benchmarks/lost_hits.py` measures the built-in ones).
         report["notes"].append("defects of a built-in implementation are not costed on "
                                "the model presets (benchmarks/lost_hits.py measures them)")
-    if live:
+    if request.live:
         from kvcontract.tools.audit.live_stage import confirm_defects
 
         confirm_defects(report, options)
-    # The lifecycle on vLLM itself (live), before the gate: its findings count.
-    lifecycle_section(report, live=live, report_file=report_file,
-                      clauses=[get_clause(c).id for c in options.clauses or ()])
-    apply_gate(report, fail_on, only_new, findings_baseline, write_baseline,
-               require_complete)
+    # The lifecycle on vLLM itself, before the gate: its findings count.
+    lifecycle_section(report, live=request.live or binding.engine is not None,
+                      report_file=request.report_file,
+                      clauses=[get_clause(c).id for c in options.clauses or ()],
+                      engine=binding.engine)
+    apply_gate(report, request.fail_on, request.only_new, request.findings_baseline,
+               request.write_baseline, request.require_complete)
     if options.geometries:
         from kvcontract.spec.properties.scoped import describe_scope
 
         report["geometries"] = describe_scope(options.geometries)
-    if reproducer_dir:
+    if request.reproducer_dir:
         from kvcontract.tools.audit.reproduce import write_reproducers
 
-        written = write_reproducers(report, reproducer_dir)
+        written = write_reproducers(report, request.reproducer_dir)
         report["reproducers"] = [str(p) for p in written]
-    if picture_dir:
-        report["pictures"] = draw_pictures(binding, report, picture_dir, options)
+    if request.picture_dir:
+        report["pictures"] = draw_pictures(binding, report, request.picture_dir, options)
+    return report
+
+
+def fresh_audit_main() -> None:
+    """The fresh interpreter's side of :func:`_in_fresh_process`: the pickled request on
+    stdin, the pickled ``("ok", report)`` or ``("error", exception)`` into the file
+    named by the first argument."""
+    import pickle
+    import sys
+
+    resolved, resolved_baseline, request = pickle.loads(sys.stdin.buffer.read())
+    try:
+        result: tuple[str, Any] = ("ok", produce_report(resolved, resolved_baseline,
+                                                        request))
+    except BaseException as exc:  # the parent re-raises it as the audit's own failure
+        result = ("error", exc)
+    with open(sys.argv[1], "wb") as handle:
+        pickle.dump(result, handle)
+
+
+def _in_fresh_process(resolved: Target, resolved_baseline: Target | None,
+                      request: AuditRequest) -> dict[str, Any]:
+    """:func:`produce_report` in a fresh interpreter (no vLLM imported yet there): its
+    report, or its error raised here."""
+    import pickle
+    import subprocess
+    import sys
+
+    with tempfile.TemporaryDirectory(prefix="kvcontract-audit-") as folder:
+        out = Path(folder) / "report.pickle"
+        done = subprocess.run(
+            [sys.executable, "-c", "from kvcontract.tools.audit.command import "
+             "fresh_audit_main; fresh_audit_main()", str(out)],
+            input=pickle.dumps((resolved, resolved_baseline, request)), check=False)
+        if not out.exists():
+            raise RuntimeError(f"the audit's fresh process ended without a report (exit "
+                               f"code {done.returncode})")
+        status, payload = pickle.loads(out.read_bytes())
+    if status == "error":
+        raise payload
+    report: dict[str, Any] = payload
+    return report
+
+
+def _audit(console: Console, resolved: Target, resolved_baseline: Target | None,
+           options: AuditOptions, *, quiet: bool, fail_on: frozenset[Impact],
+           reproducer_dir: str | None, picture_dir: str | None, only_new: bool,
+           findings_baseline: FindingsBaseline | None, write_baseline: str | None,
+           require_complete: bool, verbose: bool = False, costs: bool = True,
+           report_file: str | None = None, live: bool = False) -> dict[str, Any]:
+    request = AuditRequest(options, fail_on, reproducer_dir, picture_dir, only_new,
+                           findings_baseline, write_baseline, require_complete, costs,
+                           report_file, live)
+    report = produce_report(resolved, resolved_baseline, request, console=console,
+                            quiet=quiet, verbose=verbose)
     if quiet:
         from kvcontract.tools.reports.gate import gate_summary
 
@@ -288,7 +399,7 @@ def _audit(console: Console, resolved: Target, resolved_baseline: Target | None,
             console.print(escape(f"--require-complete: {len(report['unchecked'])} theorems "
                                  "were not checked (listed above): exit 3 unless a finding "
                                  "fails the run"), highlight=False)
-    if live and not quiet and "lifecycle" in report:
+    if not quiet and "lifecycle" in report:
         print_lifecycle(console, report["lifecycle"])
     return report
 

@@ -89,6 +89,12 @@ def _cost_job(binding: Binding, defect: Mapping[str, Any]) -> dict[str, Any]:
     from kvcontract.tools.audit.costs import defect_cost
 
     cause = defect.get("root_cause") or {}
+    if binding.engine is not None:
+        from kvcontract.tools.audit.on_engine import rebindable
+
+        roles = rebindable(cause)
+        if roles:
+            return _engine_cost(binding, defect, roles)
     patched = patched_implementation(binding, cause)
     bound_store, patched_store, path = _store_runners(binding, cause)
     impl = binding.implementation if bound_store is not None else filled_implementation(binding)
@@ -104,6 +110,31 @@ def _cost_job(binding: Binding, defect: Mapping[str, Any]) -> dict[str, Any]:
         if dense["rows"]:
             cost = dense
     cost.setdefault("notes", []).append(path)
+    if binding.engine is not None:
+        cost["measured_on"] = "model"
+        cost["notes"].append("measured on kvcontract's model over the bound functions: "
+                             "the root cause cannot be replaced inside vLLM's engine")
+    if not cost.get("checked") and cost.get("skipped"):
+        cost["summary"] = "not measured on the presets: " + str(cost["skipped"][0])
+    return cost
+
+
+def _engine_cost(binding: Binding, defect: Mapping[str, Any],
+                 roles: list[str]) -> dict[str, Any]:
+    """A defect's cost measured on vLLM's engine: vLLM as it is against vLLM with the
+    root cause replaced by the reference inside it (the same resends, both sides run)."""
+    from kvcontract.tools.audit.costs import defect_cost
+    from kvcontract.tools.audit.on_engine import ENGINE_LENGTHS, engine_resends
+
+    impl = filled_implementation(binding)
+    bound_resend, patched_resend, bound_store, patched_store = engine_resends(binding, roles)
+    cost = defect_cost(impl, impl, defect["impact"], lengths=ENGINE_LENGTHS,
+                       bound_store=bound_store, patched_store=patched_store,
+                       bound_resend=bound_resend, patched_resend=patched_resend)
+    cost["measured_on"] = "engine"
+    cost.setdefault("notes", []).append(
+        f"measured on vLLM's engine ({binding.engine.release}): as it is, and with "
+        f"{', '.join(roles)} replaced by the reference inside it")
     if not cost.get("checked") and cost.get("skipped"):
         cost["summary"] = "not measured on the presets: " + str(cost["skipped"][0])
     return cost

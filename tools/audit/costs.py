@@ -170,17 +170,26 @@ StoreRunner = Callable[[StoreCase], StoreRun]
 """A producer's store path run as a whole (upstream's executed ``_build_store_jobs``:
 ``tools/audit/store.make_store_runner``) instead of kvcontract's over the bundle."""
 
+ResendRunner = Callable[[EndToEndCase], ResendPoint | str]
+"""A resend case run as a whole elsewhere (vLLM's engine: the producer's stores and the
+consumer's lookup), its point or why it gave none."""
+
+
 @dataclass(frozen=True)
 class _Side:
     """One side of a measurement: its bundle and, when given, the store path its
     producer runs as a whole (:data:`StoreRunner`) instead of kvcontract's over the
-    bundle; the consumer's lookup is the bundle's either way."""
+    bundle; the consumer's lookup is the bundle's either way. With ``resend``
+    (:data:`ResendRunner`), a resend runs there whole (producer and consumer)."""
 
     impl: Implementation
     store: StoreRunner | None = None
+    resend: ResendRunner | None = None
 
 
 def _same_store_path(bound: _Side, patched: _Side) -> bool:
+    if bound.resend is not None or patched.resend is not None:
+        return False
     if bound.store is not patched.store:
         return False
     return all(getattr(bound.impl, name) is getattr(patched.impl, name)
@@ -211,6 +220,8 @@ def _excluded(reasons: list[str]) -> dict[str, Any]:
 
 def _point(case: EndToEndCase, side: _Side,
            run: StoreRun | None = None) -> ResendPoint | str:
+    if side.resend is not None:
+        return side.resend(case)
     if run is None and side.store is not None:
         found = _store(case.producer, side)
         if isinstance(found, str):
@@ -763,13 +774,17 @@ def defect_cost(bound: Implementation, patched: Implementation, impact: str, *,
                 retention: int | None = 0,
                 budget: CostBudget | None = None,
                 bound_store: StoreRunner | None = None,
-                patched_store: StoreRunner | None = None) -> dict[str, Any]:
+                patched_store: StoreRunner | None = None,
+                bound_resend: ResendRunner | None = None,
+                patched_resend: ResendRunner | None = None) -> dict[str, Any]:
     """What ``bound`` does worse than ``patched`` on the model presets, for a defect of
     ``impact`` (a :class:`~kvcontract.vocabulary.Impact` value).
 
     ``bound_store``/``patched_store``: the producer's store path of that side run as a
-    whole (upstream's executed ``_build_store_jobs``), instead of kvcontract's store path
-    over the side's bundle; the consumer's lookup is the side's bundle either way.
+    whole (upstream's executed ``_build_store_jobs``, or vLLM's engine), instead of
+    kvcontract's store path over the side's bundle; the consumer's lookup is the side's
+    bundle either way. ``bound_resend``/``patched_resend``: a resend (lost hits) run
+    whole elsewhere (vLLM's engine, as it is and with the root cause replaced).
 
     ``presets``: preset names (default every one); ``lengths``: prompt lengths per
     geometry, spread over ``[FIRST_PROMPT, LAST_PROMPT]`` by ``prompt_lengths`` (its odd
@@ -817,10 +832,11 @@ def defect_cost(bound: Implementation, patched: Implementation, impact: str, *,
     rows: list[dict[str, Any]] = []
     unaffected: list[str] = []
     checked = 0
-    same = bound == patched and bound_store is patched_store
+    same = bound == patched and bound_store is patched_store and \
+        bound_resend is patched_resend
     remembered_bound, remembered_patched = _remembered_pair(bound, patched)
-    bound_side = _Side(remembered_bound, bound_store)
-    patched_side = _Side(remembered_patched, patched_store)
+    bound_side = _Side(remembered_bound, bound_store, bound_resend)
+    patched_side = _Side(remembered_patched, patched_store, patched_resend)
     for target in targets:
         if same:
             row: dict[str, Any] | str = {rate: 0.0}

@@ -231,6 +231,9 @@ def group_defects(rows: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
             "impact": worst_impact(r.get("impact") for r in members),
             "impacts": impacts,
             "latent": key[1],
+            # Judged on stand-ins where vLLM's engine could not run (on_engine.grade):
+            # shown, never called a defect of the release.
+            "unconfirmed": bool(members) and all(r.get("unconfirmed") for r in members),
             "root_cause": cause,
             "locations": _locations(cause),
             "clauses": clauses,

@@ -39,6 +39,7 @@ import z3
 from kvcontract.errors import UsageError
 from kvcontract.impl.bundle import Implementation
 from kvcontract.impl.variants import REFERENCE
+from kvcontract.live.judge.lookups import NotRealized
 from kvcontract.proofs.runner import Scope, catalog
 from kvcontract.proofs.shards import Shard, partition, selection_digest, shard_section
 from kvcontract.proofs.theorem import SymbolicEnv, run_property
@@ -129,6 +130,11 @@ def theorems_for(binding: Binding, scope: Scope = ()) -> list[Property]:
     lookups = [t for t in theorems if isinstance(t, CaseProperty) and t.family == "lookup"]
     stores = [t for t in theorems if isinstance(t, CaseProperty) and t.family == "store"]
     ends = [t for t in theorems if isinstance(t, CaseProperty) and t.family == "end-to-end"]
+    if binding.engine is not None:
+        # vLLM's own engine observes upstream's code (on_engine): the same theorem ids.
+        from kvcontract.tools.audit.on_engine import engine_theorems
+
+        return [*theorems, *engine_theorems(binding.engine, lookups, stores, ends)]
     return [*theorems, *upstream_lookup_theorems(binding, lookups if scope else None),
             *upstream_store_theorems(binding, stores if scope else None),
             *upstream_end_to_end_theorems(binding, ends if scope else None)]
@@ -202,6 +208,9 @@ class AuditOptions:
     (``--model``/``--geometry``; :func:`theorems_for`)."""
     shard: Shard | None = None
     """``--shard I/N``: check only this shard's units of work (:func:`work_units`)."""
+    judge_mode: str = "auto"
+    """``--judge``: ``auto``, ``engine`` or ``stand-ins``
+    (:data:`kvcontract.tools.audit.on_engine.MODES`)."""
 
 
 @dataclass
@@ -234,7 +243,7 @@ def plan(binding: Binding, options: AuditOptions) -> tuple[list[int], list[dict[
     wanted = _wanted(options)
     indices: list[int] = []
     unchecked: list[dict[str, Any]] = []
-    if binding.target.kind != "builtin":
+    if binding.target.kind != "builtin" and binding.engine is None:
         from kvcontract.tools.audit.lookup import (
             missing_roles,
             upstream_loop_name,
@@ -338,7 +347,9 @@ def _violation(
 def _undecided(exc: BaseException) -> BaseException | None:
     """``exc`` as what decides nothing about the code (a CPU-time limit, a stand-in gap),
     or None when it is upstream's own failure (a finding)."""
-    if isinstance(exc, (UpstreamTimeout, StandInGap)):
+    from kvcontract.live.gaps import DriverGapError
+
+    if isinstance(exc, (UpstreamTimeout, StandInGap, DriverGapError)):
         return exc
     gap = stand_in_gap(exc) if isinstance(exc, Exception) else None
     return StandInGap(gap) if gap is not None else None
@@ -352,8 +363,8 @@ def _gap_message(exc: BaseException) -> str:
 
 
 def _timeout_message(exc: UpstreamTimeout) -> str:
-    return (f"{exc}: a wall-clock limit, so this says nothing about the code (machine load "
-            "or a hang); rerun with a larger --timeout")
+    return (f"{exc}: the audit's per-call limit, so this says nothing about the code (a "
+            "hang, or a call slower than --timeout); rerun with a larger --timeout")
 
 
 def _latent(theorem: FormulaProperty, values: Mapping[str, int]) -> bool:
@@ -429,6 +440,7 @@ def _hypothesis_search(theorem: FormulaProperty, impl: Implementation, configs: 
         return 0, None
     admissible = [0]
     failing: list[dict[str, int]] = []
+    timed_out: list[UpstreamTimeout] = []
     variables = st.fixed_dictionaries(
         {name: st.one_of(st.integers(0, 24), st.integers(0, 2048)) for name in theorem.variables})
 
@@ -440,13 +452,27 @@ def _hypothesis_search(theorem: FormulaProperty, impl: Implementation, configs: 
         if not _admissible(theorem, values):
             return
         admissible[0] += 1
-        if _violation(theorem, impl, values):
+        try:
+            violated = _violation(theorem, impl, values)
+        except UpstreamTimeout as exc:
+            # A call past the per-call limit decides the theorem (UNKNOWN): stop the
+            # search at once instead of shrinking case after case.
+            timed_out.append(exc)
+            raise _SearchStopped() from None
+        if violated:
             failing.append(values)
             raise AssertionError("violated")
 
-    with contextlib.suppress(AssertionError), deterministic_hypothesis():
+    with contextlib.suppress(AssertionError, _SearchStopped), deterministic_hypothesis():
         probe()
+    if timed_out:
+        raise timed_out[0]
     return admissible[0], (failing[-1] if failing else None)
+
+
+class _SearchStopped(BaseException):
+    """Ends a Hypothesis search at once (not an ``Exception``: Hypothesis neither
+    counts it as a failure nor shrinks it)."""
 
 
 def _concrete_z3_theorem(theorem: FormulaProperty, impl: Implementation, options: AuditOptions,
@@ -658,6 +684,10 @@ def _check_case(state: _Pass, case: Any, impl: Implementation) -> None:
         begun = clock()
         try:
             violation = theorem.check(case, impl)
+        except NotRealized:
+            # vLLM's engine cannot put a request in this case's situation: the case says
+            # nothing about vLLM (counted in the row's engine section), never a verdict.
+            continue
         except Exception as exc:
             undecided = _undecided(exc)
             if undecided is None:
@@ -872,7 +902,10 @@ def via_of(theorem: Property) -> str:
     else what its space declares drives the bound functions (``CaseSpace.driver``);
     empty for a formula theorem and a space that calls the functions directly."""
     from kvcontract.tools.audit import store
+    from kvcontract.tools.audit.on_engine import is_engine_theorem
 
+    if is_engine_theorem(theorem) and isinstance(theorem, CaseProperty):
+        return str(theorem.space.driver)
     if theorem.name.startswith(UPSTREAM_LOOKUP):
         return VIA_UPSTREAM_LOOKUP
     if store.is_upstream(theorem.name):
@@ -899,6 +932,16 @@ def _row(theorem: Property, result: TheoremResult, evidence: str, witness_case: 
     from kvcontract.tools.audit import store
 
     row["via"] = via_of(theorem)
+    from kvcontract.tools.audit.on_engine import engine_section, is_engine_theorem
+
+    on_engine = is_engine_theorem(theorem)
+    if on_engine:
+        row["judge"] = "engine"
+        row["engine"] = engine_section(binding.engine, theorem)
+    elif theorem.name.startswith(UPSTREAM_LOOKUP) or store.is_upstream(theorem.name):
+        row["judge"] = "stand-ins"
+    else:
+        row["judge"] = "functions"
     if result.verdict is Verdict.COUNTEREXAMPLE and theorem.name.startswith(UPSTREAM_LOOKUP):
         row["blame"] = ["_lookup_complete_chunks"]
         location = binding.location("multi_group_lookup")
@@ -920,6 +963,12 @@ def _row(theorem: Property, result: TheoremResult, evidence: str, witness_case: 
                 break
     if result.verdict is Verdict.COUNTEREXAMPLE and witness_case is not None:
         row["root_cause"] = _root_cause(theorem, witness_case, binding, scope)
+        if not on_engine and binding.engine is not None:
+            from kvcontract.tools.audit.on_engine import replay_on_engine
+
+            replayed = replay_on_engine(theorem, witness_case, binding)
+            if replayed is not None:
+                row["engine_replay"] = replayed
     return row
 
 
@@ -935,6 +984,10 @@ def _root_cause(theorem: Property, witness_case: Any, binding: Binding,
         _THEOREMS.clear()
         _THEOREMS[key] = theorems_for(binding, scope)
     base = root_cause.upstream_base(theorem, _THEOREMS[key])
+    from kvcontract.tools.audit.on_engine import engine_root_cause, is_engine_theorem
+
+    if is_engine_theorem(theorem) and isinstance(theorem, CaseProperty):
+        return engine_root_cause(theorem, witness_case, binding, base)
     return root_cause.find_root_cause(theorem, witness_case, binding, base,
                                       root_cause.rebuild_upstream(theorem.name))
 
@@ -1029,7 +1082,8 @@ class WorkUnit:
 
 FAMILY_CASE_COST: dict[str, float] = {
     "scan": 0.05, "lookup": 0.1, "upstream-lookup": 0.065, "store": 1.0,
-    "upstream-store": 0.5, "end-to-end": 0.15, "upstream-end-to-end": 0.15}
+    "upstream-store": 0.5, "end-to-end": 0.15, "upstream-end-to-end": 0.15,
+    "engine-lookup": 0.4, "engine-store": 5.0, "engine-end-to-end": 2.0}
 """Static cost (about milliseconds) per case of a family's walk for its first theorem,
 which computes the case's memos (the implementation's answer, the spec's), calibrated
 once on the audit of 0.33.0 on one core: 23 s for the 226,760 lookup cases, 15 s for
@@ -1287,7 +1341,7 @@ def run_audit(
             # Scenario findings keep their own clause (a stale-pending program fails C3).
             groups: list[list[dict[str, Any]]] = list(outcome.value["rows"])
             places = positions if positions is not None else range(len(groups))
-            system_keyed.extend(((order[r["clause"]], 1, place, k), r)
+            system_keyed.extend(((order[r["clause"]], 1, place, k), {"judge": "functions", **r})
                                 for place, group in zip(places, groups, strict=True)
                                 for k, r in enumerate(group))
             return
@@ -1337,10 +1391,17 @@ def clause_summary(rows: Iterable[dict[str, Any]],
         else:
             worst = min(own, key=lambda r: rank.get(r["verdict"], 1))
             found = [r for r in own if r["verdict"] == Verdict.COUNTEREXAMPLE.value]
-            built = [r for r in found if r.get("impact") != Impact.LATENT.value]
+            built = [r for r in found if r.get("impact") != Impact.LATENT.value
+                     and not r.get("unconfirmed")]
+            stand_ins = [r for r in found if r.get("impact") != Impact.LATENT.value
+                         and r.get("unconfirmed")]
             if built:
                 entry["status"] = "violated"
                 entry["theorem"] = built[0]["theorem"]
+            elif stand_ins:
+                # Only judged on stand-ins, vLLM's engine could not run (on_engine.grade).
+                entry["status"] = "unconfirmed"
+                entry["theorem"] = stand_ins[0]["theorem"]
             elif found:
                 # Only on geometries vLLM does not build: reported, not a violation of
                 # the code as it runs (docs/CONTRACT.md, latent findings).

@@ -95,7 +95,7 @@ def _deferral_site() -> dict[str, Any] | None:
 
 def lifecycle_section(report: dict[str, Any], *, live: bool,
                       report_file: str | None = None,
-                      clauses: Collection[str] = ()) -> None:
+                      clauses: Collection[str] = (), engine: Any = None) -> None:
     """Add the lifecycle rows of the ``clauses`` asked for (all of C13-C15 by default)
     to ``report`` (``live``: run the scenarios, its findings merged into the results and
     defects; else a note that they were not checked). Run before the gate, so the exit
@@ -106,29 +106,38 @@ def lifecycle_section(report: dict[str, Any], *, live: bool,
     if not live:
         report.setdefault("notes", []).append(NOT_LIVE_NOTE)
         return
-    section = run_lifecycle_rows(report)
+    section = run_lifecycle_rows(report, engine)
     section["rows"] = [r for r in section.get("rows") or [] if r["clause"] in wanted]
     report["lifecycle"] = section
     merge_into_report(report, section, report_file)
 
 
-def run_lifecycle_rows(report: dict[str, Any]) -> dict[str, Any]:
+def run_lifecycle_rows(report: dict[str, Any], engine: Any = None) -> dict[str, Any]:
     """The ``lifecycle`` section of ``report``: the scenarios run live, or UNKNOWN rows
-    naming why they cannot."""
+    naming why they cannot. ``engine`` (the audit's
+    :class:`~kvcontract.tools.audit.on_engine.EngineJudge`): the target's vLLM is
+    already imported in this process, any patch laid over it, so the scenarios run on
+    it as it is."""
     from kvcontract.live import env
-    from kvcontract.tools.audit.live_stage import live_target
+    from kvcontract.live.overlay import Overlay
+    from kvcontract.tools.audit.live_stage import LiveTarget, live_target
 
-    check = env.check(import_modules=False)
-    installed = check.vllm_version
-    section: dict[str, Any] = {"vllm": installed}
-    if not check.ok:
-        why = "vLLM cannot run here: " + "; ".join(check.lines()[2:])
-        section.update(why=why, rows=_unknown_rows(why))
-        return section
-    where = live_target(str(report.get("target", "")), installed)
-    if where.why is not None:
-        section.update(why=where.why, rows=_unknown_rows(where.why))
-        return section
+    if engine is not None:
+        installed = str(engine.root.version or engine.release)
+        section: dict[str, Any] = {"vllm": installed}
+        where = LiveTarget(engine.overlay or Overlay(), release=installed)
+    else:
+        check = env.check(import_modules=False)
+        installed = str(check.vllm_version)
+        section = {"vllm": installed}
+        if not check.ok:
+            why = "vLLM cannot run here: " + "; ".join(check.lines()[2:])
+            section.update(why=why, rows=_unknown_rows(why))
+            return section
+        where = live_target(str(report.get("target", "")), installed)
+        if where.why is not None:
+            section.update(why=where.why, rows=_unknown_rows(where.why))
+            return section
     from kvcontract.tools.audit.sandbox import run_jobs
 
     outcome = run_jobs([("lifecycle", lambda: _run_scenarios(where.overlay))], workers=1,
@@ -141,7 +150,8 @@ def run_lifecycle_rows(report: dict[str, Any]) -> dict[str, Any]:
         section["laid_over"] = outcome.value["overlay"]
     rows = outcome.value["rows"]
     for row in rows:
-        row["live"] = f"confirmed live on vLLM {installed}"
+        row["live"] = f"run on {engine.release}" if engine is not None else \
+            f"confirmed live on vLLM {installed}"
     section["rows"] = rows
     section["deferral_site"] = outcome.value.get("deferral_site")
     return section
@@ -172,7 +182,7 @@ def result_rows(section: dict[str, Any]) -> list[dict[str, Any]]:
             "impact": row.get("impact"), "message": message,
             "witness": {"kind": "live-lifecycle", "scenario": row["scenario"],
                         "outcome": row["outcome"], "findings": list(row["findings"])},
-            "live": row.get("live"),
+            "live": row.get("live"), "judge": "engine",
         }
         if row["verdict"] == "COUNTEREXAMPLE":
             # A scenario on a path the release's own worker does not reach says so in

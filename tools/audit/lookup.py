@@ -42,6 +42,8 @@ from kvcontract.tools.audit.binding import (
     _EventsTracker,
     _garbage,
     _guarded,
+    _where,
+    limited,
     spec_stand_in,
 )
 
@@ -93,9 +95,12 @@ def make_runner(binding: Binding) -> Callable[..., UpstreamOutcome]:
     where = f"{roles['multi_group_lookup'].qualname} ({roles['multi_group_lookup'].path}:" \
             f"{roles['multi_group_lookup'].line})"
     loop = _guarded(where, f["multi_group_lookup"])
-    window = f["window"]
+    # Called outside the loop, so each under its own per-call limit (its exceptions
+    # unchanged): a hang is UNKNOWN, naming it, never a child running to its CPU limit.
+    window = limited(_where(binding, "window"), f["window"])
     load_window = f.get("load_window")
-    resolve = f.get("mamba_align")
+    resolve = (limited(_where(binding, "mamba_align"), f["mamba_align"])
+               if "mamba_align" in f else None)
 
     def mamba_align(geometry: Geometry, configs: list[GroupConfig]) -> int | None:
         """``_mamba_align_size``: upstream's ``resolve_mamba_align_size`` run on the

@@ -35,10 +35,24 @@ WITNESS_SHOWN = 600
 def exit_code(report: dict[str, Any],
               fail_on: frozenset[Impact] = DEFAULT_FAIL_ON) -> int:
     """0 every checked theorem holds (or fails only with an impact outside ``fail_on``);
-    1 a counterexample whose impact is in ``fail_on``; 3 unknown, or nothing checked
+    1 a counterexample whose impact is in ``fail_on``; 3 unknown, a counterexample judged
+    on stand-ins where vLLM's engine could not run (``unconfirmed``), or nothing checked
     (:func:`kvcontract.vocabulary.finding_exit_code`, an empty audit undecided)."""
-    return finding_exit_code(((r["verdict"], r.get("impact")) for r in report["results"]),
-                             fail_on, empty=EXIT_UNKNOWN)
+    return finding_exit_code(
+        ((Verdict.UNKNOWN, None) if r.get("unconfirmed") else (r["verdict"], r.get("impact"))
+         for r in report["results"]), fail_on, empty=EXIT_UNKNOWN)
+
+
+def engine_section(binding: Binding) -> dict[str, Any] | None:
+    """The report's ``engine``: whether vLLM's own engine judged the target (its
+    release and root), or why not (None for a built-in target)."""
+    if binding.target.kind == "builtin":
+        return None
+    engine = binding.engine
+    if engine is None:
+        return {"ran": False, "why": binding.engine_why or "stand-ins chosen",
+                "fallback": binding.engine_fallback}
+    return {"ran": True, **engine.to_json()}
 
 
 def build_report(binding: Binding, run: AuditRun,
@@ -66,6 +80,15 @@ def build_report(binding: Binding, run: AuditRun,
             *run.notes,
         ],
     }
+    engine = engine_section(binding)
+    if engine is not None:
+        report["engine"] = engine
+        if run.shard is None:
+            # A shard sees part of the engine's findings: kvcontract merge grades all.
+            from kvcontract.tools.audit.on_engine import grade
+
+            grade(report["results"], engine)
+            report["summary"] = clause_summary(report["results"], run.unchecked)
     from kvcontract.tools.audit.defects import attach_defects
 
     attach_defects(report, report_file)  # the defects' commands name the JSON file
@@ -89,7 +112,7 @@ _STYLE: dict[str, str] = {
 _STATUS_STYLE = {"found": "green", "derived": "cyan", "inferred": "cyan", "missing": "yellow",
                  "error": "bold red"}
 _CLAUSE_STYLE = {"holds": "green", "violated": "bold red", "unknown": "yellow",
-                 "not checked": "yellow", "latent": "cyan"}
+                 "not checked": "yellow", "latent": "cyan", "unconfirmed": "yellow"}
 
 
 def print_bindings(console: Console, report: dict[str, Any]) -> None:

@@ -359,6 +359,9 @@ class UpstreamStorePath:
             _current_batch_allocated_block_ids=set(), _current_batch_jobs_to_flush=set(),
             _sliding_window_groups=tuple(
                 i for i, c in enumerate(configs) if c.sliding_window_size_in_chunks is not None),
+            # the legacy hash mode (what the store family states an EAGLE group's
+            # stores by); releases with lookahead block hashes read the switch
+            use_lookahead_block_hashes=False,
         )
         sched._generate_job_id = lambda: next(jobs)
         sched._touch = lambda req_status: None
@@ -565,6 +568,14 @@ def executed_replay_boundaries(binding: Binding) -> Callable[..., tuple[int, ...
     def store_replay_boundaries(prompt_len: int, alignment_tokens: int | None,
                                 retention_interval: int | None,
                                 use_eagle: bool) -> tuple[int, ...]:
+        for value in (prompt_len, alignment_tokens, retention_interval, use_eagle):
+            if value is not None and not isinstance(value, int):
+                # An executed probe answers plain values only: a symbolic argument (the
+                # prover lifting a theorem) is refused, so the audit searches concretely.
+                from kvcontract.proofs.symbolic import LiftError
+
+                raise LiftError("the store path's replay boundaries are observed by "
+                                "executing _build_store_jobs, on plain ints only")
         key = (prompt_len, alignment_tokens, retention_interval, bool(use_eagle))
         if key not in memo:
             memo[key] = _probe_boundaries(parts, *key)

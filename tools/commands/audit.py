@@ -48,8 +48,12 @@ MIN_TIMEOUT = 0.001
               help="only this clause (repeatable), e.g. --clause C3")
 @click.option("--json", "json_path", metavar="FILE", help="write the JSON report here")
 @click.option("--timeout", type=float, default=10.0, show_default=True,
-              help="seconds of CPU time one upstream call may use (a hang makes its "
-                   "theorem UNKNOWN, naming the call)")
+              help="seconds of CPU time one upstream call may use (CPU time, so machine "
+                   "load never changes a finding); a call past it, or one blocked without "
+                   "using CPU for as long (at least 1.5 s of wall-clock time: the "
+                   "watchdog), is stopped and not made again in that check: every theorem "
+                   "that makes it is UNKNOWN, naming the call and the limit (exit 3, "
+                   "unless a finding makes it 1)")
 @click.option("--budget", type=int, default=250_000, show_default=True,
               help="cases of concrete search per theorem (enumeration, sampled cases): a "
                    "count, so the same audit finds the same things on any machine")
@@ -65,6 +69,13 @@ MIN_TIMEOUT = 0.001
               help="replay each defect's lost hits on the installed vLLM's own scheduler "
                    "and connector (confirmed / not reproduced / not replayable; needs the "
                    "[live] extra and vLLM: `kvcontract live --check`)")
+@click.option("--judge", "judge_mode", type=click.Choice(["auto", "engine", "stand-ins"]),
+              default="auto", show_default=True,
+              help="who judges upstream's behaviour: vLLM's own engine (the target's vLLM "
+                   "imported and run: its scheduler, managers and connector), or "
+                   "kvcontract's stand-ins; auto: the engine where the target's vLLM "
+                   "imports, else stand-ins, each of their findings marked unconfirmed; "
+                   "engine: exit 3 when it cannot run")
 @click.option("--catalogue-only", "catalogue_only", is_flag=True,
               help="do not measure each defect's cost on the model presets (the fast path: "
                    "the catalogue's theorems only)")
@@ -83,7 +94,7 @@ def audit(target: str, base_release: str | None, baseline: str | None,
           clauses: tuple[str, ...], json_path: str | None,
           timeout: float, budget: int, jobs: int | None, reproducer_dir: str | None,
           picture_dir: str | None, quiet: bool, verbose: bool, live: bool,
-          catalogue_only: bool,
+          judge_mode: str, catalogue_only: bool,
           require_complete: bool,
           shard_text: str | None, models: tuple[str, ...],
           geometry_files: tuple[str, ...], bpcs: tuple[int, ...],
@@ -183,6 +194,7 @@ def audit(target: str, base_release: str | None, baseline: str | None,
             findings_baseline=findings_baseline, write_baseline=write_baseline,
             require_complete=require_complete, shard=shard, verbose=verbose,
             costs=not catalogue_only, report_file=json_path, live=live,
+            judge_mode=judge_mode,
         )
     emit_reports(data, pairs)
     sys.exit(int(data["exit_code"]))

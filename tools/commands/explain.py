@@ -163,13 +163,21 @@ def defect_theorems(report_path: str, defect_ids: tuple[str, ...]) -> list[str]:
         raise InputFileError(report_path, "the report lists no defects (an audit or prove "
                                           "report with counterexamples has them): use "
                                           "--theorem ID")
+    drawable = {f"{r.get('clause')}/{r.get('theorem')}" for r in data.get("results") or []
+                if isinstance(r, Mapping) and r.get("verdict") == "COUNTEREXAMPLE"
+                and isinstance(r.get("witness"), Mapping)
+                and r["witness"].get("kind") in ("arith", "exhaustive")}
     found = []
     for wanted in defect_ids:
         defect = defects.get(wanted)
         if defect is None:
             raise UsageError(f"--defect {wanted}: not a defect of {report_path}; its defects: "
                              f"{', '.join(defects)}")
-        found.append(str(defect["witness"]["theorem"]))
+        headline = str(defect["witness"]["theorem"])
+        # A headline without a picture (a system program): the defect's first theorem
+        # that has one, else the headline (refused, saying why).
+        pictured = [t for t in defect.get("theorems") or [] if t in drawable]
+        found.append(headline if headline in drawable or not pictured else str(pictured[0]))
     return found
 
 
@@ -188,7 +196,6 @@ def _report_scenes(report_path: str, theorems: tuple[str, ...],
     from kvcontract.tools.explain import scene_from_result
     from kvcontract.tools.reports import normalize
 
-    scenes: list[tuple[str, Any]] = []
     data = load_replay_report(report_path)
     name, upstream = report_implementation(data)
     bound = None
@@ -210,7 +217,14 @@ def _report_scenes(report_path: str, theorems: tuple[str, ...],
 
     def scene(result: Mapping[str, Any]) -> tuple[str, Any]:
         theorem_id = f"{result['clause']}/{result['theorem']}"
-        return theorem_id, scene_from_result(result, impl, _theorem(theorem_id, bound))
+        witness = result.get("witness")
+        drawable = isinstance(witness, Mapping) and witness.get("kind") in ("arith",
+                                                                            "exhaustive")
+        # A witness without a picture (a system program, a fuzz difference) is refused by
+        # scene_from_result saying why, before its theorem is looked up (a system row
+        # names a scenario, not a theorem of the catalogue).
+        prop = _theorem(theorem_id, bound) if drawable else None
+        return theorem_id, scene_from_result(result, impl, prop)
 
     def check(rows: list[Mapping[str, Any]]) -> None:
         if bound is None:
@@ -218,6 +232,7 @@ def _report_scenes(report_path: str, theorems: tuple[str, ...],
         else:
             _check_upstream_witnesses(report_path, rows, bound)
 
+    wanted_rows: list[Mapping[str, Any]] = []
     if theorems:
         for wanted in theorems:
             match = [r for r in results
@@ -231,7 +246,7 @@ def _report_scenes(report_path: str, theorems: tuple[str, ...],
                     + (", ".join(known) or "none"),
                 )
             check(match)
-            scenes += [scene(r) for r in match]
+            wanted_rows += match
     else:
         found = [r for r in results if r.get("verdict") == "COUNTEREXAMPLE" and r.get("witness")]
         drawable = [r for r in found if r["witness"].get("kind") in ("arith", "exhaustive")]
@@ -244,8 +259,80 @@ def _report_scenes(report_path: str, theorems: tuple[str, ...],
                            "system, not one scenario (replay it with `kvcontract fuzz` or "
                            "the audit)", err=True)
         check(drawable)
-        scenes += [scene(r) for r in drawable]
+        wanted_rows += drawable
+    # Every counterexample (no --theorem): one whose picture cannot be drawn is named on
+    # stderr and the others are drawn; a named one that cannot be drawn is the error.
+    skip = not theorems
+    if bound is None:
+        scenes, skipped = _scenes(wanted_rows, scene, skip)
+    else:
+        scenes, skipped = _sandboxed_scenes(wanted_rows, scene, skip)
+    if skipped and not scenes:
+        from kvcontract.tools.explain import NoPicture
+
+        raise NoPicture(skipped[0] if len(skipped) == 1 else
+                        f"none of {len(skipped)} counterexamples drawn; {skipped[0]}")
+    for line in skipped:
+        click.echo(f"{line} (not drawn)", err=True)
     return scenes
+
+
+def _scenes(rows: list[Mapping[str, Any]], scene: Any,
+            skip: bool) -> tuple[list[tuple[str, Any]], list[str]]:
+    """The scenes of ``rows``, and why each one skipped has none (``skip``: a picture
+    that cannot be drawn, :class:`~kvcontract.tools.explain.NoPicture`, is skipped
+    instead of raised)."""
+    from kvcontract.tools.explain import NoPicture
+
+    scenes: list[tuple[str, Any]] = []
+    skipped: list[str] = []
+    for row in rows:
+        try:
+            scenes.append(scene(row))
+        except NoPicture as exc:
+            if not skip:
+                raise
+            skipped.append(str(exc))
+    return scenes, skipped
+
+
+EXPLAIN_CALL_TIMEOUT = 10.0
+"""Seconds of CPU time one upstream call may use while a picture re-runs it (the audit's
+default ``--timeout``): a call past it makes the picture undecided (exit 3)."""
+
+EXPLAIN_CPU_SECONDS = 900.0
+"""CPU seconds the child that draws an audit report's pictures may use (a safety net)."""
+
+
+def _sandboxed_scenes(rows: list[Mapping[str, Any]], scene: Any,
+                      skip: bool) -> tuple[list[tuple[str, Any]], list[str]]:
+    """:func:`_scenes` of an audit report of upstream code, computed in a sandbox child:
+    a picture re-runs the bound upstream functions on its witness, and upstream code
+    runs only in a child under the audit's limits (``tools/audit/sandbox``). An error of
+    the child is raised here as it was raised there (exit 2 or 3); a child that did not
+    finish (a hang, a crash) is undecided, exit 3."""
+    from kvcontract.errors import KvContractError
+    from kvcontract.tools.audit.sandbox import run_jobs
+    from kvcontract.tools.explain import NoPicture
+
+    def job() -> dict[str, Any]:
+        try:
+            scenes, skipped = _scenes(rows, scene, skip)
+        except KvContractError as exc:
+            return {"error": str(exc), "exit_code": getattr(exc, "exit_code", None)}
+        return {"scenes": scenes, "skipped": skipped, "error": None}
+
+    outcome = run_jobs([("pictures", job)], workers=1, job_timeout=EXPLAIN_CPU_SECONDS,
+                       call_timeout=EXPLAIN_CALL_TIMEOUT)["pictures"]
+    if not outcome.ok or outcome.value is None:
+        raise NoPicture("no picture: re-running the bound code on the witnesses did not "
+                        "finish: " + (outcome.error or "no result").splitlines()[0])
+    value = outcome.value
+    if value["error"] is not None:
+        if value["exit_code"] == NoPicture.exit_code:
+            raise NoPicture(str(value["error"]))
+        raise UsageError(str(value["error"]))
+    return list(value["scenes"]), list(value["skipped"])
 
 
 def _theorem(theorem_id: str, bound: Any) -> Any:

@@ -1,13 +1,17 @@
 """``kvcontract live``: vLLM's own scheduler in the loop (:mod:`kvcontract.live`).
 
-``--check`` says whether the live backend can run here and what to install (exit 0 when
-it can, 3 when vLLM or a package its scheduler side imports is missing: nothing can be
-checked). ``--scenario NAME`` (repeatable, or ``all``) runs the named scenarios
-(:data:`kvcontract.live.scenarios.SCENARIOS`: the two lost-hit findings and the
-lifecycle) and prints each one's outcome, numbers and checks, and for a lifecycle
-scenario C13-C15's verdicts with their impacts and findings; ``--json FILE`` writes
-them. Exit 0 when every check holds, 1 when one does not (a finding), 3 when the backend
-cannot run, 2 for an unknown scenario.
+``--check`` says whether the live backend can run here and what to install, and prints
+the capabilities the driver found in the installed vLLM (:mod:`kvcontract.live.
+capabilities`: it adapts to them, never to the release's version); exit 0 when it can
+run, 3 when vLLM, a package its scheduler side imports, or an API the driver needs is
+missing: nothing can be checked. ``--scenario NAME`` (repeatable, or ``all``) runs the
+named scenarios (:data:`kvcontract.live.scenarios.SCENARIOS`: the two lost-hit findings
+and the lifecycle) and prints each one's outcome, numbers and checks, and for a
+lifecycle scenario C13-C15's verdicts with their impacts and findings; ``--json FILE``
+writes them with the capabilities found. Exit 0 when every check holds, 1 when one does
+not (a finding), 3 when the backend cannot run or a scenario is UNKNOWN (its run stopped
+on a gap of kvcontract's driver, which says nothing about vLLM) and none failed, 2 for
+an unknown scenario.
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ from rich.table import Table
 
 from kvcontract.errors import UsageError
 from kvcontract.tools.commands._common import check_output_file, make_console
-from kvcontract.vocabulary import EXIT_FINDING, EXIT_OK, EXIT_UNKNOWN
+from kvcontract.vocabulary import EXIT_FINDING, EXIT_OK, EXIT_UNKNOWN, worst_exit_code
 
 LIVE_JSON_VERSION = 1
 """Version of the ``live --json`` document."""
@@ -59,11 +63,14 @@ def live(check_only: bool, scenarios: tuple[str, ...], list_scenarios: bool,
     if check_only or not found.ok:
         for line in found.lines():
             console.print(escape(line))
+        if check_only:
+            for line in found.capability_lines():
+                console.print(escape(line))
         if not found.ok:
             sys.exit(EXIT_UNKNOWN)
         if not names:
             sys.exit(EXIT_OK)
-    sys.exit(_run(console, names, json_path))
+    sys.exit(_run(console, names, json_path, found.capabilities))
 
 
 def _list() -> None:
@@ -94,12 +101,13 @@ def _scenario_names(given: tuple[str, ...]) -> list[str]:
     return names
 
 
-def _run(console: Any, names: list[str], json_path: str | None) -> int:
+def _run(console: Any, names: list[str], json_path: str | None,
+         capabilities: Any = None) -> int:
     from kvcontract.live.run import vllm_version
     from kvcontract.live.scenarios import run_scenario
 
     rows: list[dict[str, Any]] = []
-    failed = False
+    codes: list[int] = []
     for name in names:
         start = time.perf_counter()
         result = run_scenario(name)
@@ -107,8 +115,15 @@ def _run(console: Any, names: list[str], json_path: str | None) -> int:
         row = result.to_json()
         row["seconds"] = round(seconds, 3)
         rows.append(row)
-        failed = failed or not result.ok
-        mark = "[green]ok[/green]" if result.ok else "[red]CHECK FAILED[/red]"
+        if result.unknown:
+            codes.append(EXIT_UNKNOWN)
+            mark = "[yellow]UNKNOWN (driver gap)[/yellow]"
+        elif result.ok:
+            codes.append(EXIT_OK)
+            mark = "[green]ok[/green]"
+        else:
+            codes.append(EXIT_FINDING)
+            mark = "[red]CHECK FAILED[/red]"
         console.print(f"[bold]{escape(name)}[/bold] {mark} ({seconds:.2f} s): "
                       f"{escape(result.outcome)}")
         console.print(f"  {escape(result.geometry)}")
@@ -129,8 +144,10 @@ def _run(console: Any, names: list[str], json_path: str | None) -> int:
                 console.print(f"    - {escape(finding)}")
     if json_path is not None:
         document = {"version": LIVE_JSON_VERSION, "command": "live",
-                    "vllm": vllm_version(), "scenarios": rows}
+                    "vllm": vllm_version(),
+                    "capabilities": None if capabilities is None else capabilities.to_json(),
+                    "scenarios": rows}
         with open(json_path, "w", encoding="utf-8") as handle:
             json.dump(document, handle, indent=2, default=str)
             handle.write("\n")
-    return EXIT_FINDING if failed else EXIT_OK
+    return worst_exit_code(codes)

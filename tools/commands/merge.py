@@ -29,18 +29,23 @@ from kvcontract.tools.commands._common import (
 @click.argument("reports", nargs=-1, metavar="REPORT...")
 @click.option("--json", "json_path", metavar="FILE", help="write the merged JSON report here")
 @click.option("--quiet", is_flag=True, help="no table, only the summary line")
+@click.option("--fail-under", type=float, default=None, metavar="PERCENT",
+              help="mutate shards: exit 1 when the merged mutation score is below this "
+                   "percentage")
 @click.option("--fail-on", "fail_on", default=None, metavar="IMPACT,...",
               help="impacts whose findings fail the run (default: the shards' --fail-on); "
                    "add new to fail only on findings not in --baseline-file (prove, "
                    "audit)")
 @baseline_file_options
 @report_options
-def merge(reports: tuple[str, ...], json_path: str | None, quiet: bool, fail_on: str | None,
+def merge(reports: tuple[str, ...], json_path: str | None, quiet: bool,
+          fail_under: float | None, fail_on: str | None,
           baseline_file: str | None, write_baseline: str | None,
           formats: tuple[str, ...], outputs: tuple[str, ...]) -> None:
     """Join the JSON reports of every shard of one run (`prove --shard I/N`, `fuzz
-    --shard I/N`, `audit --shard I/N`) into the report the unsharded run writes: the
-    same results in the same order and the same exit code (only times differ).
+    --shard I/N`, `audit --shard I/N`, `mutate --shard I/N --json`) into the report the
+    unsharded run writes: the same results in the same order and the same exit code
+    (only times differ; a campaign's score is recomputed over every mutant).
 
     Every shard 1..N must be given exactly once, all from the same kvcontract version,
     implementation or audited target, selection and scope (else exit 2). For prove and
@@ -56,6 +61,13 @@ def merge(reports: tuple[str, ...], json_path: str | None, quiet: bool, fail_on:
     if not reports:
         raise UsageError("kvcontract merge needs the JSON report of every shard: "
                          "kvcontract merge shard-1.json shard-2.json ...")
+    mutate_shards = _mutate_reports(reports)
+    if mutate_shards is not None:
+        _merge_mutate(mutate_shards, json_path, quiet, fail_under, fail_on, baseline_file,
+                      write_baseline, formats, outputs)
+        return
+    if fail_under is not None:
+        raise UsageError("--fail-under is for the shards of `kvcontract mutate`")
     params: dict[str, Any] = {"fail_on": fail_on, "baseline_file": baseline_file}
     apply_config(click.get_current_context(), params)
     fail_on, baseline_file = params["fail_on"], params["baseline_file"]
@@ -94,6 +106,71 @@ def merge(reports: tuple[str, ...], json_path: str | None, quiet: bool, fail_on:
         pairs.append(("json", json_path))
     emit_reports(data, pairs)
     sys.exit(int(code))
+
+
+def _mutate_reports(reports: tuple[str, ...]) -> list[tuple[str, dict[str, Any]]] | None:
+    """The reports read back when they are all `kvcontract mutate` reports (their own
+    shape: a campaign, not theorem results); None when none is. A mix is a usage error
+    (shards of one run share the command)."""
+    import json
+    from pathlib import Path
+
+    from kvcontract.errors import InputFileError
+    from kvcontract.tools.reports.merge import load_mutate_report
+
+    raw: list[tuple[str, Any]] = []
+    for path in reports:
+        try:
+            raw.append((path, json.loads(Path(path).read_text(encoding="utf-8"))))
+        except (OSError, UnicodeDecodeError, ValueError):
+            raw.append((path, None))  # load_report names the problem
+    kinds = [isinstance(d, dict) and d.get("command") == "mutate" for _, d in raw]
+    if not any(kinds):
+        return None
+    if not all(kinds):
+        other = next(path for (path, _), is_mutate in zip(raw, kinds, strict=True)
+                     if not is_mutate)
+        raise InputFileError(other, "not a kvcontract mutate report, unlike the other "
+                                    "shards: shards of one run share the command")
+    return [(path, load_mutate_report(path, data)) for path, data in raw]
+
+
+def _merge_mutate(shards: list[tuple[str, dict[str, Any]]], json_path: str | None,
+                  quiet: bool, fail_under: float | None, fail_on: str | None,
+                  baseline_file: str | None, write_baseline: str | None,
+                  formats: tuple[str, ...], outputs: tuple[str, ...]) -> None:
+    """The campaign of every mutate shard: its tables and summary line (as `kvcontract
+    mutate` prints them), the merged JSON (--json), exit 1 under --fail-under."""
+    import json
+
+    from kvcontract.tools.commands._common import check_output_file
+    from kvcontract.tools.commands.mutate import print_report, summary_line
+    from kvcontract.tools.mutate.campaign import MutationReport
+    from kvcontract.tools.reports import write_text
+    from kvcontract.tools.reports.merge import merge_mutate
+    from kvcontract.vocabulary import EXIT_COUNTEREXAMPLE, EXIT_OK
+
+    if formats or outputs or fail_on is not None or baseline_file or write_baseline:
+        raise UsageError("mutate shards merge into a campaign report: use --json FILE (and "
+                         "--fail-under); --format/--output, --fail-on and findings "
+                         "baselines are for prove, fuzz and audit reports")
+    if fail_under is not None and not 0 <= fail_under <= 100:
+        raise UsageError(f"--fail-under is a percentage in [0, 100], not {fail_under}")
+    if json_path is not None:
+        check_output_file("--json", json_path)
+    data = merge_mutate(shards)
+    report = MutationReport.from_json(data)
+    console = make_console()
+    print_report(console, report, show_all=False, quiet=quiet)
+    console.print(summary_line(report))
+    if json_path:
+        write_text(json_path, json.dumps(data, indent=2) + "\n")
+    score = report.score
+    if fail_under is not None and score is not None and 100 * score < fail_under:
+        console.print(f"[bold red]score {100 * score:.1f}% is below --fail-under "
+                      f"{fail_under:g}%[/]")
+        sys.exit(EXIT_COUNTEREXAMPLE)
+    sys.exit(EXIT_OK)
 
 
 def _finish_audit(console: Any, data: dict[str, Any], fail_on: str | None,

@@ -56,12 +56,20 @@ STATUS_STYLE = {"killed": "green", "survived": "bold red", "equivalent": "cyan",
 @click.option("--safety-timeout", type=float, default=1800.0, show_default=True,
               metavar="S", help="wall-clock safety limit per mutant: past it the mutant is "
                                 "'timeout' (never killed or survived)")
+@click.option("--shard", "shard_text", metavar="I/N", default=None,
+              help="run only shard I of N of the selected mutants (1-based; a static, "
+                   "deterministic split); join the shards' --json reports with "
+                   "`kvcontract merge`")
+@click.option("--list", "list_only", is_flag=True,
+              help="list the selected mutation points (id, location, change) and exit")
 @click.option("--all", "show_all", is_flag=True, help="list killed mutants in the table too")
 @click.option("--quiet", is_flag=True, help="no table, only the summary")
 def mutate(target: str, sample: int | None, seed: int, jobs: int | None,
            functions: tuple[str, ...], json_path: str | None, fail_under: float | None,
-           no_fuzz: bool, safety_timeout: float, show_all: bool, quiet: bool) -> None:
+           no_fuzz: bool, safety_timeout: float, shard_text: str | None, list_only: bool,
+           show_all: bool, quiet: bool) -> None:
     """Mutation campaign: how tightly the contract pins an implementation."""
+    from kvcontract.proofs.shards import parse_shard
     from kvcontract.tools.mutate.campaign import CampaignError, plan, run_campaign
 
     # Every argument is validated before any work.
@@ -73,10 +81,17 @@ def mutate(target: str, sample: int | None, seed: int, jobs: int | None,
         raise UsageError(f"--fail-under is a percentage in [0, 100], not {fail_under}")
     check_float("--safety-timeout", safety_timeout, low=0.0, high=MAX_SAFETY_TIMEOUT,
                 unit="seconds")
+    shard = parse_shard(shard_text)
     if json_path is not None:
         check_output_file("--json", json_path)
-    prepared = plan(target, sample, seed, functions)  # UsageError: unknown target/function
-    if not prepared.points:
+    # UsageError: unknown target/function
+    prepared = plan(target, sample, seed, functions, shard)
+    if list_only:
+        for point in prepared.points:
+            print(f"{point.id}\t{point.location}\t{point.operator}\t{point.before} -> "
+                  f"{point.after}")
+        sys.exit(EXIT_OK)
+    if not prepared.points and shard is None:
         raise UsageError(f"{target}: no mutation point to run")
 
     console = make_console()
@@ -107,22 +122,10 @@ def mutate(target: str, sample: int | None, seed: int, jobs: int | None,
         # mutant's fate. Any other exception is a bug, reported by tools/cli.py (exit 4).
         sys.exit(internal_error(exc))
 
-    if not quiet:
-        if show_all or any(m.status != "killed" for m in report.mutants):
-            console.print(_mutant_table(report, show_all))
-        else:
-            console.print("every mutant was killed")
-        console.print(_operator_table(report))
+    print_report(console, report, show_all, quiet)
     score = report.score
     shown = "n/a" if score is None else f"{100 * score:.1f}%"
-    status = report.by_status()
-    console.print(
-        f"{report.target}: mutation score {shown} (killed {status['killed']}, survived "
-        f"{status['survived']}; {status['equivalent']} equivalent and {status['timeout']} "
-        f"timeout excluded) over {len(report.mutants)} of {report.total_points} mutants "
-        f"in {report.seconds:.1f}s ({report.seconds_per_mutant():.1f}s per mutant with "
-        f"{report.jobs} jobs)"
-    )
+    console.print(summary_line(report) + (f"; shard {shard}" if shard is not None else ""))
     if report.baseline.failing:
         console.print(f"not counted (they fail for the unmutated target): "
                       f"{', '.join(report.baseline.failing)}")
@@ -134,6 +137,38 @@ def mutate(target: str, sample: int | None, seed: int, jobs: int | None,
         console.print(f"[bold red]score {shown} is below --fail-under {fail_under:g}%[/]")
         sys.exit(EXIT_COUNTEREXAMPLE)
     sys.exit(EXIT_OK)
+
+
+def summary_line(report: Any) -> str:
+    """The campaign's last line (also ``kvcontract merge``'s for mutate shards)."""
+    score = report.score
+    shown = "n/a" if score is None else f"{100 * score:.1f}%"
+    status = report.by_status()
+    if report.shard_seconds:
+        timing = (f"in {len(report.shard_seconds)} shards of "
+                  + ", ".join(f"{t:.0f}s" for t in report.shard_seconds)
+                  + f" ({report.seconds_per_mutant():.1f}s per mutant)")
+    else:
+        timing = (f"in {report.seconds:.1f}s ({report.seconds_per_mutant():.1f}s per mutant "
+                  f"with {report.jobs} jobs)")
+    return (f"{report.target}: mutation score {shown} (killed {status['killed']}, survived "
+            f"{status['survived']}; {status['equivalent']} equivalent and "
+            f"{status['timeout']} timeout excluded) over {len(report.mutants)} of "
+            f"{report.total_points} mutants {timing}")
+
+
+def print_report(console: Any, report: Any, show_all: bool, quiet: bool) -> None:
+    """The tables of a campaign (non-killed mutants, per operator)."""
+    if quiet:
+        return
+    if not report.mutants:
+        console.print("no mutant to run (an empty shard)")
+        return
+    if show_all or any(m.status != "killed" for m in report.mutants):
+        console.print(_mutant_table(report, show_all))
+    else:
+        console.print("every mutant was killed")
+    console.print(_operator_table(report))
 
 
 def _mutant_table(report: Any, show_all: bool) -> Table:

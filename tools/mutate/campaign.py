@@ -4,7 +4,8 @@ processes (``jobs`` at a time), classify them and compute the score.
 Statuses:
 
 * ``killed``: a theorem that holds for the unmutated target fails (COUNTEREXAMPLE,
-  UNKNOWN, VACUOUS, or it crashes), or the fuzzer's seed scenarios find a difference
+  UNKNOWN, VACUOUS, or it crashes), or the fuzzer's seed scenarios and quick matrix
+  (:func:`kvcontract.tools.mutate.worker.fuzz_scenarios`) find a difference
   the unmutated target does not have, or the module does not import, or the prover's
   summed rlimit exceeds the per-mutant resource limit (:data:`RESOURCE_FACTOR` times the
   baseline's, plus :data:`RESOURCE_SLACK`);
@@ -33,6 +34,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kvcontract.errors import KvContractError, UsageError
+from kvcontract.proofs.shards import Shard
 from kvcontract.tools.mutate.operators import OPERATORS, MutationPoint
 from kvcontract.tools.mutate.targets import Judges, Target, resolve_target, theorem_map
 
@@ -109,6 +111,11 @@ class MutationReport:
     seconds: float
     jobs: int
     fuzz: bool
+    shard: dict[str, Any] | None = None
+    """The report's ``shard`` object (``--shard I/N``, :func:`kvcontract.proofs.shards.
+    shard_section`): which positions of the unsharded mutant list it ran."""
+    shard_seconds: list[float] | None = None
+    """A merged report's: each shard's campaign wall time, in shard order."""
 
     @property
     def killed(self) -> int:
@@ -138,8 +145,10 @@ class MutationReport:
         return table
 
     def seconds_per_mutant(self) -> float:
-        """Campaign wall time (baseline included) per mutant, with ``jobs`` in parallel."""
-        return self.seconds / len(self.mutants) if self.mutants else 0.0
+        """Campaign wall time (baseline included) per mutant, with ``jobs`` in parallel
+        (a merged report: the shards' times summed, as if run one after another)."""
+        total = sum(self.shard_seconds) if self.shard_seconds else self.seconds
+        return total / len(self.mutants) if self.mutants else 0.0
 
     def child_seconds_per_mutant(self) -> float:
         """Mean wall time of one mutant's child process (import, prover, fuzz, equivalence)."""
@@ -167,7 +176,56 @@ class MutationReport:
             "by_operator": self.by_operator(),
             "baseline": self.baseline.to_json(),
             "mutants": [m.to_json() for m in self.mutants],
+            **({"shard": self.shard} if self.shard is not None else {}),
+            **({"shards": len(self.shard_seconds),
+                "shard_seconds": [round(t, 3) for t in self.shard_seconds]}
+               if self.shard_seconds is not None else {}),
         }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> MutationReport:
+        """A report read back (``kvcontract merge`` joins shards this way); raises
+        KeyError/TypeError/ValueError on a malformed one."""
+        baseline = data["baseline"]
+        mutants = [
+            MutantResult(
+                point=MutationPoint.from_json(m),
+                status=str(m["status"]),
+                reason=str(m.get("reason", "")),
+                judges=Judges(tuple(m.get("theorems", ())),
+                              tuple(m.get("should_be_caught_by", ())),
+                              bool(m.get("judges_mapped", True))),
+                killed_by=m.get("killed_by"),
+                theorems_run=int(m.get("theorems_run", 0)),
+                rlimit_used=int(m.get("rlimit_used", 0)),
+                cases=int(m.get("cases", 0)),
+                fuzzed=bool(m.get("fuzzed", False)),
+                equivalence=m.get("equivalence"),
+                seconds=float(m.get("seconds", 0.0)),
+            )
+            for m in data["mutants"]
+        ]
+        for m in mutants:
+            if m.status not in STATUSES:
+                raise ValueError(f"{m.point.id}: unknown status {m.status!r}")
+        return cls(
+            target=str(data["target"]),
+            total_points=int(data["total_points"]),
+            sample=None if data.get("sample") is None else int(data["sample"]),
+            seed=int(data.get("seed", 0)),
+            mutants=mutants,
+            baseline=Baseline(
+                verdicts=dict(baseline.get("verdicts", {})), rlimit={},
+                failing=list(baseline.get("failing", [])),
+                fuzz_findings=[list(f) for f in baseline.get("fuzz_findings", [])],
+                seconds=float(baseline.get("seconds", 0.0))),
+            seconds=float(data.get("seconds", 0.0)),
+            jobs=int(data.get("jobs", 1)),
+            fuzz=bool(data.get("fuzz", True)),
+            shard=data.get("shard"),
+            shard_seconds=(None if data.get("shard_seconds") is None
+                           else [float(t) for t in data["shard_seconds"]]),
+        )
 
 
 # -- planning -------------------------------------------------------------------------
@@ -177,14 +235,31 @@ class Plan:
     points: list[MutationPoint]
     total_points: int
     judges: dict[str, Judges]
+    shard: dict[str, Any] | None = None
+    """``--shard I/N``: the report's ``shard`` object (the positions of :attr:`points` in
+    the unsharded selection); None for an unsharded campaign."""
 
     def judges_of(self, point: MutationPoint) -> Judges:
         return self.judges[f"{point.module}:{point.function}"]
 
 
+def point_cost(judges: Judges, families: dict[str, str | None]) -> float:
+    """A mutant's static cost for ``--shard``: one, plus each formula theorem that may run
+    on it, plus four per case family (one pass over the family's cases; measured: the
+    families are most of a survivor's time). ``families``: theorem id -> its family
+    (None for a formula theorem). Never a timing: every shard must compute the same
+    partition."""
+    own = {families.get(t) for t in judges.theorems}
+    formulas = sum(1 for t in judges.theorems if families.get(t) is None)
+    return 1.0 + formulas + 4.0 * len(own - {None})
+
+
 def plan(target_spec: str, sample: int | None = None, seed: int = 0,
-         functions: Sequence[str] = ()) -> Plan:
-    """Validate the arguments and enumerate the mutants (no child process yet)."""
+         functions: Sequence[str] = (), shard: Shard | None = None) -> Plan:
+    """Validate the arguments and enumerate the mutants (no child process yet); with
+    ``shard``, only that shard's part of the selection (:func:`kvcontract.proofs.shards.
+    partition` by :func:`point_cost`), whose report ``kvcontract merge`` joins with the
+    others'."""
     if sample is not None and (isinstance(sample, bool) or sample < 1):
         raise UsageError(f"--sample must be a positive integer, not {sample}")
     target = resolve_target(target_spec)
@@ -199,7 +274,25 @@ def plan(target_spec: str, sample: int | None = None, seed: int = 0,
     if sample is not None and sample < total:
         chosen = set(random.Random(seed).sample(range(total), sample))
         points = [p for i, p in enumerate(points) if i in chosen]
-    return Plan(target, points, total, theorem_map(target))
+    judges = theorem_map(target)
+    if shard is None:
+        return Plan(target, points, total, judges)
+    from kvcontract.proofs.runner import catalog
+    from kvcontract.proofs.shards import partition, selection_digest, shard_section
+    from kvcontract.spec.properties import CaseProperty
+
+    families = {t.theorem_id: (t.family if isinstance(t, CaseProperty) else None)
+                for t in catalog()}
+    costs = [point_cost(judges[f"{p.module}:{p.function}"], families) for p in points]
+    positions = partition(costs, shard.count)[shard.index - 1]
+    ids = [p.id for p in points]
+    selection = selection_digest(ids, {"target": target.label, "sample": sample, "seed": seed,
+                                       "functions": sorted(functions),
+                                       "total_points": total})
+    section = shard_section(shard, positions, len(points), selection, sample=sample,
+                            seed=seed, functions=sorted(functions),
+                            mutants=[ids[i] for i in positions])
+    return Plan(target, [points[i] for i in positions], total, judges, section)
 
 
 # -- child processes ------------------------------------------------------------------
@@ -241,6 +334,7 @@ def _job(plan_: Plan, point: MutationPoint | None, theorems: Iterable[str], *,
          baseline: Baseline | None, fuzz: bool, limit: int | None) -> dict[str, Any]:
     return {
         "modules": [m.to_json() for m in plan_.target.modules],
+        "field_functions": {k: list(v) for k, v in plan_.target.field_functions.items()},
         "point": None if point is None else point.to_json(),
         "impl": plan_.target.impl_name,
         "theorems": sorted(set(theorems)),
@@ -346,17 +440,23 @@ def run_campaign(
     safety_timeout: float = SAFETY_TIMEOUT,
     on_result: Callable[[MutantResult, int, int], None] | None = None,
     prepared: Plan | None = None,
+    shard: Shard | None = None,
 ) -> MutationReport:
-    """Plan, run the baseline, run every mutant; see the module docstring."""
+    """Plan, run the baseline, run every mutant; see the module docstring. With
+    ``shard`` (or a ``prepared`` plan of one), the baseline covers that shard's mutants'
+    judges only."""
     if jobs is None:
         jobs = max(1, os.cpu_count() or 1)
     if isinstance(jobs, bool) or jobs < 1:
         raise UsageError(f"--jobs must be at least 1, not {jobs}")
     if safety_timeout <= 0:
         raise UsageError(f"the safety timeout must be positive, not {safety_timeout}")
-    plan_ = prepared or plan(target_spec, sample, seed, functions)
+    plan_ = prepared or plan(target_spec, sample, seed, functions, shard)
     started = time.perf_counter()
-    baseline = run_baseline(plan_, fuzz, safety_timeout, jobs)
+    if plan_.points:
+        baseline = run_baseline(plan_, fuzz, safety_timeout, jobs)
+    else:  # an empty shard (more shards than mutants): nothing to compare against
+        baseline = Baseline(verdicts={}, rlimit={}, failing=[], fuzz_findings=[], seconds=0.0)
     results: dict[int, MutantResult] = {}
 
     def one(index: int) -> tuple[int, MutantResult]:
@@ -374,6 +474,7 @@ def run_campaign(
             results[index] = result
             if on_result:
                 on_result(result, len(results), len(plan_.points))
+    section = None if plan_.shard is None else {**plan_.shard, "fuzz": fuzz}
     return MutationReport(
         target=plan_.target.label,
         total_points=plan_.total_points,
@@ -384,4 +485,5 @@ def run_campaign(
         seconds=time.perf_counter() - started,
         jobs=jobs,
         fuzz=fuzz,
+        shard=section,
     )

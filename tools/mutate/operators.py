@@ -325,8 +325,24 @@ class _Replace(ast.NodeTransformer):
         return self.generic_visit(node)
 
 
-def mutate_tree(source: str, point: MutationPoint) -> ast.Module:
-    """A fresh tree of ``source`` with ``point`` applied (line numbers kept).
+@dataclass
+class Located:
+    """A mutation point found in a fresh tree of its source (nothing applied yet)."""
+
+    tree: ast.Module
+    function: ast.FunctionDef | ast.AsyncFunctionDef
+    node: ast.AST
+    """The node the point changes (in :attr:`tree`)."""
+    replacement: ast.AST
+    """What replaces it (a fresh node, not in the tree)."""
+    qualname: str = ""
+    """The function's qualified name (``StoreTracker.step``: a method of its class)."""
+
+
+def locate(source: str, point: MutationPoint) -> Located:
+    """``point`` in a fresh tree of ``source``: the function, the node it changes and
+    its replacement (what :func:`mutate_tree` applies; the equivalence rules that read
+    the source, :mod:`kvcontract.tools.mutate.equivalence`, inspect it).
 
     Raises ValueError when the point does not match the source (it changed since the
     points were enumerated).
@@ -341,9 +357,18 @@ def mutate_tree(source: str, point: MutationPoint) -> ast.Module:
     cand = candidates[point.index]
     if (cand.operator, getattr(cand.node, "lineno", None)) != (point.operator, point.line):
         raise ValueError(f"{point.id}: the source has changed since enumeration")
-    replacement = cand.replacement()
-    _Replace(cand.node, replacement).visit(tree)
-    return ast.fix_missing_locations(tree)
+    return Located(tree, fns[point.function], cand.node, cand.replacement(), point.function)
+
+
+def mutate_tree(source: str, point: MutationPoint) -> ast.Module:
+    """A fresh tree of ``source`` with ``point`` applied (line numbers kept).
+
+    Raises ValueError when the point does not match the source (it changed since the
+    points were enumerated).
+    """
+    found = locate(source, point)
+    _Replace(found.node, found.replacement).visit(found.tree)
+    return ast.fix_missing_locations(found.tree)
 
 
 def mutated_source(source: str, point: MutationPoint) -> str:

@@ -199,14 +199,25 @@ def _run_family(family: list[Any], impl: Any, results: list[dict[str, Any]],
                 kill("theorem", results[-1])
 
 
+def fuzz_scenarios() -> list[Any]:
+    """The system scenarios that judge a survivor of the theorems: the fuzzer's seed
+    scenarios and the fixed quick sample of its matrix (docs/CONTRACT.md 10 and the
+    left-chunk states: a chunk of the load set being loaded by another request is there
+    and nowhere in the theorems' case spaces). Fixed lists, no Hypothesis programs: the
+    same scenarios for the baseline and every mutant."""
+    from kvcontract.tools.fuzz import matrix_scenarios, seed_scenarios
+
+    return [*seed_scenarios(), *matrix_scenarios(quick=True)]
+
+
 def run_fuzz(job: dict[str, Any], out: dict[str, Any]) -> None:
-    """The fuzzer's seed scenarios (no Hypothesis programs): a finding the unmutated
-    target does not have kills the mutant."""
+    """The system scenarios of :func:`fuzz_scenarios` (no Hypothesis programs): a finding
+    the unmutated target does not have kills the mutant."""
     from kvcontract.tools.fuzz import run_fuzz as fuzz
 
     started = time.perf_counter()
     try:
-        report = fuzz(job["impl"], examples=0)
+        report = fuzz(job["impl"], examples=0, scenarios=fuzz_scenarios())
     except Exception as exc:
         out["fuzz"] = {"ran": True, "cases": 0, "findings": []}
         out["status"], out["reason"] = "killed", "crash"
@@ -227,14 +238,26 @@ def run_fuzz(job: dict[str, Any], out: dict[str, Any]) -> None:
 
 
 def run_equivalence(job: dict[str, Any], point: MutationPoint, out: dict[str, Any]) -> None:
-    from kvcontract.tools.mutate.equivalence import compare
+    """Is the survivor equivalent? First the rules read off the source (an assignment
+    that cannot change a value, a change confined to messages, a flag argument: they
+    apply to methods and drivers too), then the comparison of the two functions."""
+    from kvcontract.tools.mutate.equivalence import (
+        SourceIndex,
+        compare,
+        syntactic_equivalence,
+    )
 
     started = time.perf_counter()
     entry = next(m for m in job["modules"] if m["name"] == point.module)
     try:
-        original = _original_function(entry, point.function)
-        mutant = _lookup(sys.modules[point.module], point.function)
-        outcome = compare(original, mutant)
+        index = SourceIndex(
+            {m["name"]: (m["source"], m.get("base_source")) for m in job["modules"]},
+            {k: (v[0], v[1]) for k, v in (job.get("field_functions") or {}).items()})
+        outcome = syntactic_equivalence(entry["source"], point, index)
+        if outcome is None:
+            original = _original_function(entry, point.function)
+            mutant = _lookup(sys.modules[point.module], point.function)
+            outcome = compare(original, mutant)
         out["equivalence"] = outcome.to_json()
         if outcome.equivalent:
             out["status"] = "equivalent"

@@ -369,6 +369,9 @@ def gate_exit_code(results: Iterable[Mapping[str, Any]], fail_on: frozenset[Impa
     for row in results:
         if only_new and row.get("baseline_state") == BASELINE:
             pairs.append((Verdict.PASSED, None))
+        elif row.get("unconfirmed"):
+            # Judged on stand-ins where vLLM's engine could not run: undecided (3).
+            pairs.append((Verdict.UNKNOWN, None))
         else:
             pairs.append((row["verdict"], row.get("impact")))
     return finding_exit_code(pairs, fail_on, empty=empty)

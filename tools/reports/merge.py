@@ -1,6 +1,6 @@
-"""``kvcontract merge``: the shards of one run (``--shard I/N`` of ``prove``, ``fuzz`` or
-``audit``) joined into the report the unsharded run writes: the same results in the
-same order, the same exit code;
+"""``kvcontract merge``: the shards of one run (``--shard I/N`` of ``prove``, ``fuzz``,
+``audit`` or ``mutate``) joined into the report the unsharded run writes: the same
+results in the same order, the same exit code;
 only timing-like fields differ (``seconds`` and a result's ``cached``). Z3's resource
 counts (``rlimit_used``) must be equal too: every theorem is proved in a fresh child of
 one template process (:mod:`kvcontract.proofs.pool`), so its count depends on the
@@ -29,14 +29,14 @@ from kvcontract.vocabulary import (
 
 SHARD_KEY = "shard"
 
-MERGEABLE = ("prove", "fuzz", "audit")
+MERGEABLE = ("prove", "fuzz", "audit", "mutate")
 """Commands whose reports can be sharded and merged."""
 
 AGREE = ("command", "target", "fail_on", "geometries", "device")
 """Top-level fields every shard must share (absent counts as a value)."""
 
 SECTION_AGREE = ("count", "total", "selection", "kvcontract_version", "family_shards",
-                 "examples", "seed", "budget", "timeout")
+                 "examples", "seed", "budget", "timeout", "sample", "functions", "fuzz")
 """Fields of the ``shard`` objects every shard must share."""
 
 AUDIT_AGREE = {"target_kind": "the kind of target", "vllm_version": "the vLLM version",
@@ -131,6 +131,8 @@ def merge(reports: Sequence[tuple[str, Mapping[str, Any]]]) -> dict[str, Any]:
     check_shards(reports)
     if reports[0][1]["command"] == "prove":
         return _merge_prove(reports)
+    if reports[0][1]["command"] == "mutate":
+        return merge_mutate(reports)
     if reports[0][1]["command"] == "audit":
         return _merge_audit(reports)
     return _merge_fuzz(reports)
@@ -260,6 +262,11 @@ def _merge_audit(reports: Sequence[tuple[str, Mapping[str, Any]]]) -> dict[str, 
     results = [row for _, row in placed]
     unchecked = list(first.get("unchecked") or [])
     fail_on = _fail_on(first)
+    if first.get("engine") is not None:
+        # Graded over every shard's rows (a shard sees part of the engine's findings).
+        from kvcontract.tools.audit.on_engine import grade
+
+        grade(results, first.get("engine"))
     merged: dict[str, Any] = {
         key: first[key] for key in ("version", "command", "target", "target_kind",
                                     "target_description", "vllm_version") if key in first}
@@ -271,9 +278,13 @@ def _merge_audit(reports: Sequence[tuple[str, Mapping[str, Any]]]) -> dict[str, 
         "bindings": first.get("bindings", []),
         "notes": first.get("notes", []),
         "fail_on": first["fail_on"],
-        "exit_code": finding_exit_code(((Verdict(r["verdict"]), r.get("impact"))
-                                        for r in results), fail_on, empty=EXIT_UNKNOWN),
+        "exit_code": finding_exit_code(
+            ((Verdict.UNKNOWN, None) if r.get("unconfirmed")
+             else (Verdict(r["verdict"]), r.get("impact")) for r in results),
+            fail_on, empty=EXIT_UNKNOWN),
     })
+    if first.get("engine") is not None:
+        merged["engine"] = first["engine"]
     from kvcontract.tools.audit.defects import attach_defects
 
     # Defects group rows alone, so the merge groups all shards' rows; their costs need
@@ -290,6 +301,73 @@ def _merge_audit(reports: Sequence[tuple[str, Mapping[str, Any]]]) -> dict[str, 
         if any(key in r for _, r in reports):
             merged[key] = [item for _, r in reports for item in r.get(key, [])]
     return merged
+
+
+def load_mutate_report(name: str, data: Any) -> dict[str, Any]:
+    """A ``kvcontract mutate --shard I/N --json`` report, validated enough to merge (its
+    mutants and baseline read back): an :class:`InputFileError` naming the file and what
+    is wrong otherwise."""
+    from kvcontract.errors import InputFileError
+    from kvcontract.tools.mutate.campaign import MutationReport
+
+    if not isinstance(data, Mapping) or data.get("command") != "mutate":
+        raise InputFileError(name, "not a kvcontract mutate report")
+    if data.get("version") != 1:
+        raise InputFileError(name, f"unsupported mutate report version {data.get('version')!r}")
+    try:
+        MutationReport.from_json(dict(data))
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise InputFileError(name, f"not a complete mutate report ({type(exc).__name__}: "
+                                   f"{exc})") from None
+    return dict(data)
+
+
+def merge_mutate(reports: Sequence[tuple[str, Mapping[str, Any]]]) -> dict[str, Any]:
+    """The unsharded campaign's report from its shards' (validated by
+    :func:`check_shards`): the mutants in the unsharded order (each shard's
+    ``shard.mutants`` names them by id at its positions), the counts, score and
+    per-operator table recomputed, the baselines joined (a theorem's verdict is the
+    same in every shard: the same unmutated code), ``shard_seconds`` per shard and
+    ``seconds`` the longest (the matrix's wall time)."""
+    from kvcontract.tools.mutate.campaign import Baseline, MutationReport
+
+    check_shards(reports)
+    placed: list[tuple[int, Any]] = []
+    verdicts: dict[str, str] = {}
+    failing: set[str] = set()
+    findings: list[list[str]] = []
+    parts: list[tuple[int, MutationReport]] = []
+    for name, data in reports:
+        report = MutationReport.from_json(dict(data))
+        section = data[SHARD_KEY]
+        ids = section.get("mutants")
+        if not isinstance(ids, list) or len(ids) != len(section["positions"]):
+            raise _fail(f"{name}: shard.mutants must list the shard's mutant ids")
+        if [m.point.id for m in report.mutants] != ids:
+            raise _fail(f"{name}: its mutants are not the ones its shard lists (report "
+                        "edited?)")
+        placed += list(zip(section["positions"], report.mutants, strict=True))
+        for theorem, verdict in report.baseline.verdicts.items():
+            if verdicts.setdefault(theorem, verdict) != verdict:
+                raise _fail(f"{name}: its baseline verdict of {theorem} ({verdict}) differs "
+                            f"from another shard's ({verdicts[theorem]}): shards of "
+                            "different code")
+        failing |= set(report.baseline.failing)
+        findings += [f for f in report.baseline.fuzz_findings if f not in findings]
+        parts.append((int(section["index"]), report))
+    placed.sort(key=lambda pair: pair[0])
+    parts.sort(key=lambda pair: pair[0])
+    first = parts[0][1]
+    merged = MutationReport(
+        target=first.target, total_points=first.total_points, sample=first.sample,
+        seed=first.seed, mutants=[m for _, m in placed],
+        baseline=Baseline(verdicts=dict(sorted(verdicts.items())), rlimit={},
+                          failing=sorted(failing), fuzz_findings=findings,
+                          seconds=sum(r.baseline.seconds for _, r in parts)),
+        seconds=max(r.seconds for _, r in parts), jobs=max(r.jobs for _, r in parts),
+        fuzz=first.fuzz, shard_seconds=[r.seconds for _, r in parts],
+    )
+    return merged.to_json()
 
 
 def fuzz_exit_code(report: Mapping[str, Any]) -> int:

@@ -127,6 +127,19 @@ def defect_block(number: int, defect: Mapping[str, Any]) -> list[Line]:
     return lines
 
 
+def _judge_lines(report: Mapping[str, Any]) -> list[Line]:
+    """Who judged upstream's behaviour: vLLM's own engine (its release), or, where it
+    could not run, kvcontract's stand-ins and why (an audit of upstream code only)."""
+    engine = report.get("engine")
+    if not isinstance(engine, Mapping):
+        return []
+    if engine.get("ran"):
+        return [(fit(f"judged on vLLM's engine: {engine.get('release')}"), "")]
+    return [(line, "yellow") for line in wrapped(
+        f"judged on stand-ins, not run on vLLM: {engine.get('why') or 'stand-ins chosen'}",
+        "  ")]
+
+
 def summary_lines(report: Mapping[str, Any]) -> list[Line]:
     """The summary of a report with ``defects``, as ``(text, style)`` lines."""
     defects = list(report.get("defects") or [])
@@ -141,15 +154,22 @@ def summary_lines(report: Mapping[str, Any]) -> list[Line]:
          "bold red" if code == 1 else "bold"),
         *((fit(line), "") for line in clause_lines(report)),
     ]
-    real = [d for d in defects if not d["latent"]]
+    lines += _judge_lines(report)
+    real = [d for d in defects if not d["latent"] and not d.get("unconfirmed")]
     if real:
         lines.append(("", ""))
     for number, defect in enumerate(real, 1):
         lines += defect_block(number, defect)
+    unconfirmed = [d for d in defects if not d["latent"] and d.get("unconfirmed")]
+    if unconfirmed:
+        lines += [("", ""), ("unconfirmed (judged on stand-ins, not run on vLLM; "
+                             "exit 3, never a defect of the release):", "yellow")]
+        lines += [(fit(f"  {d['impact']} {' '.join(d['clauses'])} {d['title']} "
+                       f"[{d['id']}]"), "") for d in unconfirmed]
     latent = [d for d in defects if d["latent"]]
     if latent:
-        lines += [("", ""), ("latent (geometries vLLM does not build; never fail by "
-                             "default):", "cyan")]
+        lines += [("", ""), ("latent (a geometry vLLM does not build, or no run of its "
+                             "engine shows it; never fail by default):", "cyan")]
         lines += [(fit(f"  {' '.join(d['clauses'])} {d['title']} [{d['id']}]"), "")
                   for d in latent]
     if report.get("unchecked"):

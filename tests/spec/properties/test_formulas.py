@@ -100,6 +100,40 @@ WITNESSES: list[tuple[str, dict[str, int], Implementation | str, dict[int, set[i
     # Block 0 of a 32-token horizon: boundaries 16 and 32 demand [2, 4) and [6, 8).
     ("C8/stored-blocks-demanded", {**PLAIN_NONE, "i": 0, "Hc": 8, "sw": 8, "e": 0},
      MARKS_EVERYTHING, {1: {0}}),
+    # Issue 30, block-exact tails. A final segment ending at block 7 (per 4, partial 3):
+    # need 3 (sw 8, e 3) marks the final tail [4, 7), the MTP mask (need 2) [5, 7).
+    ("C7/final-tail-supplied", {**PLAIN_NONE, "i": 4, "F": 7, "sw": 8, "e": 3}, MTP,
+     {1: {4}}),
+    # Ending at block 5 (partial 1), need 2: the tail is [4, 5); block 5 is no segment
+    # tail (5 mod 4 = 1 < 2), so marking it is waste.
+    ("C8/final-tail-exact", {**PLAIN_NONE, "i": 5, "F": 5, "sw": 8, "e": 0},
+     MARKS_EVERYTHING, {1: {5}}),
+    # Replay block 8 (k 2, per 4), need 3: the window [5, 8); the MTP mask marks [6, 8).
+    ("C7/replay-tail-supplied[plain-zero]",
+     {**PLAIN_NONE, "R": 0, "i": 5, "k": 2, "sw": 8, "e": 3}, MTP, {1: {5}}),
+    # The same with segments of 8 blocks: block 5 is no segment tail of need 2 either.
+    ("C7/replay-tail-supplied[plain-interval]",
+     {**PLAIN_INTERVAL, "i": 5, "k": 2, "sw": 8, "e": 3}, MTP, {1: {5}}),
+    # FA 4 + SWA 8 EAGLE, bpc 2: replay block 1 peeks at chunk 1, whose first block 2
+    # upstream's mask (blocks, not chunks) never marks: docs/CONTRACT.md 12.
+    ("C7/replay-tail-supplied[eagle-zero]",
+     {"A": 8, "B": 8, "bpc": 2, "eagle": 1, "R": 0, "i": 2, "k": 1, "sw": 2, "e": 0},
+     UPSTREAM, {1: {1}}),
+    # FA 528 + SWA 32, bpc 2: replay block 33 peeks at chunk 17 (blocks 34, 35).
+    ("C7/replay-tail-supplied[eagle-interval]",
+     {"A": 1056, "B": 32, "bpc": 2, "eagle": 1, "R": 2112, "i": 34, "k": 1, "sw": 2,
+      "e": 0}, UPSTREAM, {1: {17}}),
+    # Retention 0, replay block 8, need 2: only [6, 8) is marked, never block 0.
+    ("C8/replay-tail-exact[plain-zero]",
+     {**PLAIN_NONE, "R": 0, "i": 0, "k": 2, "sw": 8, "e": 0}, MARKS_EVERYTHING, {1: {0}}),
+    # EAGLE, replay block 1, bpc 2: the window [0, 2) and the peek block 2, never 5.
+    ("C8/replay-tail-exact[eagle-zero]",
+     {"A": 8, "B": 8, "bpc": 2, "eagle": 1, "R": 0, "i": 5, "k": 1, "sw": 2, "e": 0},
+     MARKS_EVERYTHING, {1: {2}}),
+    # P 3, A 1, EAGLE, retention 0: owed P - 1 = 2 and 2 - 1 = 1, 3 - 1 = 2; upstream
+    # passes 2 alone.
+    ("C7/replay-boundaries-exact",
+     {"eagle": 1, "Ak": 1, "Rk": 0, "R": 0, "P": 3, "x": 1, "A": 1}, UPSTREAM, {}),
 ]
 
 

@@ -280,7 +280,7 @@ def test_catalog_and_cases() -> None:
 def test_properties() -> None:
     assert [p.theorem_id for p in lookup_properties()] == [
         "C2/lookup-loads-only-hit", "C3/lookup-defers-only-in-scope", "C4/lookup-is-maximal",
-        "C5/eagle-peek", "C6/lookup-converges"]
+        "C5/eagle-peek", "C5/eagle-peeks-one-chunk", "C6/lookup-converges"]
     assert all(p.uses == LOOKUP_FUNCTIONS and p.family == "lookup"
                for p in lookup_properties())
 

@@ -115,7 +115,9 @@ def test_formula_properties_on_the_groups_sizes() -> None:
     assert "command-r7b bpc=1" in prop.domain
     # the masks: only the shape the geometry has (no EAGLE, retention 0)
     masks = [t for t in scoped if t.startswith(("C7/", "C8/stored"))]
-    assert masks == ["C7/replay-boundary-supplied[plain-zero]"]
+    # (and the replay boundaries the store path passes: no window, no geometry)
+    assert masks == ["C7/replay-boundary-supplied[plain-zero]",
+                     "C7/replay-tail-supplied[plain-zero]", "C7/replay-boundaries-exact"]
     notes = " ".join(S.scope_notes(COMMAND_R))
     assert "C7/segment-boundaries-supplied[plain-none]" in notes
     assert "spec-scan-hit-only" in notes
@@ -190,8 +192,17 @@ def test_labels_and_retention_reach_the_cases() -> None:
     assert {c.ending for c in cases} == {"finished", "aborted"}
     assert all(sum(c.steps) <= c.prompt_len for c in cases)
     masks = [p.theorem_id for p in S.scoped_properties(scope) if p.clause == "C7"]
-    assert sorted(masks) == ["C7/replay-boundary-supplied[plain-interval]",
+    assert sorted(masks) == ["C7/replay-boundaries-exact",
+                             "C7/replay-boundary-supplied[plain-interval]",
+                             "C7/replay-tail-supplied[plain-interval]",
                              "C7/segment-boundaries-supplied[plain-interval]"]
+    replay = next(p for p in S.scoped_properties(scope)
+                  if p.theorem_id == "C7/replay-boundaries-exact")
+    assert isinstance(replay, FormulaProperty)
+    assert [c.values for c in replay.configs()] == [
+        {"eagle": 0, "Ak": 1, "A": 16, "Rk": 1, "R": 32}]
+    assert replay.variables == ("P", "x")
+    assert run_property(replay, REFERENCE).verdict is Verdict.PROVED_FOR_DOMAIN
 
 
 def test_describe_scope() -> None:

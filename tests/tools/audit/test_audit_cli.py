@@ -22,7 +22,8 @@ def _run(argv: list[str]) -> int:
     return int(info.value.code or 0)
 
 
-FAST = ["--clause", "C3", "--budget", "1000", "--jobs", "2", "--quiet", "--base", "none"]
+FAST = ["--clause", "C3", "--budget", "1000", "--jobs", "2", "--quiet", "--base", "none",
+        "--judge", "stand-ins"]
 """``--base none``: these tests audit a patched file alone (by default a patch is laid over
 the installed vLLM, else a fetched release: tests/tools/audit/test_audit_patches.py)."""
 

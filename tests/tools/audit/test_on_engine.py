@@ -1,0 +1,129 @@
+"""The audit judged on vLLM's engine (tools/audit/on_engine): who judges, how findings
+the engine did not judge are graded, what a report says and exits with."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kvcontract.tools.audit.on_engine import STAND_INS, grade, prepare_engine
+from kvcontract.tools.audit.report import exit_code
+from kvcontract.tools.audit.targets import resolve_target
+from kvcontract.tools.reports.summary import summary_lines
+from kvcontract.vocabulary import Impact
+
+
+def _row(theorem: str, judge: str, impact: str | None, cause: str | None = None,
+         verdict: str = "COUNTEREXAMPLE", **extra: Any) -> dict[str, Any]:
+    row: dict[str, Any] = {"clause": "C4", "theorem": theorem, "verdict": verdict,
+                           "impact": impact, "judge": judge, **extra}
+    if cause is not None:
+        row["root_cause"] = {"how": "rebound", "functions": [{"qualname": cause}]}
+    return row
+
+
+ENGINE = {"ran": True, "release": "vLLM 9.9.9 (installed)"}
+
+
+def test_a_finding_the_engine_shows_keeps_its_impact_and_says_so() -> None:
+    rows = [_row("upstream-lookup-is-maximal", "engine", "lost-hit", "W"),
+            _row("window-exact", "functions", "lost-hit", "W"),
+            _row("mask-exact", "functions", "lost-hit", "mask"),
+            _row("lookup-is-maximal", "functions", "lost-hit", "lw",
+                 engine_replay={"fails": True, "message": "lost"})]
+    grade(rows, ENGINE)
+    assert rows[1]["impact"] == "lost-hit"
+    assert rows[1]["reached_by"] == ["C4/upstream-lookup-is-maximal"]
+    assert rows[2]["impact"] == Impact.LATENT.value and "no run of vLLM's engine" in \
+        rows[2]["latent"]
+    assert rows[3]["reached_by"] == ["its witness, run on vLLM's engine"]
+    # idempotent: grading again (a merge of shards) gives the same rows
+    again = [dict(r) for r in rows]
+    grade(again, ENGINE)
+    assert again == rows
+
+
+def test_a_latent_engine_finding_confirms_nothing() -> None:
+    rows = [_row("upstream-lookup-converges", "engine", "latent", "W"),
+            _row("window-exact", "functions", "lost-hit", "W")]
+    grade(rows, ENGINE)
+    assert rows[1]["impact"] == "latent"
+
+
+def test_without_an_engine_findings_are_unconfirmed_and_exit_3() -> None:
+    fallback = {"ran": False, "why": "no vllm package is installed", "fallback": True}
+    rows = [_row("upstream-lookup-is-maximal", "stand-ins", "lost-hit", "W"),
+            _row("window-exact", "functions", "lost-hit", "W"),
+            _row("prefix", "functions", None, verdict="PROVED")]
+    grade(rows, fallback)
+    assert rows[0]["unconfirmed"].startswith(STAND_INS) and rows[0]["impact"] == "lost-hit"
+    report = {"results": rows}
+    assert exit_code(report) == 3
+    # Stand-ins chosen (--judge stand-ins): the findings stand as the stand-ins judged
+    chosen = [_row("window-exact", "functions", "lost-hit", "W")]
+    grade(chosen, {"ran": False, "why": "stand-ins chosen", "fallback": False})
+    assert "unconfirmed" not in chosen[0] and exit_code({"results": chosen}) == 1
+
+
+def test_the_summary_says_who_judged() -> None:
+    report: dict[str, Any] = {
+        "command": "audit", "target": "vllm:installed", "exit_code": 3, "summary": [],
+        "engine": {"ran": False, "why": "vLLM does not import here", "fallback": True},
+        "defects": [{"id": "Dabc", "title": "window size W in chunks", "impact": "lost-hit",
+                     "impacts": ["lost-hit"], "latent": False, "unconfirmed": True,
+                     "clauses": ["C4"], "theorems": ["C4/window-exact"],
+                     "witness": {"line": "x"}}]}
+    text = "\n".join(line for line, _ in summary_lines(report))
+    assert "judged on stand-ins, not run on vLLM: vLLM does not import here" in text
+    assert "unconfirmed (judged on stand-ins" in text and "[Dabc]" in text
+    report["engine"] = {"ran": True, "release": "vLLM 0.34.0 (installed)"}
+    report["defects"][0]["unconfirmed"] = False
+    text = "\n".join(line for line, _ in summary_lines(report))
+    assert "judged on vLLM's engine: vLLM 0.34.0 (installed)" in text
+    assert "[1] window size W in chunks" in text
+
+
+def test_who_cannot_be_judged_on_the_engine(tmp_path: Path) -> None:
+    assert prepare_engine(resolve_target("builtin:reference"))[0] is None
+    patch = tmp_path / "p.py"
+    patch.write_text("def get_sliding_window_size_in_chunks(spec, tpc):\n    return 1\n")
+    engine, why = prepare_engine(resolve_target(f"module:{patch}", base="none"))
+    assert engine is None and "--base none" in why
+    engine, why = prepare_engine(resolve_target("builtin:reference"), "stand-ins")
+    assert engine is None
+    from kvcontract.errors import UsageError
+
+    with pytest.raises(UsageError, match="--judge"):
+        prepare_engine(resolve_target("builtin:reference"), "oracle")
+
+
+@pytest.mark.live
+def test_the_installed_vllm_judges_its_own_lookup(tmp_path: Path) -> None:
+    """An audit of the installed vLLM: the upstream lookup theorems run on vLLM's engine
+    (C3 on the first geometries of the family), every row says who judged, and the
+    formula findings are graded by the engine."""
+    from tests.live.conftest import LIVE_REASON, _FOUND
+
+    if not _FOUND.ok:
+        pytest.skip(LIVE_REASON)
+    from kvcontract.tools.cli import main
+
+    out = tmp_path / "r.json"
+    with pytest.raises(SystemExit) as info:
+        main(["audit", "--target", "vllm:installed", "--clause", "C3", "--budget", "4000",
+              "--jobs", "2", "--quiet", "--catalogue-only", "--json", str(out)])
+    report = json.loads(out.read_text())
+    assert int(info.value.code or 0) == report["exit_code"]
+    assert report["engine"]["ran"] is True
+    rows = {r["theorem"]: r for r in report["results"]}
+    engine_row = rows["upstream-lookup-defers-only-in-scope"]
+    assert engine_row["judge"] == "engine" and engine_row["engine"]["vllm_runs"] > 0
+    assert "vLLM's own scheduler and OffloadingConnector" in engine_row["via"]
+    assert all(r.get("judge") in ("engine", "functions", "stand-ins")
+               for r in report["results"])
+    for row in report["results"]:
+        if row["verdict"] == "COUNTEREXAMPLE" and row["judge"] != "engine":
+            assert row["impact"] == "latent" or row.get("reached_by"), row["theorem"]
