@@ -53,8 +53,9 @@ def _extra(geometry: Any) -> int:
 def _split(report: Any, extra: dict[str, int]) -> dict[str, dict[str, Any]]:
     """Outcomes and gap classes of ``report`` per ``e = 0`` / ``e > 0``."""
     split: dict[str, dict[str, Any]] = {}
-    for label, keep in (("e = 0", lambda e: e == 0), ("e > 0", lambda e: e > 0)):
-        programs = [p for p in report.programs if keep(extra.get(p.scenario, 0))]
+    for label, positive in (("e = 0", False), ("e > 0", True)):
+        programs = [p for p in report.programs
+                    if (extra.get(p.scenario, 0) > 0) == positive]
         outcomes = Counter(p.outcome for p in programs)
         compared = outcomes["agreed"] + outcomes["disagreed"]
         classes = Counter(g.gap_class for p in programs for g in p.gaps)
@@ -127,12 +128,12 @@ def main(argv: list[str] | None = None) -> int:
             geometries[scenario.name] = scenario.geometry
             return run_live_scenario(impl, scenario)
 
-        fuzz.run_live_scenario = recorded  # type: ignore[assignment]
+        fuzz.run_live_scenario = recorded
         try:
             fuzzed = run_fuzz(impl.name, examples=args.state_machine, seed=args.seed,
                               scenarios=[], live=True)
         finally:
-            fuzz.run_live_scenario = run_live_scenario  # type: ignore[assignment]
+            fuzz.run_live_scenario = run_live_scenario
         report = fuzzed.live
         elapsed = time.perf_counter() - start
         warm_up = None

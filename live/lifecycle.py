@@ -443,6 +443,8 @@ def run_lifecycle(geometry: Geometry, trace: Trace, options: BuildOptions | None
         recorder.install()
         observation = run.run()
         recorder.log.raised_in = list(getattr(run.worker, "raised_in", ()))
+        recorder.log.load_failure_policy = getattr(
+            engine.vllm_config.kv_transfer_config, "kv_load_failure_policy", None)
         with contextlib.suppress(Exception):  # a half-built end state is recorded as absent
             recorder.finish()
         observation.lifecycle = recorder.log

@@ -285,6 +285,9 @@ class LifecycleLog:
     """``(step, job ids)`` a cache reset discarded."""
     raised_in: list[str] = field(default_factory=list)
     """Where the release's worker raised on a failed transfer (``file:line function``)."""
+    load_failure_policy: str | None = None
+    """The engine's ``kv_load_failure_policy`` during the trace (the release's default
+    unless the trace chose one); None where the release has no such setting."""
     recorder_errors: list[str] = field(default_factory=list)
     """Errors of the recorder itself (not vLLM's): the record is incomplete."""
     end: LifecycleEnd | None = None

@@ -699,22 +699,41 @@ def failure_path() -> str:
 
 
 def _recomputes_check(result: ScenarioResult) -> None:
-    """C15 asks a failed load to leave the request recomputing: a request vLLM fails
-    with an error instead is a finding of the scenario (the trace maps it to an abort,
-    which the judges accept)."""
+    """C15 asks a failed load to leave the request recomputing where vLLM's
+    ``kv_load_failure_policy`` says ``recompute``: a request vLLM fails with an error
+    there is a finding of the scenario (the trace maps it to an abort, which the judges
+    accept). Under ``fail`` (vLLM's default) failing the request with an error is what
+    the policy documents: a check that says so, never a finding about vLLM."""
     result.numbers["reachable"] = failure_path()
     observation = result.observation
     if observation is None or "consumer" not in observation.requests:
         return
     status = observation.requests["consumer"].status
+    policy = observation.lifecycle.load_failure_policy if observation.lifecycle else None
+    result.numbers["load_failure_policy"] = policy
+    if policy == "fail":
+        result.checks.append(Check("after the failed load the request ends as "
+                                   "kv_load_failure_policy='fail' documents (an error) or "
+                                   "recomputes (C15)", "FINISHED_ERROR or running on",
+                                   status, True))
+        if status == "FINISHED_ERROR":
+            result.numbers["note"] = FAIL_POLICY_NOTE
+        return
     recomputes = status != "FINISHED_ERROR"
     result.checks.append(Check("after the failed load the request recomputes (C15)",
                                "not FINISHED_ERROR", status, recomputes))
     if not recomputes:
         result.clauses = [_with_finding(v, Impact.CRASH, "recomputes-after-failed-load: "
-                                        "vLLM failed the request with an error "
+                                        f"under kv_load_failure_policy={policy!r} vLLM "
+                                        "failed the request with an error "
                                         "(FINISHED_ERROR) instead of recomputing it")
                           if v.clause == "C15" else v for v in result.clauses]
+
+
+FAIL_POLICY_NOTE = ("vLLM failed the request with an error (FINISHED_ERROR), as "
+                    "kv_load_failure_policy='fail' (vLLM's default) documents: a transient "
+                    "CPU load failure reaches the client as an error; "
+                    "kv_load_failure_policy='recompute' recovers (failed-load-recompute)")
 
 
 def _with_finding(verdict: ClauseVerdict, impact: Impact, finding: str) -> ClauseVerdict:

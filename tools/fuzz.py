@@ -1026,8 +1026,12 @@ def _run_programs(
         if report.live is not None:
             from kvcontract.live.build import unsupported
 
-            # The live backend cannot declare every geometry (e > 0 needs an MTP
-            # drafter): a live run's programs draw from those it can, so they compare.
+            # The live backend cannot declare every geometry (unsupported names why:
+            # dcp > 1 needs several ranks, two EAGLE groups two drafter layers; e > 0
+            # it builds from an MTP drafter): a live run's programs draw from those it
+            # declares, so they compare. vLLM may still plan one otherwise (SWA groups
+            # with different e: it tags every SWA spec with one e), and the comparison
+            # reports that program refused, with vLLM's plan as the reason.
             live_pool = [g for g in FUZZ_GEOMETRIES if unsupported(g) is None]
         machine = make_state_machine(impl, device, seed, geometries, live_pool,
                                      live=report.live is not None)

@@ -20,7 +20,14 @@ from click.testing import CliRunner, Result
 from kvcontract.impl.system.offload import ChunkState
 from kvcontract.impl.variants import get_implementation
 from kvcontract.live import env
-from kvcontract.live.differential import GAP_CLASSES, OUTCOMES, LiveComparisonReport
+from kvcontract.live.differential import (
+    GAP_CLASSES,
+    OUTCOMES,
+    LiveComparisonReport,
+    ModelGap,
+    RequestDecisions,
+    classify,
+)
 from kvcontract.live.session import LiveSession, NotReplayableError
 from kvcontract.spec.geometry import Geometry, fa, mamba, swa
 from kvcontract.tools.cli import cli
@@ -217,7 +224,7 @@ def test_a_retry_window_defers_vllm_as_it_defers_the_model() -> None:
     session = LiveSession.open(geometry)
     assert isinstance(session, LiveSession)
     for op in program:
-        getattr(session, op[0])(*op[1:])
+        getattr(session, str(op[0]))(*op[1:])
     observation = session.close()
     answers = [m.external for m in observation.matches if m.request == "c"]
     assert answers == [None] * 6 + [16]
@@ -240,28 +247,125 @@ def test_an_eagle_group_whose_history_fills_a_segment_is_stored_whole_by_vllm() 
     assert [g.gap_class for g in offers] == ["eagle-store-all"]
     live, model = set(offers[0].live[1]), set(offers[0].model[1])
     assert live - model == {0} and live == set(range(16 // 4))
+    # e 1: need = cdiv(8, 4) + 1 = 3 < the segment: vLLM leaves block 0 out too
+    geometry = Geometry((fa(16), swa(4, 8, 1, eagle=True)))
+    comparison = run_live_scenario(get_implementation(UPSTREAM),
+                                   Scenario("eagle-e1", geometry, program))
+    assert comparison.outcome == "agreed", comparison.gaps
+
+
+STALL_GEOMETRY = Geometry((swa(8, 16, 2), mamba(8)))
+"""SWA 8 (sw 16, e 2: an MTP drafter of k = 3 lookahead tokens) + Mamba 8 in align
+mode."""
+
+
+def _stall_run(geometry: Geometry, prompt: int, budgets: list[int]) -> tuple[str, int, list[int]]:
+    session = LiveSession.open(geometry)
+    assert isinstance(session, LiveSession), session
+    session.add_request("r", list(range(1, prompt + 1)), 1)
+    for budget in budgets:
+        session.step(budget)
+    observation = session.close()
+    outcome = observation.requests["r"]
+    assert not observation.exceptions, observation.exceptions
+    return str(outcome.status), int(outcome.num_computed or 0), list(outcome.scheduled)
 
 
 @needs_vllm
 def test_vllm_stalls_an_mtp_prefill_on_a_mamba_boundary() -> None:
-    """SWA 8 (sw 16, e 2: an MTP drafter of 3 tokens) + Mamba 8 in align mode, a
-    25-token prompt in steps of 17: vLLM's scheduler computes 16, then 6 (to 22), then
-    clips the last chunk to the partial-tail boundary 24 and its MTP lookahead
-    reservation takes that to 0, every step: the prefill never ends (vLLM's own stall;
-    the differential's class mtp-mamba-prefill-stall)."""
-    geometry = Geometry((swa(8, 16, 2), mamba(8)))
+    """A 25-token prompt in steps of 17: vLLM's scheduler computes 16, then clips the
+    chunk to the last Mamba block boundary B = 24 (_mamba_block_aligned_split) and its
+    MTP lookahead reservation (_reserve_prefill_lookahead: no chunk may end within k = 3
+    tokens of the prompt end) cuts it to 6 (to P - k = 22); from 22 the split's only end
+    is 24 and the reservation cuts it to 0, every step: the prefill never ends (vLLM's
+    own stall; the differential's class mtp-mamba-prefill-stall)."""
     tokens = list(range(1, 26))
     program = [("add_request", "producer", tokens, 1), *[("step", 17)] * 6]
-    session = LiveSession.open(geometry)
-    assert isinstance(session, LiveSession)
-    for op in program:
-        getattr(session, op[0])(*op[1:])
-    observation = session.close()
-    outcome = observation.requests["producer"]
-    assert outcome.status == "RUNNING" and outcome.num_computed < len(tokens)
-    assert sum(outcome.scheduled) == outcome.num_computed
-    assert len(outcome.scheduled) < 6  # steps scheduled nothing for it
+    status, computed, scheduled = _stall_run(STALL_GEOMETRY, 25, [17] * 6)
+    assert (status, computed, scheduled) == ("RUNNING", 22, [16, 6])
+    # any budget: one step of 64 tokens is clipped to 24, then cut to 22
+    assert _stall_run(STALL_GEOMETRY, 25, [64] * 4) == ("RUNNING", 22, [22])
+    # every prompt with 1 <= P mod 8 <= e stalls at P - k; the others finish
+    for prompt in (17, 18, 26, 33, 34):
+        assert _stall_run(STALL_GEOMETRY, prompt, [64] * 4)[:2] == ("RUNNING", prompt - 3)
+    for prompt in (19, 24, 27, 32):
+        assert _stall_run(STALL_GEOMETRY, prompt, [64] * 4)[0] == "FINISHED_LENGTH_CAPPED"
     comparison = run_live_scenario(get_implementation(UPSTREAM),
-                                   Scenario("mtp-stall", geometry, program))
+                                   Scenario("mtp-stall", STALL_GEOMETRY, program))
     classes = {g.gap_class for g in comparison.gaps if g.request == "producer"}
     assert classes == {"mtp-mamba-prefill-stall"}
+
+
+@needs_vllm
+def test_vllm_stalls_an_mtp_prefill_with_its_eagle_block_drop_too() -> None:
+    """With an EAGLE group (vLLM's default for an MTP drafter: the trailing block is
+    dropped, so the last cacheable Mamba position is 16, not 24) a 25-token prompt
+    finishes when a step can take it to the end, and stalls at 22 when a step's budget
+    ends the chunk on the block boundary 24, inside the lookahead window: a budget of 8
+    after the first 16 tokens."""
+    geometry = Geometry((swa(8, 16, 2, eagle=True), mamba(8)))
+    assert _stall_run(geometry, 25, [64] * 4) == ("FINISHED_LENGTH_CAPPED", 26, [16, 9, 1])
+    assert _stall_run(geometry, 25, [16, 8, 64, 64]) == ("RUNNING", 22, [16, 6])
+    program = [("add_request", "producer", list(range(1, 26)), 1), ("step", 16),
+               ("step", 8), ("step", 64), ("step", 64)]
+    comparison = run_live_scenario(get_implementation(UPSTREAM),
+                                   Scenario("mtp-stall-eagle", geometry, program))
+    assert {g.gap_class for g in comparison.gaps if g.request == "producer"} == {
+        "mtp-mamba-prefill-stall"}
+
+
+def _decisions(offers: dict[int, set[int]], *, hit: int = 0, computed: int | None = None,
+               finished: bool = True) -> RequestDecisions:
+    return RequestDecisions(hits=[hit], offers=offers, local_hits=[0], lookups=1,
+                            computed=computed, finished=finished)
+
+
+def _offers_gap(model: RequestDecisions, live: RequestDecisions,
+                request: str = "producer") -> ModelGap:
+    return ModelGap("unit", request, "offers", model.aspect("offers"), live.aspect("offers"))
+
+
+def _class_of_stall(geometry: Geometry, prompt: int, computed: int,
+                    finished: bool = False) -> str:
+    program = [("add_request", "producer", list(range(1, prompt + 1)), 1), ("step", 64)]
+    model = _decisions({0: {0, 1, 2}})
+    live = _decisions({0: {0, 1}}, computed=computed, finished=finished)
+    return str(classify(_offers_gap(model, live), geometry, program, model, live, False))
+
+
+def test_the_stall_class_is_the_request_left_at_p_minus_k_before_a_mamba_boundary() -> None:
+    """mtp-mamba-prefill-stall: a Mamba group, e > 0, the request unfinished at exactly
+    P - (e + 1) computed, a Mamba block boundary strictly between P - (e + 1) and P."""
+    assert _class_of_stall(STALL_GEOMETRY, 25, 22) == "mtp-mamba-prefill-stall"
+    assert _class_of_stall(STALL_GEOMETRY, 26, 23) == "mtp-mamba-prefill-stall"
+    # not where vLLM stalls: another token count, a finished request, no boundary in
+    # (P - k, P) (27: the boundary 24 is P - k itself), no e, no Mamba group
+    assert _class_of_stall(STALL_GEOMETRY, 25, 21) == "unexplained"
+    assert _class_of_stall(STALL_GEOMETRY, 25, 22, finished=True) == "unexplained"
+    assert _class_of_stall(STALL_GEOMETRY, 27, 24) == "unexplained"
+    assert _class_of_stall(Geometry((swa(8, 16), mamba(8))), 25, 24) == "unexplained"
+    assert _class_of_stall(Geometry((fa(8), swa(8, 16, 2))), 25, 22) == "unexplained"
+
+
+def _class_of_store_all(geometry: Geometry, model_offers: set[int], live_offers: set[int],
+                        *, model_hit: int = 0, live_hit: int = 0) -> str:
+    program = [("add_request", "producer", list(range(1, 18)), 1), ("step", 64)]
+    model = _decisions({0: {0}, 1: model_offers}, hit=model_hit)
+    live = _decisions({0: {0}, 1: live_offers}, hit=live_hit)
+    return str(classify(_offers_gap(model, live), geometry, program, model, live, False))
+
+
+def test_the_store_all_class_is_chunk_0_of_an_eagle_group_that_fills_its_segment() -> None:
+    """eagle-store-all: an EAGLE group with need = period (FA 16 + SWA 4, sw 8, e 2:
+    need = cdiv(9, 4) + 1 = 4 = 16 / 4) at bpc 1, the same hits on both sides, and vLLM
+    offering chunk 0 besides what the model offered."""
+    geometry = Geometry((fa(16), swa(4, 8, 2, eagle=True)))
+    assert _class_of_store_all(geometry, {1, 2, 3}, {0, 1, 2, 3}) == "eagle-store-all"
+    # a difference past chunk 0, another hit, no EAGLE group, need < period (e 1),
+    # bpc 4 (the model's mask marks blocks 1-3 of chunk 0, so stores chunk 0 too)
+    assert _class_of_store_all(geometry, {1, 2}, {0, 1, 2, 3}) == "unexplained"
+    assert _class_of_store_all(geometry, {1, 2, 3}, {0, 1, 2, 3},
+                               live_hit=16) != "eagle-store-all"
+    for other in (Geometry((fa(16), swa(4, 8, 2))), Geometry((fa(16), swa(4, 8, 1, eagle=True))),
+                  Geometry((fa(16), swa(4, 8, 2, eagle=True)), blocks_per_chunk=4)):
+        assert _class_of_store_all(other, {1, 2, 3}, {0, 1, 2, 3}) == "unexplained", other

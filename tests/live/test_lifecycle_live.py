@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import itertools
+from typing import Any
 
 import pytest
 
@@ -23,6 +24,7 @@ from kvcontract.live.observation import (
     RequestSnapshot,
 )
 from kvcontract.live.scenarios import (
+    FAIL_POLICY_NOTE,
     FAILURES,
     LIFECYCLE,
     LIFECYCLE_GEOMETRY,
@@ -182,14 +184,16 @@ def test_preemption_flushes_the_stores_in_flight() -> None:
 @needs_vllm
 def test_a_failed_load_in_the_release_worker() -> None:
     """Where the release's worker reports failed transfers, the failure reaches the
-    scheduler's failure API and its default policy fails the request with an error (the
-    C15 finding of ``failed-load-fail-policy``); where it asserts every transfer
-    succeeded, the step raises there and nothing recovers."""
+    scheduler's failure API and its default policy (``fail``) fails the request with an
+    error, as the policy documents: no finding, a note; where the worker asserts every
+    transfer succeeded, the step raises there and nothing recovers (a crash)."""
     result = scenario("failed-load")
     observation = result.observation
     assert observation is not None and observation.lifecycle is not None
-    assert verdict_of(result, "C15") == (Verdict.COUNTEREXAMPLE, Impact.CRASH)
     if has("failed-transfer-jobs"):
+        assert observation.lifecycle.load_failure_policy == "fail"
+        assert verdict_of(result, "C15")[0] is Verdict.TESTED
+        assert "kv_load_failure_policy='fail'" in result.numbers["note"]
         assert result.outcome == "clean"
         failed = [j for j in observation.lifecycle.jobs.values() if j.failed is not None]
         assert [(j.kind, j.request) for j in failed] == [("load", "consumer")]
@@ -201,6 +205,7 @@ def test_a_failed_load_in_the_release_worker() -> None:
         assert result.outcome.startswith("raised AssertionError")
         assert result.numbers["raised_in"][0].endswith("get_finished")
         assert verdict_of(result, "C14") == (Verdict.COUNTEREXAMPLE, Impact.CRASH)
+        assert verdict_of(result, "C15") == (Verdict.COUNTEREXAMPLE, Impact.CRASH)
 
 
 @needs_vllm
@@ -248,12 +253,40 @@ def test_the_recompute_policy_restarts_the_request_from_token_zero() -> None:
 
 
 @needs_vllm
-def test_the_default_policy_fails_the_request() -> None:
+def test_the_default_policy_fails_the_request_as_documented() -> None:
+    """vLLM's default ``kv_load_failure_policy`` is ``fail``: the request ends with an
+    error, which the policy documents; C15 (recovery) holds and the row says what the
+    client sees."""
     result = scenario("failed-load-fail-policy")
     observation = result.observation
-    assert observation is not None
+    assert observation is not None and observation.lifecycle is not None
+    assert observation.lifecycle.load_failure_policy == "fail"
+    assert observation.requests["consumer"].status == "FINISHED_ERROR"
+    assert verdict_of(result, "C15")[0] is Verdict.TESTED
+    assert result.numbers["note"] == FAIL_POLICY_NOTE
+
+
+@needs_vllm
+def test_a_request_failed_under_the_recompute_policy_is_a_crash(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Under ``recompute`` a request vLLM fails with an error is C15's finding: the
+    scheduler's recovery is asked for and not given (vLLM's flag forced off under the
+    policy's name, as a release that ignores the policy would)."""
+    from kvcontract.live import lifecycle
+
+    def ignore_policy(engine: Any, policy: str) -> None:
+        engine.vllm_config.kv_transfer_config.kv_load_failure_policy = policy
+        engine.scheduler.recompute_kv_load_failures = False
+
+    monkeypatch.setattr(lifecycle, "_set_load_failure_policy", ignore_policy)
+    result = run_scenario("failed-load-recompute")  # not the cached, unpatched run
+    observation = result.observation
+    assert observation is not None and observation.lifecycle is not None
+    assert observation.lifecycle.load_failure_policy == "recompute"
     assert observation.requests["consumer"].status == "FINISHED_ERROR"
     assert verdict_of(result, "C15") == (Verdict.COUNTEREXAMPLE, Impact.CRASH)
+    c15 = {c.clause: c for c in result.clauses}["C15"]
+    assert "kv_load_failure_policy='recompute'" in c15.findings[0]
 
 
 @needs_vllm
@@ -267,8 +300,11 @@ def test_every_lifecycle_scenario_is_judged(name: str) -> None:
         assert all(c.verdict is Verdict.TESTED for c in result.clauses), result.clauses
     # a failure the release handles (it drops a failed store, never retries a failed
     # load) is no finding; the others are
-    handled = {"failed-store", "failed-load-recompute"} if has("failed-transfer-jobs") \
-        and has("load-failed-flag") else set()
+    handled = {"failed-load-fail-policy"}
+    if has("failed-transfer-jobs"):
+        handled |= {"failed-load"}
+        if has("load-failed-flag"):
+            handled |= {"failed-store", "failed-load-recompute"}
     if name in FAILURES:
         assert any(c.verdict is Verdict.COUNTEREXAMPLE for c in result.clauses) == (
             name not in handled), result.clauses

@@ -305,7 +305,7 @@ def produce_report(resolved: Target, resolved_baseline: Target | None,
     lifecycle_section(report, live=request.live or binding.engine is not None,
                       report_file=request.report_file,
                       clauses=[get_clause(c).id for c in options.clauses or ()],
-                      engine=binding.engine)
+                      engine=binding.engine, call_timeout=options.call_timeout)
     apply_gate(report, request.fail_on, request.only_new, request.findings_baseline,
                request.write_baseline, request.require_complete)
     if options.geometries:

@@ -935,13 +935,9 @@ def _row(theorem: Property, result: TheoremResult, evidence: str, witness_case: 
     from kvcontract.tools.audit.on_engine import engine_section, is_engine_theorem
 
     on_engine = is_engine_theorem(theorem)
+    row["judge"] = _judge_of(theorem)
     if on_engine:
-        row["judge"] = "engine"
         row["engine"] = engine_section(binding.engine, theorem)
-    elif theorem.name.startswith(UPSTREAM_LOOKUP) or store.is_upstream(theorem.name):
-        row["judge"] = "stand-ins"
-    else:
-        row["judge"] = "functions"
     if result.verdict is Verdict.COUNTEREXAMPLE and theorem.name.startswith(UPSTREAM_LOOKUP):
         row["blame"] = ["_lookup_complete_chunks"]
         location = binding.location("multi_group_lookup")
@@ -970,6 +966,20 @@ def _row(theorem: Property, result: TheoremResult, evidence: str, witness_case: 
             if replayed is not None:
                 row["engine_replay"] = replayed
     return row
+
+
+def _judge_of(theorem: Property) -> str:
+    """Who judged a theorem's row: ``engine`` (vLLM's own objects), ``stand-ins``
+    (upstream's loop or store path among kvcontract's stand-ins) or ``functions``
+    (upstream's functions in kvcontract's drivers, Z3 or the executable system)."""
+    from kvcontract.tools.audit import store
+    from kvcontract.tools.audit.on_engine import is_engine_theorem
+
+    if is_engine_theorem(theorem):
+        return "engine"
+    if theorem.name.startswith(UPSTREAM_LOOKUP) or store.is_upstream(theorem.name):
+        return "stand-ins"
+    return "functions"
 
 
 _THEOREMS: dict[tuple[int, Scope], list[Property]] = {}
@@ -1049,10 +1059,15 @@ def _fused(theorems: Sequence[Property], units: list[list[int]]) -> list[list[in
         first = theorems[unit[0]]
         if isinstance(first, CaseProperty):
             by_space.setdefault(id(first.space), unit)
+    from kvcontract.tools.audit.on_engine import is_engine_theorem
+
     fused: list[list[int]] = []
     for unit in units:
         first = theorems[unit[0]]
-        shared = shared_cases(first.space) if isinstance(first, CaseProperty) else None
+        # vLLM's engine walks its families in units of their own: the longest walks of
+        # the audit, run beside kvcontract's (parallel workers), not after them.
+        shared = shared_cases(first.space) if isinstance(first, CaseProperty) and \
+            not is_engine_theorem(first) else None
         host = by_space.get(id(shared[0])) if shared is not None else None
         if host is not None and host is not unit:
             host.extend(unit)
@@ -1279,6 +1294,7 @@ def run_audit(
                 "witness": None, "evidence": None, "examples": 0, "via": "",
                 "message": f"the check did not finish: {outcome.error.splitlines()[0]}",
                 "description": theorems[i].description,
+                "judge": _judge_of(theorems[i]),
             } for i in unit]
         for i, row in zip(unit, produced, strict=True):
             rows[i] = row

@@ -61,6 +61,9 @@ def _run_scenarios(overlay: Any) -> dict[str, Any]:
 
     env.require()
     installed = install(overlay) if not overlay.empty else list(overlay.notes)
+    from kvcontract.tools.audit.binding import limit_loaded_release
+
+    limit_loaded_release()  # a hanging audited function is stopped, named
     site = _deferral_site()
     rows: list[dict[str, Any]] = []
     for name in LIFECYCLE_JUDGED:
@@ -95,7 +98,8 @@ def _deferral_site() -> dict[str, Any] | None:
 
 def lifecycle_section(report: dict[str, Any], *, live: bool,
                       report_file: str | None = None,
-                      clauses: Collection[str] = (), engine: Any = None) -> None:
+                      clauses: Collection[str] = (), engine: Any = None,
+                      call_timeout: float | None = None) -> None:
     """Add the lifecycle rows of the ``clauses`` asked for (all of C13-C15 by default)
     to ``report`` (``live``: run the scenarios, its findings merged into the results and
     defects; else a note that they were not checked). Run before the gate, so the exit
@@ -106,13 +110,14 @@ def lifecycle_section(report: dict[str, Any], *, live: bool,
     if not live:
         report.setdefault("notes", []).append(NOT_LIVE_NOTE)
         return
-    section = run_lifecycle_rows(report, engine)
+    section = run_lifecycle_rows(report, engine, call_timeout)
     section["rows"] = [r for r in section.get("rows") or [] if r["clause"] in wanted]
     report["lifecycle"] = section
     merge_into_report(report, section, report_file)
 
 
-def run_lifecycle_rows(report: dict[str, Any], engine: Any = None) -> dict[str, Any]:
+def run_lifecycle_rows(report: dict[str, Any], engine: Any = None,
+                       call_timeout: float | None = None) -> dict[str, Any]:
     """The ``lifecycle`` section of ``report``: the scenarios run live, or UNKNOWN rows
     naming why they cannot. ``engine`` (the audit's
     :class:`~kvcontract.tools.audit.on_engine.EngineJudge`): the target's vLLM is
@@ -141,7 +146,8 @@ def run_lifecycle_rows(report: dict[str, Any], engine: Any = None) -> dict[str, 
     from kvcontract.tools.audit.sandbox import run_jobs
 
     outcome = run_jobs([("lifecycle", lambda: _run_scenarios(where.overlay))], workers=1,
-                       job_timeout=LIFECYCLE_CPU_SECONDS, call_timeout=None)["lifecycle"]
+                       job_timeout=LIFECYCLE_CPU_SECONDS,
+                       call_timeout=call_timeout)["lifecycle"]
     if not outcome.ok or outcome.value is None:
         why = "the live run failed: " + (outcome.error or "no result").splitlines()[0]
         section.update(why=why, rows=_unknown_rows(why))
@@ -173,8 +179,9 @@ def result_rows(section: dict[str, Any]) -> list[dict[str, Any]]:
         if row.get("scenario") is None or row["verdict"] not in ("TESTED", "COUNTEREXAMPLE"):
             continue
         numbers = row.get("numbers") or {}
+        # A scenario that holds may say what it saw (live/scenarios: numbers["note"]).
         message = (row["findings"][0] if row["findings"] else
-                   f"scenario {row['scenario']}: {row['outcome']}")
+                   f"scenario {row['scenario']}: {numbers.get('note') or row['outcome']}")
         result: dict[str, Any] = {
             "clause": row["clause"], "theorem": f"live-{row['scenario']}",
             "verdict": row["verdict"], "evidence": "examples", "cases": 1, "seconds": 0.0,

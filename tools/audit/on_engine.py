@@ -95,6 +95,11 @@ class EngineJudge:
                 except Exception as exc:  # the audit's gap: the theorem is UNKNOWN
                     raise StandInGap(f"the patch cannot be laid over vLLM in this process: "
                                      f"{type(exc).__name__}: {exc}") from exc
+            # The audited functions of the running vLLM (the patch's among them) under
+            # the audit's per-call limit, as the bound functions are: a hang is UNKNOWN.
+            from kvcontract.tools.audit.binding import limit_loaded_release
+
+            limit_loaded_release()
             from kvcontract.live.judge.engines import EnginePool
             from kvcontract.live.judge.lookups import LookupJudge
             from kvcontract.live.judge.resends import EndToEndJudge
@@ -137,17 +142,49 @@ def _watchdog(seconds: float) -> Iterator[None]:
 
 def _root_of(target: Target) -> Any:
     """The vLLM root that runs ``target``'s code (a patch's base for ``module:``)."""
-    from kvcontract.live.judge.roots import compose, installed_package, installed_root
+    from kvcontract.live.judge.roots import installed_package, installed_root
 
     installed = installed_package()
     if installed is None:
         return installed_root()  # raises RootError naming the set-up
     tree = target.package_dir if target.kind == "vllm" else None
     base = target.base.package_dir if target.base is not None else None
-    below = compose(base) if base is not None else installed_root()
+    below = _release_beneath(base, installed) if base is not None else installed_root()
     if tree is None:
         return below
-    return compose(tree, below.package) if below.path is not None else compose(tree)
+    return _release_beneath(tree, below.package if below.path is not None else installed)
+
+
+def _release_beneath(tree: Any, installed: Any) -> Any:
+    """The root running ``tree`` laid over ``installed``. A tree holding only some of
+    vLLM's files (a fetched release's audited files) runs among its own release's
+    Python, not another's: where its ``_version.py`` names a release other than the
+    installed one, that release's whole Python package (from the cached wheel) goes
+    between, over the installed compiled parts."""
+    from kvcontract.live.judge.roots import RootError, compose, version_of
+    from kvcontract.tools.audit.wheels import FetchError, cache_dir, python_tree
+
+    root = compose(tree, installed)
+    if root.complete or root.version is None or root.version == root.installed_version:
+        return root
+    try:
+        whole = python_tree(root.version)
+    except FetchError as exc:
+        raise RootError(str(exc)) from None
+    if whole is None:
+        raise RootError(
+            f"{root.description}: {root.laid_files} files of vLLM {root.version} run only "
+            f"among vLLM {root.version}'s other modules, and no wheel of it is cached "
+            f"(pip download --no-deps --only-binary=:all: -d "
+            f"{cache_dir() / 'wheels' / root.version} vllm=={root.version}, or install "
+            f"vLLM {root.version})")
+    release = compose(whole / "vllm", installed)
+    laid = compose(tree, release.package)
+    return dataclasses.replace(
+        laid, installed_version=version_of(installed),
+        description=f"vLLM {root.version} (its wheel's Python laid over the installed "
+                    f"vLLM {version_of(installed) or '(version unknown)'}; "
+                    f"{root.laid_files} files from {tree})")
 
 
 def prepare_engine(target: Target, mode: str = "auto",

@@ -279,10 +279,11 @@ def _scenario_rows(impl: Implementation, scenario: Scenario,
         rows.append(_row("C11", name, Verdict.UNKNOWN, started,
                          message=f"could not run: {exc}"))
         return rows
-    except UpstreamTimeout as exc:  # a wall-clock limit: says nothing about the code
+    except UpstreamTimeout as exc:  # a hang: says nothing about the code's verdict
         rows.append(_row("C11", name, Verdict.UNKNOWN, started,
-                         message=f"{exc}: a wall-clock limit (machine load or a hang); "
-                                 "rerun with a larger --timeout"))
+                         message=f"{exc}: the per-call limit (CPU time, a hang "
+                                 "detector); rerun with a larger --timeout if the call "
+                                 "only needs more"))
         return rows
     except Exception as exc:  # a crash inside the bound code is a finding
         gap = _stand_in_gap_of(exc)

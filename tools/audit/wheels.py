@@ -5,6 +5,10 @@ ordinary client, one wheel, about 300 MiB), then only the files under
 :data:`MEMBERS` are extracted to ``CACHE/X/vllm/...``. The repository never holds vLLM
 code; the cache lives in ``~/.cache/kvcontract/vllm`` (or ``$KVCONTRACT_VLLM_CACHE``).
 
+:func:`python_tree` unpacks a cached wheel's whole Python package (its ``.py`` and data
+files, never its compiled kernels): vLLM's engine judges a release's audited files on
+that release's own Python laid over the installed vLLM's compiled parts.
+
 A tree that is already unpacked is reused: ``CACHE/X``, ``CACHE/vX`` (either holding a
 ``vllm/`` folder) count, so ``KVCONTRACT_VLLM_CACHE`` may point at a research folder.
 """
@@ -12,15 +16,17 @@ A tree that is already unpacked is reused: ``CACHE/X``, ``CACHE/vX`` (either hol
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
 import zipfile
+from collections.abc import Callable
 from pathlib import Path
 
 from kvcontract.tools.audit.targets import KNOWN_FILES
 
-RELEASES = ("0.28.0", "0.29.0", "0.30.0", "0.31.0", "0.32.0", "0.33.0")
+RELEASES = ("0.28.0", "0.29.0", "0.30.0", "0.31.0", "0.32.0", "0.33.0", "0.34.0")
 """The released shapes the audit is regression-tested on."""
 
 MEMBERS = (*tuple(f"vllm/{rel}" for rel in KNOWN_FILES), "vllm/_version.py")
@@ -57,9 +63,9 @@ def fetch_release(version: str, cache: Path | None = None, timeout: float = 900.
         return found
     root = base / version
     wheels = base / "wheels" / version
-    wheels.mkdir(parents=True, exist_ok=True)
-    wheel = next(iter(sorted(wheels.glob("vllm-*.whl"))), None)
+    wheel = cached_wheel(version, base)
     if wheel is None:
+        wheels.mkdir(parents=True, exist_ok=True)
         command = [sys.executable, "-m", "pip", "download", "--no-deps",
                    "--only-binary=:all:", "--disable-pip-version-check",
                    "-d", str(wheels), f"vllm=={version}"]
@@ -74,21 +80,56 @@ def fetch_release(version: str, cache: Path | None = None, timeout: float = 900.
         wheel = next(iter(sorted(wheels.glob("vllm-*.whl"))), None)
         if wheel is None:
             raise FetchError(f"pip download vllm=={version} produced no wheel")
-    with tempfile.TemporaryDirectory(dir=base) as scratch:
+    members = set(MEMBERS)
+    _unpack(wheel, root, members.__contains__, "none of the audited files", Path("vllm"))
+    return root
+
+
+def _unpack(wheel: Path, root: Path, keep: Callable[[str], bool], lacking: str,
+            required: Path) -> None:
+    """Extract the members ``keep`` accepts from ``wheel`` into ``root`` (replacing a
+    partial earlier attempt), or FetchError saying the wheel holds ``lacking``."""
+    root.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=root.parent) as scratch:
         tree = Path(scratch) / "tree"
         try:
             with zipfile.ZipFile(wheel) as archive:
-                names = set(archive.namelist())
-                for member in MEMBERS:
-                    if member in names:
+                for member in archive.namelist():
+                    if keep(member):
                         archive.extract(member, tree)
         except (OSError, zipfile.BadZipFile) as exc:
             raise FetchError(f"cannot unpack {wheel}: {exc}") from None
-        if not (tree / "vllm").is_dir():
-            raise FetchError(f"{wheel} holds none of the audited files")
-        if root.exists():  # a partial earlier attempt
-            import shutil
-
+        if not (tree / required).exists():
+            raise FetchError(f"{wheel} holds {lacking}")
+        if root.exists():
             shutil.rmtree(root)
         tree.rename(root)
+
+
+PYTHON_SUFFIXES = (".py", ".pyi", ".json", ".jinja", ".typed")
+"""What :func:`python_tree` unpacks: the modules and the data they read at import."""
+
+
+def cached_wheel(version: str, cache: Path | None = None) -> Path | None:
+    """The wheel :func:`fetch_release` downloaded for ``version``, if it is still there."""
+    wheels = (cache or cache_dir()) / "wheels" / version
+    return next(iter(sorted(wheels.glob("vllm-*.whl"))), None) if wheels.is_dir() else None
+
+
+def python_tree(version: str, cache: Path | None = None) -> Path | None:
+    """The whole Python package of release ``version`` (a folder holding ``vllm/``),
+    unpacked once from its cached wheel; None when no wheel of it is cached. Raises
+    FetchError when the wheel cannot be read."""
+    base = cache or cache_dir()
+    root = base / "python" / version
+    if (root / "vllm" / "__init__.py").is_file():
+        return root
+    wheel = cached_wheel(version, base)
+    if wheel is None:
+        return None
+    _unpack(wheel, root, _is_python, "no vllm package", Path("vllm/__init__.py"))
     return root
+
+
+def _is_python(member: str) -> bool:
+    return member.startswith("vllm/") and member.endswith(PYTHON_SUFFIXES)

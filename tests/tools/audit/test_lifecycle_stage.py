@@ -40,6 +40,7 @@ def _section() -> dict[str, Any]:
              reachable="the scheduler's failure API: reached only by a worker that reports "
                        "failed transfers"),
         _row("abort-queued", "C14", "TESTED"),
+        _row("failed-load-fail-policy", "C14", "TESTED", note="failed as the policy says"),
         {**_row("x", "C13", "UNKNOWN"), "scenario": None},
     ]}
 
@@ -48,7 +49,8 @@ def test_rows_carry_verdicts_locations_and_latency() -> None:
     rows = {f"{r['clause']}/{r['theorem']}": r for r in result_rows(_section())}
     assert set(rows) == {"C13/live-stalled-store", "C14/live-failed-load",
                          "C15/live-failed-load", "C15/live-failed-load-fail-policy",
-                         "C14/live-abort-queued"}  # UNKNOWN rows stay in the section
+                         "C14/live-abort-queued",
+                         "C14/live-failed-load-fail-policy"}  # UNKNOWN rows stay behind
     stall = rows["C13/live-stalled-store"]
     assert stall["impact"] == "stall" and stall["root_cause"]["functions"] == [SITE]
     crash = rows["C14/live-failed-load"]["root_cause"]["functions"][0]
@@ -56,6 +58,10 @@ def test_rows_carry_verdicts_locations_and_latency() -> None:
     unreached = rows["C15/live-failed-load-fail-policy"]
     assert unreached["impact"] == "latent" and "reached only by" in unreached["message"]
     assert rows["C14/live-abort-queued"]["verdict"] == "TESTED"
+    # a scenario that holds says what it saw where it has a note
+    assert rows["C14/live-failed-load-fail-policy"]["message"] == \
+        "scenario failed-load-fail-policy: failed as the policy says"
+    assert rows["C14/live-abort-queued"]["message"] == "scenario abort-queued: clean"
 
 
 def test_merged_findings_are_defects_and_fail_the_run() -> None:

@@ -105,7 +105,7 @@ def test_the_installed_vllm_judges_its_own_lookup(tmp_path: Path) -> None:
     """An audit of the installed vLLM: the upstream lookup theorems run on vLLM's engine
     (C3 on the first geometries of the family), every row says who judged, and the
     formula findings are graded by the engine."""
-    from tests.live.conftest import LIVE_REASON, _FOUND
+    from tests.live.conftest import _FOUND, LIVE_REASON
 
     if not _FOUND.ok:
         pytest.skip(LIVE_REASON)
