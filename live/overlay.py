@@ -140,6 +140,10 @@ def plan_overlay(patch: Path, release_package: Path, candidates: Sequence[str], 
         elif len(named) > 1:
             notes.append(f"{patch.name}: {qualname} matches {len(named)} definitions of the "
                          "release (" + ", ".join(q for _, q in named) + "): not laid over")
+    for rel, replaced in by_file.items():
+        for patch_name, release_name in replaced:
+            _require_fitting(patch, patch_defs.functions[patch_name],
+                             release[rel].functions[release_name], release_name)
     layers = []
     for rel in candidates:
         pairs = by_file.get(rel)
@@ -154,6 +158,38 @@ def plan_overlay(patch: Path, release_package: Path, candidates: Sequence[str], 
         notes.append(f"{patch.name} defines none of the release's functions in "
                      + ", ".join(candidates) + ": nothing laid over")
     return Overlay(tuple(layers), tuple(notes))
+
+
+def _parameters(node: ast.FunctionDef | ast.AsyncFunctionDef) -> tuple[list[str], set[str], bool]:
+    """A definition's parameter names, those without a default, and whether it takes
+    any further argument (``*args`` or ``**kwargs``)."""
+    args = node.args
+    positional = [a.arg for a in (*args.posonlyargs, *args.args)]
+    required = set(positional[:len(positional) - len(args.defaults)])
+    required |= {a.arg for a, d in zip(args.kwonlyargs, args.kw_defaults, strict=True)
+                 if d is None}
+    names = positional + [a.arg for a in args.kwonlyargs]
+    return names, required, args.vararg is not None or args.kwarg is not None
+
+
+def _require_fitting(patch: Path, ours: ast.FunctionDef | ast.AsyncFunctionDef,
+                     theirs: ast.FunctionDef | ast.AsyncFunctionDef, qualname: str) -> None:
+    """A patch's definition must take what the release's callers pass to the one it
+    replaces: a parameter the release's definition has and the patch's lacks (or one
+    the patch requires and the release's callers never pass) means the patch was
+    written for another release, and vLLM would fail calling it. :class:`OverlayError`
+    naming both signatures (the audit's gap, never a verdict about vLLM)."""
+    our_names, our_required, our_rest = _parameters(ours)
+    their_names, _, _ = _parameters(theirs)
+    lacking = [n for n in their_names if n not in our_names] if not our_rest else []
+    unknown = sorted(our_required - set(their_names))
+    if lacking or unknown:
+        why = (f"lacks {', '.join(lacking)}" if lacking else
+               f"requires {', '.join(unknown)}")
+        raise OverlayError(
+            f"{patch.name}: {qualname}({', '.join(our_names)}) {why}, where the release's "
+            f"{qualname}({', '.join(their_names)}) is what its callers call: the patch was "
+            "written for another release (audit it with that release as --base)")
 
 
 def combine(overlays: Sequence[Overlay]) -> Overlay:

@@ -150,3 +150,14 @@ def test_mypy_sees_the_types_of_a_strict_editable_install(tmp_path: Path) -> Non
     assert 'Incompatible return value type (got "int | None", expected "int")' in \
         checked.stdout, checked.stdout
     assert "import-not-found" not in checked.stdout
+
+
+def test_test_modules_outside_packages_have_unique_basenames() -> None:
+    """pytest imports a test module outside a package by its basename (rootdir-relative
+    "prepend" mode): two such modules with one name stop the whole run at collection."""
+    tests = Path(__file__).resolve().parent
+    by_name: dict[str, list[str]] = {}
+    for path in sorted(tests.rglob("test_*.py")):
+        if not (path.parent / "__init__.py").exists():
+            by_name.setdefault(path.name, []).append(str(path.relative_to(tests)))
+    assert {n: p for n, p in by_name.items() if len(p) > 1} == {}

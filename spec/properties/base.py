@@ -206,6 +206,7 @@ def _constant(value: Any) -> Callable[..., Any]:
     def constant(*args: Any) -> Any:
         return value
 
+    constant.stateless = True  # type: ignore[attr-defined]  # its closure is the constant
     return constant
 
 

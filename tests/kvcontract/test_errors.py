@@ -9,6 +9,7 @@ import pytest
 import kvcontract
 from kvcontract import errors
 from kvcontract.errors import (
+    EngineUnavailableError,
     GeometryError,
     InputFileError,
     KvContractError,
@@ -30,6 +31,7 @@ PARENT = {
     InputFileError: KvContractError,
     WitnessError: KvContractError,
     ProofError: KvContractError,
+    EngineUnavailableError: KvContractError,
 }
 
 

@@ -907,11 +907,26 @@ ERRORS: list[Exception] = [
     errors.ProofError("the prover could not run C2/x"),
 ]
 
+UNDECIDED: list[Exception] = [
+    errors.EngineUnavailableError("--judge engine: vLLM's engine cannot judge vllm:x: no "
+                                  "vllm package is installed in this Python"),
+]
+"""Errors that leave the question open rather than reject the input: exit 3."""
+
 
 def test_every_error_class_is_covered() -> None:
     defined = {v for v in vars(errors).values()
                if isinstance(v, type) and issubclass(v, errors.KvContractError)}
-    assert defined == {type(e) for e in ERRORS}
+    assert defined == {type(e) for e in ERRORS + UNDECIDED}
+
+
+@pytest.mark.parametrize("error", UNDECIDED, ids=[type(e).__name__ for e in UNDECIDED])
+def test_undecided_errors_exit_3(error: Exception, engine_raises: Any,
+                                 tmp_path: Path) -> None:
+    result = invoke(engine_raises("audit", error, tmp_path))
+    _no_traceback(result)
+    assert result.exit_code == 3
+    assert result.output == f"kvcontract: error: {error}\n"
 
 
 @pytest.mark.parametrize("error", ERRORS, ids=[type(e).__name__ for e in ERRORS])

@@ -225,6 +225,10 @@ def group_defects(rows: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
         clauses = sorted({str(r["clause"]) for r in members}, key=clause_number)
         from kvcontract.tools.reports.fingerprint import fingerprint
 
+        # A configuration every member needs beyond vLLM's defaults (on_engine.finding_mode)
+        modes = {r.get("mode") for r in members}
+        mode = next(iter(modes)) if len(modes) == 1 else None
+
         defects.append({
             "id": defect_id(key),
             "title": _title(cause, members),
@@ -235,6 +239,7 @@ def group_defects(rows: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
             # shown, never called a defect of the release.
             "unconfirmed": bool(members) and all(r.get("unconfirmed") for r in members),
             "root_cause": cause,
+            **({"mode": mode} if mode else {}),
             "locations": _locations(cause),
             "clauses": clauses,
             "theorems": [f"{r['clause']}/{r['theorem']}" for r in members],

@@ -938,6 +938,12 @@ def _row(theorem: Property, result: TheoremResult, evidence: str, witness_case: 
     row["judge"] = _judge_of(theorem)
     if on_engine:
         row["engine"] = engine_section(binding.engine, theorem)
+        if result.verdict is Verdict.COUNTEREXAMPLE and witness_case is not None:
+            from kvcontract.tools.audit.on_engine import finding_mode
+
+            mode = finding_mode(witness_case)
+            if mode is not None:
+                row["mode"] = mode
     if result.verdict is Verdict.COUNTEREXAMPLE and theorem.name.startswith(UPSTREAM_LOOKUP):
         row["blame"] = ["_lookup_complete_chunks"]
         location = binding.location("multi_group_lookup")

@@ -337,6 +337,27 @@ def engine_theorems(judge: EngineJudge, lookups: Sequence[CaseProperty] | None,
     return made
 
 
+LEGACY_HASHES_MODE = ("disable_lookahead_block_hashes=True (legacy block hashes: vLLM's "
+                      "default, lookahead block hashes, is not judged yet)")
+"""The mode of a finding on a geometry with a drafter (an EAGLE group, or ``e > 0``) on a
+release whose connector hashes blocks with the drafter's lookahead by default: the engine
+builds it with the legacy hashes the geometry states (:mod:`kvcontract.live.build`), so
+the finding holds in that configuration, not in vLLM's default one."""
+
+
+def finding_mode(case: Any) -> str | None:
+    """The configuration an engine finding on ``case`` needs beyond vLLM's defaults
+    (:data:`LEGACY_HASHES_MODE`), None when it is found in vLLM's default mode. Called in
+    the process that judged it (vLLM imported)."""
+    geometry = getattr(case, "geometry", None)
+    groups = getattr(geometry, "groups", ())
+    if not any(g.eagle or g.extra_retained_tokens for g in groups):
+        return None
+    from kvcontract.live.capabilities import has
+
+    return LEGACY_HASHES_MODE if has("lookahead-block-hashes") else None
+
+
 def engine_section(judge: EngineJudge, theorem: Property) -> dict[str, Any]:
     """What a row of an engine theorem reports of the engine: the release, the vLLM runs
     and the cases left out (with why)."""
@@ -507,9 +528,12 @@ def engine_resends(binding: Any, roles: Sequence[str]) -> tuple[Any, Any, Any, A
 
 # -- a witness of kvcontract's drivers, replayed on the engine ---------------------------------
 REPLAYED_FAMILIES = {"lookup": "engine-lookup", "store": "engine-store",
-                     "end-to-end": "engine-end-to-end"}
+                     "end-to-end": "engine-end-to-end",
+                     "upstream-lookup": "engine-lookup", "upstream-store": "engine-store",
+                     "upstream-end-to-end": "engine-end-to-end"}
 """The case families whose witnesses vLLM's engine can run (the same cases its own
-``upstream-*`` theorems observe)."""
+``upstream-*`` theorems observe; those theorems' stand-in families too, for a
+reproducer of an engine finding)."""
 
 
 def replay_on_engine(theorem: Property, witness: Any, binding: Any) -> dict[str, Any] | None:
@@ -574,7 +598,7 @@ def grade(rows: list[dict[str, Any]], engine: dict[str, Any] | None) -> None:
             continue
         found = row.setdefault("found_impact", row.get("impact"))
         row["impact"] = found
-        for key in ("reached_by", "unconfirmed"):
+        for key in ("reached_by", "unconfirmed", "mode"):
             row.pop(key, None)
         if found == Impact.LATENT.value:
             continue
@@ -586,10 +610,16 @@ def grade(rows: list[dict[str, Any]], engine: dict[str, Any] | None) -> None:
             row["reached_by"] = ["its witness, run on vLLM's engine"]
             continue
         causes = _causes(row)
-        reached = [f"{r['clause']}/{r['theorem']}" for r in confirmed
-                   if r is not row and causes and causes & _causes(r)]
-        if reached:
-            row["reached_by"] = reached
+        reaching = [r for r in confirmed if r is not row and causes and causes & _causes(r)]
+        if reaching:
+            row["reached_by"] = [f"{r['clause']}/{r['theorem']}" for r in reaching]
+            # shown only in a configuration beyond vLLM's defaults: so is this finding
+            # (judged by the engine findings of its own impact where there are any: a
+            # store path that wastes in the default mode loses hits only in another)
+            alike = [r for r in reaching if r.get("impact") == found] or reaching
+            modes = {r.get("mode") for r in alike}
+            if len(modes) == 1 and None not in modes:
+                row["mode"] = modes.pop()
             continue
         row["impact"] = Impact.LATENT.value
         row["latent"] = (f"no run of vLLM's engine in this audit reaches it "

@@ -64,12 +64,28 @@ def case_from_json(theorem: CaseProperty, witness: dict[str, Any]) -> Any:
     return theorem.space.decode(witness)
 
 
+BASE_MARK = "@base="
+
+
+def retargeted(target: str) -> str:
+    """The target a reproducer replays: ``KVCONTRACT_AUDIT_TARGET`` when set, else the
+    report's. A patch named there without a base of its own keeps the report's base (the
+    fixed patch checked over the release the finding was found on)."""
+    override = os.environ.get(TARGET_ENV)
+    if not override:
+        return target
+    if override.startswith("module:") and BASE_MARK not in override and BASE_MARK in target:
+        return override + BASE_MARK + target.split(BASE_MARK, 1)[1]
+    return override
+
+
 def replay_witness(target: str, theorem_id: str, witness: dict[str, Any],
                    call_timeout: float = 10.0) -> str | None:
     """Re-run one check of ``theorem_id`` on ``target``: the violation, or None."""
     from kvcontract.tools.audit.engine import _admissible, _violation
 
-    bound = binding_mod.bind(resolve_target(os.environ.get(TARGET_ENV, target)))
+    resolved = resolve_target(retargeted(target))
+    bound = binding_mod.bind(resolved)
     impl = bound.implementation
     assert impl is not None
     theorem = find_theorem(theorem_id, bound)
@@ -77,6 +93,10 @@ def replay_witness(target: str, theorem_id: str, witness: dict[str, Any],
     try:
         if isinstance(theorem, CaseProperty):
             case = case_from_json(theorem, witness)
+            if theorem.name.startswith("upstream-"):
+                on_engine = _replay_on_engine(resolved, theorem, case, bound)
+                if on_engine is not None:
+                    return on_engine or None
             try:
                 found = theorem.check(case, impl)
                 return None if found is None else str(found)
@@ -89,6 +109,28 @@ def replay_witness(target: str, theorem_id: str, witness: dict[str, Any],
         return None if message is None else str(message)
     finally:
         binding_mod.set_call_timeout(None)
+
+
+def _replay_on_engine(resolved: Any, theorem: CaseProperty, case: Any,
+                      bound: binding_mod.Binding) -> str | None:
+    """An ``upstream-*`` witness replayed as the audit judged it: on vLLM's engine where
+    the target's vLLM imports (the violation, or ``""`` where it holds); None where no
+    engine runs here (the stand-ins replay it, as an audit without vLLM judged it).
+    Raises :class:`~kvcontract.errors.InputFileError` when the engine cannot run this
+    witness (a geometry vLLM does not build, a case it cannot realize)."""
+    from kvcontract.tools.audit.on_engine import prepare_engine, replay_on_engine
+
+    judge, _why = prepare_engine(resolved)
+    if judge is None:
+        return None
+    bound.engine = judge
+    replayed = replay_on_engine(theorem, case, bound)
+    if replayed is None:
+        return None
+    if "why" in replayed:
+        raise InputFileError(f"{theorem.clause}/{theorem.name}",
+                             f"vLLM's engine cannot run this witness: {replayed['why']}")
+    return str(replayed["message"]) if replayed["fails"] else ""
 
 
 def _slug(text: str) -> str:
@@ -108,8 +150,8 @@ Upstream code at {located}
 {message}
 
 Fails on the audited code; set {TARGET_ENV}=vllm:PATH (or module:FILE.py) to re-run it
-on another version. Runs the upstream functions through kvcontract's binding, without
-importing vLLM.
+on another version. Runs on vLLM's own engine where the target's vLLM imports (as the
+audit judged it), else through kvcontract's binding of the upstream functions.
 """
 
 import json

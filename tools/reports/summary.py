@@ -115,6 +115,8 @@ def defect_block(number: int, defect: Mapping[str, Any]) -> list[Line]:
         lines += [(line, "") for line in wrapped(f"    {label}: {cost}", indent)]
     lines += [(line, "") for line in wrapped(f"    witness: {defect['witness']['line']}",
                                              " " * 13)]
+    if defect.get("mode"):
+        lines += [(line, "") for line in wrapped(f"    needs: {defect['mode']}", " " * 11)]
     live = defect.get("live")
     if isinstance(live, Mapping):
         style = {"confirmed": "bold red", "not reproduced": "bold yellow"}.get(

@@ -61,6 +61,35 @@ def _sliding_window_lookup(self, keys, sliding_window_size, req_context):
     return None if deferred else run
 '''
 
+STALE_PENDING_SCAN_030 = '''
+def _sliding_window_lookup(self, keys, sliding_window_size, req_context,
+                           initial_window_size=None):
+    """The 0.30+ signature (a first window of its own), with the old defect: the pending
+    mark survives a MISS."""
+    deferred = False
+    run = 0
+    required = initial_window_size or sliding_window_size
+    for position in reversed(range(len(keys))):
+        state = self.manager.lookup(keys[position], req_context)
+        if state == LookupResult.MISS:
+            run = 0
+            required = sliding_window_size
+            continue
+        if state == LookupResult.RETRY:
+            deferred = True
+            run = 0
+            required = sliding_window_size
+            continue
+        if state == LookupResult.HIT_PENDING:
+            deferred = True
+        run += 1
+        if run == required:
+            return None if deferred else position + run
+    return None if deferred else run
+'''
+"""STALE_PENDING_SCAN with the signature 0.30.0-0.34.0's callers call (vLLM's engine runs
+a patch only where it fits its release)."""
+
 FIXED_SCAN = '''
 def _sliding_window_lookup(self, keys, sliding_window_size, req_context,
                            initial_window_size=None):

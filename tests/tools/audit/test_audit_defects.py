@@ -18,7 +18,7 @@ from kvcontract.tools.audit.defects import (
     witness_line,
 )
 from kvcontract.tools.audit.root_cause import REFERENCE_ROLES, rebind
-from kvcontract.tools.reports.summary import SUMMARY_WIDTH, summary_lines
+from kvcontract.tools.reports.summary import SUMMARY_WIDTH, defect_block, summary_lines
 
 WINDOW = "get_sliding_window_size_in_chunks"
 STORE_JOBS = "OffloadingConnectorScheduler._build_store_jobs"
@@ -142,6 +142,31 @@ def test_grouping_rules() -> None:
     assert defects[-1]["latent"] and defects[-1]["impact"] == "latent"
     assert defects[3]["title"].startswith("store horizon (C9)")
     assert defects[0]["locations"][0]["display"] == "vllm/a.py:3"
+
+
+def test_a_defect_needs_a_mode_only_when_every_finding_does() -> None:
+    """A configuration beyond vLLM's defaults (legacy block hashes on 0.34.0) is the
+    defect's only where every member needs it, and the summary says so."""
+    from kvcontract.tools.audit.on_engine import LEGACY_HASHES_MODE
+
+    legacy = {**_row("C12", "a", "lost-hit", ["f"]), "mode": LEGACY_HASHES_MODE}
+    (alone,) = group_defects([legacy, {**legacy, "theorem": "b"}])
+    assert alone["mode"] == LEGACY_HASHES_MODE
+    block = [text for text, _ in defect_block(1, alone)]
+    assert any(line.startswith("    needs: disable_lookahead_block_hashes=True") for line in block)
+    (mixed,) = group_defects([legacy, _row("C12", "b", "lost-hit", ["f"])])
+    assert "mode" not in mixed
+    assert not any("needs:" in text for text, _ in defect_block(1, mixed))
+
+
+def test_a_finding_without_a_drafter_needs_no_mode() -> None:
+    from kvcontract.spec.geometry import Geometry, fa, swa
+    from kvcontract.spec.properties.lookup import LookupCase
+    from kvcontract.tools.audit.on_engine import finding_mode
+
+    case = LookupCase.__new__(LookupCase)
+    object.__setattr__(case, "geometry", Geometry((fa(4), swa(4, 8))))
+    assert finding_mode(case) is None
 
 
 def test_defect_identity_does_not_depend_on_the_witness() -> None:

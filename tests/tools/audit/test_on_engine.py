@@ -46,6 +46,26 @@ def test_a_finding_the_engine_shows_keeps_its_impact_and_says_so() -> None:
     assert again == rows
 
 
+def test_a_finding_reached_only_in_a_mode_needs_that_mode() -> None:
+    """A finding reached only through engine findings that need a configuration beyond
+    vLLM's defaults (legacy block hashes) needs it too; one also reached in the default
+    mode does not."""
+    from kvcontract.tools.audit.on_engine import LEGACY_HASHES_MODE
+
+    legacy = {**_row("upstream-no-lost-hits", "engine", "lost-hit", "replay"),
+              "mode": LEGACY_HASHES_MODE}
+    rows = [legacy, _row("mask-exact", "functions", "lost-hit", "replay")]
+    grade(rows, ENGINE)
+    assert rows[1]["mode"] == LEGACY_HASHES_MODE
+    # an engine finding of another impact in the default mode does not lift it
+    rows += [_row("upstream-store-store-horizon", "engine", "waste", "replay")]
+    grade(rows, ENGINE)
+    assert rows[1]["mode"] == LEGACY_HASHES_MODE
+    rows += [_row("upstream-lookup-is-maximal", "engine", "lost-hit", "replay")]
+    grade(rows, ENGINE)
+    assert "mode" not in rows[1] and rows[1]["impact"] == "lost-hit"
+
+
 def test_a_latent_engine_finding_confirms_nothing() -> None:
     rows = [_row("upstream-lookup-converges", "engine", "latent", "W"),
             _row("window-exact", "functions", "lost-hit", "W")]
@@ -127,3 +147,52 @@ def test_the_installed_vllm_judges_its_own_lookup(tmp_path: Path) -> None:
     for row in report["results"]:
         if row["verdict"] == "COUNTEREXAMPLE" and row["judge"] != "engine":
             assert row["impact"] == "latent" or row.get("reached_by"), row["theorem"]
+
+
+def _package(folder: Path, version: str, *modules: str) -> Path:
+    package = folder / "vllm"
+    for module in ("__init__.py", *modules):
+        (package / module).parent.mkdir(parents=True, exist_ok=True)
+        (package / module).write_text(f"# {version} {module}\n")
+    (package / "_version.py").write_text(f"__version__ = version = '{version}'\n")
+    return package
+
+
+def test_a_partial_tree_of_another_release_runs_among_its_own_release(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The audited files of release B over an installed release A run among B's whole
+    Python from B's cached wheel (A's compiled parts beneath); without the wheel the
+    root is refused, naming the download that fixes it."""
+    import zipfile
+
+    from kvcontract.live.judge.roots import RootError
+    from kvcontract.tools.audit.on_engine import _release_beneath
+
+    monkeypatch.setenv("KVCONTRACT_VLLM_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("KVCONTRACT_ROOTS_DIR", str(tmp_path / "roots"))
+    many = [f"m{i}.py" for i in range(8)]  # a release's other modules
+    installed = _package(tmp_path / "site", "0.34.0", "a.py", "core/b.py", "core/c.py",
+                         "d.py", *many)
+    (installed / "_C.abi3.so").write_bytes(b"\0")
+    tree = _package(tmp_path / "release", "0.33.0", "core/b.py")
+    with pytest.raises(RootError, match=r"no wheel of it is cached \(pip download"):
+        _release_beneath(tree, installed)
+    wheels = tmp_path / "cache" / "wheels" / "0.33.0"
+    wheels.mkdir(parents=True)
+    with zipfile.ZipFile(wheels / "vllm-0.33.0-cp38-abi3-manylinux_2_28_x86_64.whl",
+                         "w") as wheel:
+        for module in ("__init__.py", "_version.py", "a.py", "core/b.py", "core/c.py", *many):
+            wheel.writestr(f"vllm/{module}", f"# wheel 0.33.0 {module}\n")
+        wheel.writestr("vllm/_C.abi3.so", "compiled")
+    root = _release_beneath(tree, installed)
+    assert root.version == "0.33.0" and root.installed_version == "0.34.0"
+    assert "its wheel's Python laid over the installed vLLM 0.34.0" in root.description
+    read = {m: (root.package / m).read_text() for m in ("a.py", "core/b.py", "core/c.py")}
+    assert read == {"a.py": "# wheel 0.33.0 a.py\n", "core/b.py": "# 0.33.0 core/b.py\n",
+                    "core/c.py": "# wheel 0.33.0 core/c.py\n"}
+    assert (root.package / "_C.abi3.so").read_bytes() == b"\0"  # the installed build
+    assert not (root.package / "d.py").exists()  # modules 0.33.0 does not have
+    # the same release as the installed one: its files replace their counterparts
+    same = _package(tmp_path / "same", "0.34.0", "core/b.py")
+    assert _release_beneath(same, installed).description.endswith(
+        "replacing their counterparts in the installed vLLM 0.34.0")
