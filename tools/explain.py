@@ -34,7 +34,7 @@ sandbox child under the audit's limits (``tools/audit/sandbox``).
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -242,7 +242,8 @@ def scene_of_picture(picture: Picture, title: str) -> Scene:
 
 
 def scene_from_result(result: Mapping[str, Any], impl: Implementation,
-                      prop: Property | None = None) -> Scene:
+                      prop: Property | None = None,
+                      observe: Callable[[Any], Any] | None = None) -> Scene:
     """The scene of one report result's witness, offending chunks highlighted: the
     property named by the result (or ``prop``: an audit's own theorem of upstream code,
     ``upstream-lookup-*``) draws its own witness
@@ -270,7 +271,7 @@ def scene_from_result(result: Mapping[str, Any], impl: Implementation,
     try:
         if prop is None:
             prop = get_property(theorem_id)
-        picture = _picture(prop, witness, impl)
+        picture = _picture(prop, witness, impl, observe)
     except (UnknownPropertyError, WitnessError) as exc:
         if isinstance(exc, NoPicture):
             raise
@@ -287,18 +288,20 @@ class NoPicture(WitnessError):
     exit_code = EXIT_UNKNOWN
 
 
-def _picture(prop: Property, witness: Mapping[str, Any], impl: Implementation) -> Picture:
+def _picture(prop: Property, witness: Mapping[str, Any], impl: Implementation,
+             observe: Callable[[Any], Any] | None = None) -> Picture:
     """``prop``'s picture of ``witness`` on ``impl``; an audit's theorem of upstream's
     own store path (``upstream-store-*``, C12's ``upstream-*``) drawn from what that
     path did (:func:`observed_picture`), never from kvcontract's store path over the
     binding (which lacks the store horizon: upstream computes it inside
-    ``_build_store_jobs``)."""
+    ``_build_store_jobs``). ``observe``: where the audit judged the row (vLLM's engine),
+    the observation of a case there."""
     from kvcontract.tools.audit.binding import MissingRole, StandInGap, UpstreamError
 
     theorem_id = prop.theorem_id
     try:
         if isinstance(prop, CaseProperty) and prop.name.startswith("upstream-"):
-            observed = observed_picture(prop, prop.space.decode(witness), impl)
+            observed = observed_picture(prop, prop.space.decode(witness), impl, observe)
             if observed is not None:
                 return observed
         return prop.draw(witness, impl)
@@ -315,7 +318,8 @@ def _picture(prop: Property, witness: Mapping[str, Any], impl: Implementation) -
                         f"{type(exc).__name__} on the witness: {exc}") from None
 
 
-def observed_picture(prop: CaseProperty, case: Any, impl: Implementation) -> Picture | None:
+def observed_picture(prop: CaseProperty, case: Any, impl: Implementation,
+                     observe: Callable[[Any], Any] | None = None) -> Picture | None:
     """The picture of a store or end-to-end case as ``prop``'s own observation saw it
     (upstream's executed store path, upstream's lookup as the consumer), against the
     spec's ranges; None for another kind of case. Offending chunks as the catalogue's
@@ -326,13 +330,14 @@ def observed_picture(prop: CaseProperty, case: Any, impl: Implementation) -> Pic
 
     if not isinstance(case, (StoreCase, EndToEndCase)):
         return None
-    observation = prop.space.observe(case, impl)
+    observation = observe(case) if observe is not None else prop.space.observe(case, impl)
+    who = "vLLM's engine" if observe is not None else f"{impl.name}'s"
     geometry = case.geometry
     if isinstance(case, StoreCase):
         stored: dict[int, set[int]] = {}
         offending: dict[int, set[int]] = {}
         notes = [f"prefill steps {list(case.steps)}, then {case.ending}; the offers are "
-                 f"{impl.name}'s store path as executed"]
+                 f"{who} store path as executed"]
         for g, tracker in enumerate(observation.trackers):
             expected = store_expected_offers(case, g)
             stored[g] = expected
@@ -364,7 +369,7 @@ def observed_picture(prop: CaseProperty, case: Any, impl: Implementation) -> Pic
         if unread:
             bad[g] = unread
     return Picture(geometry, tokens, shown, 0, states=states, offending=bad,
-                   notes=[f"promised hit {promised}, accepted {hit} ({impl.name}'s "
+                   notes=[f"promised hit {promised}, accepted {hit} ({who} "
                           "store path and lookup as executed)"])
 
 

@@ -155,6 +155,19 @@ def _root_of(target: Target) -> Any:
     return _release_beneath(tree, below.package if below.path is not None else installed)
 
 
+def tree_root(tree: Any) -> Any:
+    """The root running the ``vllm`` package folder ``tree`` laid over the installed
+    vLLM (:func:`_release_beneath`); :class:`~kvcontract.live.judge.roots.RootError`
+    naming why it cannot."""
+    from kvcontract.live.judge.roots import RootError, installed_package
+
+    installed = installed_package()
+    if installed is None:
+        raise RootError("no vllm package is installed in this Python to lay the tree over "
+                        "(the live set-up: .ci/install-live)")
+    return _release_beneath(tree, installed)
+
+
 def _release_beneath(tree: Any, installed: Any) -> Any:
     """The root running ``tree`` laid over ``installed``. A tree holding only some of
     vLLM's files (a fetched release's audited files) runs among its own release's
@@ -432,6 +445,23 @@ def engine_root_cause(theorem: CaseProperty, witness: Any, binding: Any,
     from kvcontract.tools.audit.store import blame
 
     return root_cause.describe(binding, [blame(theorem, witness)[1]], "loop")
+
+
+def engine_observer(binding: Any, theorem: Property) -> Any:
+    """What ``explain`` draws an engine-judged row from: a function observing one case
+    of ``theorem``'s family on the audit target's vLLM (the engine prepared on first
+    use), or None where no engine runs here or the family has none (the picture then
+    comes from kvcontract's binding, as an audit without vLLM draws it)."""
+    family = REPLAYED_FAMILIES.get(str(getattr(getattr(theorem, "space", None), "family",
+                                               "")))
+    if family is None:
+        return None
+    if binding.engine is None:
+        binding.engine, _why = prepare_engine(binding.target)
+    judge: EngineJudge | None = binding.engine
+    if judge is None:
+        return None
+    return lambda case: _fresh_observe(judge, family, case)
 
 
 def _fresh_observe(judge: EngineJudge, family: str, witness: Any) -> Any:

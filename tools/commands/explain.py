@@ -214,6 +214,9 @@ def _report_scenes(report_path: str, theorems: tuple[str, ...],
                 "witnesses on"
             ) from None
     results = normalize(data)["results"]  # a fuzz report's differences as results too
+    # who judged each row (an audit's: vLLM's engine, its functions or stand-ins)
+    judged = {(r.get("clause"), r.get("theorem")): r.get("judge")
+              for r in data.get("results") or [] if isinstance(r, Mapping)}
 
     def scene(result: Mapping[str, Any]) -> tuple[str, Any]:
         theorem_id = f"{result['clause']}/{result['theorem']}"
@@ -224,7 +227,13 @@ def _report_scenes(report_path: str, theorems: tuple[str, ...],
         # scene_from_result saying why, before its theorem is looked up (a system row
         # names a scenario, not a theorem of the catalogue).
         prop = _theorem(theorem_id, bound) if drawable else None
-        return theorem_id, scene_from_result(result, impl, prop)
+        observe = None
+        if bound is not None and prop is not None and \
+                judged.get((result.get("clause"), result.get("theorem"))) == "engine":
+            from kvcontract.tools.audit.on_engine import engine_observer
+
+            observe = engine_observer(bound, prop)  # drawn where the audit judged it
+        return theorem_id, scene_from_result(result, impl, prop, observe)
 
     def check(rows: list[Mapping[str, Any]]) -> None:
         if bound is None:

@@ -43,8 +43,12 @@ LIVE_JSON_VERSION = 1
 @click.option("--list-scenarios", is_flag=True, help="list the scenarios and exit")
 @click.option("--json", "json_path", metavar="FILE",
               help="write the scenarios' observations as JSON here")
+@click.option("--vllm", "tree", metavar="PATH",
+              help="run this vLLM tree (a checkout of main, an unpacked release; its "
+                   "vllm/ package or the folder holding it) laid over the installed "
+                   "wheel, instead of the installed vLLM")
 def live(check_only: bool, scenarios: tuple[str, ...], list_scenarios: bool,
-         json_path: str | None) -> None:
+         json_path: str | None, tree: str | None) -> None:
     """Run vLLM's own Scheduler, KV-cache manager and OffloadingConnector (the
     installed wheel, CPU only, no model) on kvcontract's scenarios."""
     from kvcontract.live.env import check
@@ -59,6 +63,8 @@ def live(check_only: bool, scenarios: tuple[str, ...], list_scenarios: bool,
     if json_path is not None:
         check_output_file("--json", json_path)
     console = make_console()
+    if tree is not None:
+        console.print(escape(f"vLLM: {_activate_tree(tree)}"))
     found = check(import_modules=True)
     if check_only or not found.ok:
         for line in found.lines():
@@ -71,6 +77,28 @@ def live(check_only: bool, scenarios: tuple[str, ...], list_scenarios: bool,
         if not names:
             sys.exit(EXIT_OK)
     sys.exit(_run(console, names, json_path, found.capabilities))
+
+
+def _activate_tree(tree: str) -> str:
+    """Make ``import vllm`` in this process run ``tree`` laid over the installed wheel
+    (as the audit's engine runs a ``vllm:PATH`` target); its description. A tree that
+    cannot be composed is a usage error naming why."""
+    from pathlib import Path
+
+    from kvcontract.errors import InputFileError
+    from kvcontract.live.judge.roots import RootError, activate
+    from kvcontract.tools.audit.on_engine import tree_root
+
+    folder = Path(tree).expanduser()
+    package = folder / "vllm" if (folder / "vllm" / "__init__.py").is_file() else folder
+    if not (package / "__init__.py").is_file():
+        raise InputFileError(f"--vllm {tree}", "not a vLLM tree (no vllm/__init__.py)")
+    try:
+        root = tree_root(package)
+        activate(root)
+    except RootError as exc:
+        raise InputFileError(f"--vllm {tree}", str(exc)) from None
+    return str(root.description)
 
 
 def _list() -> None:
