@@ -607,7 +607,9 @@ def grade(rows: list[dict[str, Any]], engine: dict[str, Any] | None) -> None:
     keeps its impact when vLLM's engine shows it, either its own witness replayed there
     fails the same judge (``engine_replay``), or its root cause is the root cause of a
     finding the engine showed (an engine-judged one, or a replayed one); ``reached_by``
-    says which. Else it is ``latent``: no run of vLLM's engine in this audit reaches it.
+    says which. Else it is ``latent``: no run of vLLM's engine in this audit reaches it;
+    but where an engine search stopped short of its family's end (``TESTED``: the budget,
+    or ``UNKNOWN``), not reaching it proves nothing: ``unconfirmed``, exit 3.
     Without an engine where one was wanted (``fallback``): it is ``unconfirmed`` (judged
     on stand-ins, not run on vLLM), shown and never called a defect of the release;
     where stand-ins were chosen, it stands as the stand-ins judged it (every report
@@ -622,6 +624,11 @@ def grade(rows: list[dict[str, Any]], engine: dict[str, Any] | None) -> None:
             (row.get("engine_replay") or {}).get("fails"))
 
     confirmed = [r for r in rows if shown(r)]
+    # An engine search that stopped before the end of its family (the budget, or an
+    # UNKNOWN) may not have reached a finding: not reaching it then proves nothing.
+    short = [f"{r['clause']}/{r['theorem']}" for r in rows if r.get("judge") == "engine"
+             and r.get("verdict") in (Verdict.TESTED.value, Verdict.UNKNOWN.value)
+             and not str(r.get("theorem", "")).startswith("live-")]
     for row in rows:
         if row.get("judge") in ("engine", None) or \
                 row.get("verdict") != Verdict.COUNTEREXAMPLE.value:
@@ -650,6 +657,12 @@ def grade(rows: list[dict[str, Any]], engine: dict[str, Any] | None) -> None:
             modes = {r.get("mode") for r in alike}
             if len(modes) == 1 and None not in modes:
                 row["mode"] = modes.pop()
+            continue
+        if short:
+            row["unconfirmed"] = (
+                f"vLLM's engine did not show it, but its search stopped short of the end "
+                f"({', '.join(short[:3])}{' ...' if len(short) > 3 else ''}: the budget "
+                "or an unknown); a larger --budget decides")
             continue
         row["impact"] = Impact.LATENT.value
         row["latent"] = (f"no run of vLLM's engine in this audit reaches it "

@@ -164,8 +164,12 @@ def summary_lines(report: Mapping[str, Any]) -> list[Line]:
         lines += defect_block(number, defect)
     unconfirmed = [d for d in defects if not d["latent"] and d.get("unconfirmed")]
     if unconfirmed:
-        lines += [("", ""), ("unconfirmed (judged on stand-ins, not run on vLLM; "
-                             "exit 3, never a defect of the release):", "yellow")]
+        engine = report.get("engine")
+        why = ("vLLM's engine did not reach it before its search stopped"
+               if isinstance(engine, Mapping) and engine.get("ran")
+               else "judged on stand-ins, not run on vLLM")
+        lines += [("", ""), (f"unconfirmed ({why}; exit 3, never a defect of the "
+                             "release):", "yellow")]
         lines += [(fit(f"  {d['impact']} {' '.join(d['clauses'])} {d['title']} "
                        f"[{d['id']}]"), "") for d in unconfirmed]
     latent = [d for d in defects if d["latent"]]

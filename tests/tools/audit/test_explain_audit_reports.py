@@ -120,3 +120,27 @@ def test_upstream_store_path_rows_draw(tmp_path: Path,
     code, output = _explain(capsys, "--report", str(report), "--theorem",
                             "C4/system[window-sw9-tpc4]")
     assert "a program of the executable system" in output and "internal" not in output
+
+
+def test_an_engine_judged_row_draws_from_vllms_engine(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A C12 lost hit judged on the installed vLLM's engine draws from what the engine
+    did (its store path and lookup as executed), where kvcontract's stand-ins would not
+    run the release's loop (0.34.0 reads ``block_hashes`` no stand-in models)."""
+    from tests.live.conftest import _FOUND, LIVE_REASON
+
+    if not _FOUND.ok:
+        pytest.skip(LIVE_REASON)
+    report = tmp_path / "engine.json"
+    with pytest.raises(SystemExit) as info:
+        main(["audit", "--target", "vllm:installed", "--clause", "C12", "--catalogue-only",
+              "--quiet", "--json", str(report)])
+    capsys.readouterr()
+    assert info.value.code == 1
+    rows = {r["theorem"]: r for r in json.loads(report.read_text())["results"]}
+    assert rows["upstream-no-lost-hits"]["judge"] == "engine"
+    code, output = _explain(capsys, "--report", str(report), "--theorem",
+                            "C12/upstream-no-lost-hits", quiet=False)
+    assert code == EXIT_OK, output
+    assert "(vLLM's engine store path and lookup as executed)" in output
+    assert "offending chunk" in output

@@ -66,6 +66,24 @@ def test_a_finding_reached_only_in_a_mode_needs_that_mode() -> None:
     assert "mode" not in rows[1] and rows[1]["impact"] == "lost-hit"
 
 
+def test_a_finding_the_engine_stopped_short_of_is_unconfirmed_not_latent() -> None:
+    """An engine search cut by the budget (TESTED) may not have reached a finding: not
+    reaching it proves nothing, so the finding is unconfirmed (exit 3), never latent
+    (exit 0)."""
+    rows = [{**_row("upstream-lookup-defers-only-in-scope", "engine", None, "scan"),
+             "verdict": "TESTED"},
+            _row("scan-refines-spec", "functions", "delay", "scan")]
+    grade(rows, ENGINE)
+    assert rows[1]["impact"] == "delay" and "stopped short" in rows[1]["unconfirmed"]
+    assert exit_code({"results": rows}) == 3
+    report = {"target": "t", "results": rows, "engine": ENGINE,
+              "defects": [{"id": "Dabc", "impact": "delay", "impacts": ["delay"],
+                           "latent": False, "unconfirmed": True, "clauses": ["C3"],
+                           "title": "scanner", "theorems": ["C3/scan-refines-spec"]}]}
+    text = "\n".join(line for line, _ in summary_lines(report))
+    assert "unconfirmed (vLLM's engine did not reach it before its search stopped" in text
+
+
 def test_a_latent_engine_finding_confirms_nothing() -> None:
     rows = [_row("upstream-lookup-converges", "engine", "latent", "W"),
             _row("window-exact", "functions", "lost-hit", "W")]
