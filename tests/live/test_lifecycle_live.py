@@ -264,6 +264,7 @@ def test_the_default_policy_fails_the_request_as_documented() -> None:
     assert observation.requests["consumer"].status == "FINISHED_ERROR"
     assert verdict_of(result, "C15")[0] is Verdict.TESTED
     assert result.numbers["note"] == FAIL_POLICY_NOTE
+    assert [c.ok for c in result.checks if "kv_load_failure_policy" in c.what] == [True]
 
 
 @needs_vllm

@@ -398,18 +398,11 @@ def engine_root_cause(theorem: CaseProperty, witness: Any, binding: Any,
     judge.rebinding`) makes the witness pass on a fresh engine (``rebound``); else what
     kvcontract's driver over the same bound functions finds (``inferred``); else the
     connector's own loop or store path (``loop``)."""
-    from kvcontract.live.judge.rebinding import REPLACEMENTS, module_of, rebound
+    from kvcontract.live.judge.rebinding import REPLACEMENTS, rebound
     from kvcontract.tools.audit import root_cause
 
     judge: EngineJudge = binding.engine
-    modules: dict[str, str] = {}
-    package = str(judge.root.package)
-    for role in REPLACEMENTS:
-        record = binding.roles.get(role)
-        if record is not None and record.path:
-            found = module_of(record.path, package)
-            if found is not None:
-                modules[role] = found
+    modules = _modules(binding)
     family = theorem.space.family
     for role in REPLACEMENTS:
         if role not in binding.functions:
