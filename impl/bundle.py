@@ -59,6 +59,10 @@ class Implementation:
     """``(max_hit, confirmed, deferred, local_hit, tokens_per_chunk, num_keys, eagle,
     mamba, scan)``: ``(max_hit, confirmed, deferred, scanned_at, ended, popped)`` after
     the group's turn (:func:`kvcontract.impl.reference.multigroup_lookup_step`)."""
+    initial_lookup_cap: Callable[..., Any] = _reference.initial_lookup_cap
+    """``(num_tokens, recomputes_last_token, max_hit_tokens)``: the multi-group lookup's
+    first candidate boundary (the request less its recomputed last token, capped by the
+    scheduling budget; :func:`kvcontract.impl.reference.initial_lookup_cap`)."""
     # The deferral deadline (C13): when a deferred request's lookup stops deferring and
     # decides with what is ready. The reference's by default (pure: lifted by the prover).
     deferral_clock: Callable[..., Any] = _reference.deferral_clock
@@ -67,3 +71,33 @@ class Implementation:
     deferral_expired: Callable[..., Any] = _reference.deferral_expired
     """``(deferred_since, step, bound)``: whether the lookup at ``step`` must decide
     (``bound < 0``: no deadline configured)."""
+    # A failed transfer (C14): what the system does with a store job the worker reports
+    # failed. The reference's by default.
+    store_job_published: Callable[[bool], bool] = _reference.store_job_published
+    """``(failed)``: whether the reported store job's chunks become readable."""
+    # Block placement (C10): the slot a store job's worker writes each live block into.
+    # The reference's by default (pure: lifted by the prover for all values).
+    store_block_slot: Callable[..., Any] = _reference.store_block_slot
+    """``(position, first_live_page, nulls_before, blocks_per_chunk)``: the slot, from
+    the first page of the job's first chunk, that the job writes the live block at
+    ``position`` of its pages into (:func:`kvcontract.impl.reference.store_block_slot`)."""
+    # The EAGLE drop per hash mode (docs/CONTRACT.md 2.1), asked separately by the lookup
+    # and by the store path: the two must agree, and a variant that makes them disagree is
+    # the mixed-mode defect C5 and C12 catch.
+    lookup_drops_eagle_block: Callable[[bool, int], bool] = _reference.drops_eagle_block
+    """``(eagle, hash_lookahead)``: whether the lookup peeks and pops the group's
+    trailing chunk."""
+    store_drops_eagle_block: Callable[[bool, int], bool] = _reference.drops_eagle_block
+    """``(eagle, hash_lookahead)``: whether the store path shifts the group's mask to its
+    peek block, withholds its last chunk while decoding and passes the GPU's EAGLE replay
+    boundaries."""
+    keyed_tokens: Callable[[int, int, int], int] = _reference.keyed_tokens
+    """``(num_tokens, hash_block_size, hash_lookahead)``: the tokens a request's offload
+    keys cover (its lookup's keys; with lookahead hashes also the store path's horizon)."""
+    # Shared-prefix junctions (C12, docs/CONTRACT.md 9.3): the boundary a request whose
+    # hit a sparse group cut stores for besides its replay boundaries. The reference's by
+    # default.
+    shared_prefix_junction: Callable[..., int] = _reference.shared_prefix_junction
+    """``(full_attention_boundary, local_hit, hit, retention_interval)``: the junction
+    the request registers after its lookup, 0 for none
+    (:func:`kvcontract.impl.reference.shared_prefix_junction`)."""

@@ -178,6 +178,25 @@ def prefix_lookup(lookup: LookupFn, start: int, end: int) -> int | None:
     return start + count
 
 
+def initial_lookup_cap(
+    num_tokens: Any, recomputes_last_token: bool, max_hit_tokens: Any | None
+) -> Any:
+    """The multi-group lookup's first candidate boundary ``maxhit``.
+
+    A windowed group (sliding window, Mamba) recomputes the request's last token for its
+    logits, so the candidate starts one token below the request; a scheduling budget
+    (``max_hit_tokens``: the local hit plus the tokens a step may load) then caps it. The
+    ``- 1`` belongs to the request, never to the budget: a budget below the request is
+    already a boundary with a token left to compute (vLLM 0.34.0's order).
+    """
+    cap = num_tokens
+    if recomputes_last_token:
+        cap = cap - 1
+    if max_hit_tokens is not None and max_hit_tokens < cap:
+        cap = max_hit_tokens
+    return cap
+
+
 LOOKUP_GOES_ON = 0
 """The group's turn left the multi-group lookup running (:func:`multigroup_lookup_step`)."""
 LOOKUP_NO_CHUNK = 1
@@ -255,6 +274,21 @@ def multigroup_lookup_step(
 
 
 # -- store reachability (producer) ---------------------------------------------------
+def drops_eagle_block(eagle: bool, hash_lookahead: int) -> bool:
+    """Whether a group drops its trailing block as EAGLE: an EAGLE group whose block
+    hashes do not cover the drafter's lookahead (``hash_lookahead == 0``, the legacy
+    hashes). The drafter's KV at a block's last position depends on the next token; a
+    hash that covers that token (``hash_lookahead > 0``) proves it, so nothing is dropped:
+    the lookup peeks and pops nothing, and the store path keeps no peek chunk."""
+    return bool(eagle) and not hash_lookahead
+
+
+def keyed_tokens(num_tokens: int, hash_block_size: int, hash_lookahead: int) -> int:
+    """Tokens covered by block hashes: whole hash blocks with ``hash_lookahead`` tokens
+    past each (a block is hashed only once its lookahead tokens exist)."""
+    return max(0, num_tokens - hash_lookahead) // hash_block_size * hash_block_size
+
+
 def segment_blocks(segment_tokens: Any, block_tokens: Any) -> Any:
     """Blocks per store segment. A segment (the alignment ``A``, or a retention interval,
     which vLLM makes a multiple of ``A``) is whole blocks wherever the mask applies (it
@@ -387,7 +421,10 @@ def get_num_offloadable_tokens(
     """Tokens whose KV this step may store.
 
     An aborted request stores what it computed; a finished one everything but the final
-    sampled slot (its KV was never written); a running one what this step computes.
+    sampled slot (its KV was never written), and never more than it computed: a request
+    finished before its prefill completed (an error finish) has KV only for its computed
+    tokens (vLLM 0.34.0; 0.33.0 stored such a request up to its prompt); a running one
+    what this step computes.
     """
     if status == RequestStatus.ABORTED:
         tokens = num_computed_tokens
@@ -395,6 +432,8 @@ def get_num_offloadable_tokens(
         tokens = num_tokens - 1
         if tokens < prompt_len:
             tokens = prompt_len
+        if tokens > num_computed_tokens:
+            tokens = num_computed_tokens
     else:
         tokens = num_computed_tokens + num_scheduled_tokens
     if max_offload_tokens is not None and tokens > max_offload_tokens:
@@ -464,6 +503,26 @@ def store_chunk_offered(
     return True, False
 
 
+def store_block_slot(position: Any, first_live_page: Any, nulls_before: Any,
+                     blocks_per_chunk: Any) -> Any:
+    """Where one group's store job writes a live GPU block: its slot in the job's CPU
+    chunks, counted from the first page of the job's first chunk (CPU chunk ``slot //
+    blocks_per_chunk`` of the job's chunks, page ``slot % blocks_per_chunk``).
+
+    ``position`` is the block's place in the job's pages (its chunk's rank among the
+    job's chunks times ``blocks_per_chunk``, plus its page in the chunk);
+    ``first_live_page`` the page of the job's first live block (the pages before it are
+    null); ``nulls_before`` the null pages before ``position`` (freed out of the window,
+    or zeroed when reallocated). The worker skips ``block index mod blocks_per_chunk``
+    pages of the first chunk and writes the listed blocks one after another; the job
+    lists every page of a stored chunk from the chunk's first page, a null one as a
+    placeholder (the null block is zeroed: copying it is harmless), so every block keeps
+    its own offset (vLLM 0.34.0). C10 (``store-blocks-placed``): the slot is
+    ``position``.
+    """
+    return position
+
+
 # -- the deferral deadline (C13; pure, so the prover lifts it for every step) ---------------
 NO_DEFERRAL = -1
 """``deferred_since`` of a request that is not deferred (steps count from 0)."""
@@ -497,3 +556,27 @@ def ready_after_deadline(result: LookupResult, loading_elsewhere: bool) -> Looku
     if result == HIT and not loading_elsewhere:
         return HIT
     return MISS
+
+
+# -- a failed transfer (C14, C15) -------------------------------------------------------------
+def store_job_published(failed: bool) -> bool:
+    """Whether a store job the worker reported ends with its chunks readable: only one
+    whose transfer succeeded. A failed job's chunks are dropped, never published, so no
+    later lookup answers HIT for bytes that were never written (a later store of the
+    same chunk may publish them)."""
+    return not failed
+
+
+# -- shared-prefix junctions (C12; docs/CONTRACT.md 9.3) ---------------------------------------
+def shared_prefix_junction(full_attention_boundary: int, local_hit: int, hit: int,
+                           retention_interval: int | None) -> int:
+    """The shared-prefix junction a request registers after its lookup (0: none): the
+    boundary its full-attention groups serve, when a sparse (sliding-window or Mamba)
+    group cut the accepted hit (``local_hit + hit``) below it and a retention interval
+    (0 included) is configured. The request retains its sparse groups' history there
+    while it recomputes, and its store path stores the chunks a later consumer sharing
+    the prefix through the junction reads (the junction is one more boundary it passes
+    to its mask), so that consumer gets the boundary (vLLM 0.34.0)."""
+    if retention_interval is None or full_attention_boundary <= local_hit + hit:
+        return 0
+    return full_attention_boundary

@@ -11,7 +11,7 @@ so that a variant's defective primitive shows up in every decision built from it
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from kvcontract.impl import reference
@@ -45,6 +45,11 @@ class LookupOutcome:
     reason: str = ""
     loading: list[tuple[int, int]] = field(default_factory=list)
     """``(group, chunk)`` of the load set another request is loading (a deferral's cause)."""
+    full_attention_boundary: int | None = None
+    """The boundary the full-attention groups served when the first sparse group took
+    its first turn (clamped to that group's keys), None before it or without a
+    full-attention group: what a shared-prefix junction is registered at
+    (``impl.shared_prefix_junction``, docs/CONTRACT.md 9.3)."""
 
 
 def _group_window(impl: Implementation, geometry: Geometry, group: GroupSpec) -> int:
@@ -156,7 +161,7 @@ def _scan_group(
     it confirms, or None (``window``: W of a sliding-window group, None for the other
     kinds). An EAGLE group's ``stop`` includes its peek chunk (the step decides it), and
     its runs are one chunk longer."""
-    eagle = 1 if group.eagle else 0
+    eagle = 1 if impl.lookup_drops_eagle_block(group.eagle, geometry.hash_lookahead) else 0
     if group.kind is GroupKind.FULL:
         found: int | None = impl.prefix_lookup(lookup, start, stop)
         return found
@@ -213,10 +218,10 @@ def lookup_complete_chunks(
     other_groups = [g for g, s in enumerate(geometry.groups) if s.kind is GroupKind.MAMBA]
     order = fa_groups + swa_groups + other_groups
     # A windowed group (sliding window, or Mamba: one chunk of state) must recompute the
-    # last prompt token, so the candidate starts one below the prompt.
-    max_hit = num_tokens - 1 if geometry.recomputes_last_token else num_tokens
-    if max_hit_tokens is not None:
-        max_hit = min(max_hit, max_hit_tokens)  # scheduling budgets cap the candidate
+    # last prompt token, so the candidate starts one below the prompt; scheduling
+    # budgets cap it further (C4/lookup-cap-exact proves the implementation's rule).
+    max_hit = int(impl.initial_lookup_cap(num_tokens, geometry.recomputes_last_token,
+                                          max_hit_tokens))
     outcome = LookupOutcome(hit_tokens=None, max_hit_trace=[max_hit])
 
     # Per group: whether it confirmed, and whether it deferred, at the current maxhit.
@@ -271,14 +276,21 @@ def lookup_complete_chunks(
         for g in order:
             group = geometry.groups[g]
             tpc = geometry.chunk_tokens(group)
-            keys = num_tokens // tpc
+            # Keys exist for the hashed tokens only (with lookahead hashes, a block is
+            # hashed once its lookahead tokens exist).
+            keys = impl.keyed_tokens(
+                num_tokens, geometry.tokens_per_hash, geometry.hash_lookahead) // tpc
             if num_keys is not None:
                 keys = num_keys.get(g, keys)
             before = max_hit
+            if (fa_groups and group.kind is not GroupKind.FULL
+                    and outcome.full_attention_boundary is None):
+                outcome.full_attention_boundary = min(max_hit, keys * tpc)
+            drops = impl.lookup_drops_eagle_block(group.eagle, geometry.hash_lookahead)
             max_hit, confirmed_here, deferred_here, scanned_at, ended, popped = (
                 impl.multigroup_lookup_step(
                     max_hit, confirmed[g], deferred[g], local_hit, tpc, keys,
-                    1 if group.eagle else 0, group.kind is GroupKind.MAMBA, scans[g],
+                    1 if drops else 0, group.kind is GroupKind.MAMBA, scans[g],
                 )
             )
             if scanned_at < before:
@@ -353,18 +365,30 @@ class StoreTracker:
     """Replay boundaries (tokens) passed to the mask; ``None`` (the store path's
     default): the implementation's own (``impl.store_replay_boundaries``) for this
     prompt and geometry. A tuple pins them (tests of the mask alone)."""
+    junction: int = 0
+    """The request's shared-prefix junction (tokens; 0: none), registered by its lookup
+    (``impl.shared_prefix_junction``): one more boundary passed to the mask besides the
+    replay boundaries (docs/CONTRACT.md 9.3)."""
     next_stored_chunk_idx: int = 0
     offered: set[int] = field(default_factory=set)
     unstorable: set[int] = field(default_factory=set)
     offers: list[list[int]] = field(default_factory=list)
+    placements: list[list[tuple[int, int, int]]] = field(default_factory=list)
+    """Per step, where the step's job writes each live block of its chunks: ``(chunk,
+    page, block)`` (the CPU chunk, the page in it, the block's index in the request),
+    laid by the implementation's ``store_block_slot`` over the group's table (null below
+    the first live block)."""
 
     def __post_init__(self) -> None:
         if self.replay_boundaries is None:
             geometry = self.geometry
             self.replay_boundaries = tuple(self.impl.store_replay_boundaries(
                 self.prompt_len, geometry.alignment_tokens, geometry.retention_interval,
-                any(group.eagle for group in geometry.groups),
+                any(self.impl.store_drops_eagle_block(group.eagle, geometry.hash_lookahead)
+                    for group in geometry.groups),
             ))
+        if self.junction and self.junction not in self.replay_boundaries:
+            self.replay_boundaries = (*self.replay_boundaries, self.junction)
 
     @property
     def group(self) -> GroupSpec:
@@ -390,7 +414,8 @@ class StoreTracker:
             for block in blocks
             if self.impl.is_block_reachable(
                 block, align, block_tokens, group.sliding_window,
-                group.extra_retained_tokens, group.eagle,
+                group.extra_retained_tokens,
+                self.impl.store_drops_eagle_block(group.eagle, self.geometry.hash_lookahead),
                 self.geometry.retention_interval,
                 None if final_end_chunk is None else final_end_chunk * bpc, replay_blocks, bpc,
             )
@@ -422,9 +447,19 @@ class StoreTracker:
             status, num_computed, num_scheduled, num_tokens, self.prompt_len,
             self.max_offload_tokens, self.offload_prompt_only,
         )
+        lookahead = self.geometry.hash_lookahead
+        if lookahead:
+            # Keys exist for hashed blocks only: with lookahead hashes a block is stored
+            # once its lookahead tokens exist (docs/CONTRACT.md 2.1).
+            # The whole prompt is hashed from the request's arrival.
+            tokens = min(tokens, self.impl.keyed_tokens(
+                max(num_tokens, self.prompt_len), self.geometry.tokens_per_hash,
+                lookahead))
         first, end, next_after, prompt_horizon = self.impl.store_step_bounds(
             status, tokens, self.prompt_len, self.max_offload_tokens,
-            self.geometry.chunk_tokens(group), group.eagle, self.next_stored_chunk_idx,
+            self.geometry.chunk_tokens(group),
+            self.impl.store_drops_eagle_block(group.eagle, self.geometry.hash_lookahead),
+            self.next_stored_chunk_idx,
         )
         final_end = self.impl.store_final_segment_end(
             status, prompt_horizon, end, self.geometry.retention_interval
@@ -445,4 +480,40 @@ class StoreTracker:
         self.offered.update(new)
         self.next_stored_chunk_idx = next_after
         self.offers.append(new)
+        # The job of this step (every offered chunk stored): block ids are the blocks'
+        # indices plus one, the freed ones null.
+        laid = store_job_placement(
+            self.impl, new, self.geometry.blocks_per_chunk,
+            lambda block: 0 if block < first_live else block + 1)
+        self.placements.append([(new[rank], page, block_id - 1)
+                                for block_id, rank, page in laid])
         return new
+
+
+def store_job_placement(
+    impl: Implementation, chunks: Sequence[int], blocks_per_chunk: int,
+    block_id: Callable[[int], int],
+) -> list[tuple[int, int, int]]:
+    """One group's store job laid into its CPU chunks (docs/CONTRACT.md 5, "Placement"):
+    ``(block id, rank of its CPU chunk among chunks, page)`` per live block of the stored
+    ``chunks`` (ascending, in the job's order; ``block_id(block)`` is the group's table
+    entry, 0 for a null page), at the slot the implementation's ``store_block_slot``
+    gives it. A block placed past the job's chunks has no chunk to land in and is left
+    out (the slot it belongs in stays unwritten)."""
+    laid: list[tuple[int, int, int]] = []
+    first_live: int | None = None
+    nulls = 0
+    for rank, chunk in enumerate(chunks):
+        for page in range(blocks_per_chunk):
+            found = block_id(chunk * blocks_per_chunk + page)
+            position = rank * blocks_per_chunk + page
+            if found == 0:
+                nulls += 1
+                continue
+            if first_live is None:
+                first_live = position
+            slot = int(impl.store_block_slot(position, first_live, nulls, blocks_per_chunk))
+            at_rank, at_page = divmod(slot, blocks_per_chunk)
+            if 0 <= at_rank < len(chunks):
+                laid.append((found, at_rank, at_page))
+    return laid

@@ -30,8 +30,48 @@ shape the defect had upstream:
 * ``resetting-deadline`` (vLLM #53087, a review of the first deadline): the deferral
   clock restarts at every failed promotion round, so a request waiting on a stalled
   write is never decided (C13: stall).
+* ``legacy-drop-lookahead-store`` (the hash modes mixed, docs/CONTRACT.md 2.1): under
+  lookahead block hashes the lookup still peeks one chunk past its boundary and pops it,
+  while the store path, rightly, keeps no peek chunk: the peek finds no key or a MISS and
+  the hit drops a chunk (C4, C5, C12), and a pending peek chunk defers it (C3).
+* ``legacy-mask-lookahead-lookup``: the converse mix: the store path keeps the legacy
+  EAGLE mask under lookahead hashes (the peek block of every tail, the last chunk held
+  back while decoding, the GPU's EAGLE replay boundaries), which no lookup reads (C8, C9).
 * ``no-deadline`` (vLLM #49829; 0.33.0 measures ``deferred_lookup_start_time`` and
   enforces nothing): HIT_PENDING defers forever behind a stalled write (C13: stall).
+* ``publish-failed-store`` (vLLM 0.33.0's connector scheduler has no failed job: every
+  store job the worker reports is completed as stored, and its worker asserts that no
+  transfer failed; 0.34.0 drops a failed job's chunks): a store job that failed is
+  published, so a later resend loads chunks whose bytes were never written (C14:
+  corruption).
+* ``minus-one-after-clamps`` (vLLM 0.33.0's ``_lookup_complete_chunks``; 0.34.0 moved
+  the subtraction first): the windowed lookup's ``- 1`` (the last prompt token is
+  recomputed) is applied after the scheduling budgets (``max_num_new_tokens``, the
+  request's ``max_load_tokens``), so a budget below the prompt loses one more token and,
+  when the budget is a chunk end, the chunk before it: SWA block 4, ``sw`` 8, 17 tokens,
+  a budget of 12 caps the candidate at 11 (C4: the hit 12 is lost).
+* ``full-horizon-unfinished-prefill`` (vLLM 0.33.0's ``_build_store_jobs``; 0.34.0 clamps
+  to ``num_computed_tokens``): a request that finished before its prefill completed (an
+  error finish, ``FINISHED_ERROR``: a failed KV load under the ``fail`` policy, a
+  grammar or encoder-cache error) is stored like one that finished by sampling, up to
+  its prompt, offering chunks whose KV was never computed (C10: uncommitted slots, C14:
+  the ended request's store horizon).
+* ``first-block-null-offset`` (vLLM 0.33.0's ``_build_store_jobs``; 0.34.0 keeps null
+  pages as placeholders): a store job lists only the non-null blocks of its chunks and
+  declares its first non-null block's index, so the worker lays every later block right
+  after the one before it: a null page after a live one (a freed block the scheduler
+  reallocated and zeroed in the connector's table) shifts every later block of the job
+  to a lower offset, and the slots the window's blocks belong in stay unwritten (C10:
+  corruption). On vLLM 0.33.0's engine: FA bs 16 + SWA bs 4, ``sw`` 8, ``bpc`` 8, a
+  136-token prompt in steps of 103, 24 and 9 tokens.
+* ``no-shared-prefix-junction`` (vLLM 0.33.0's offloading connector registers no
+  shared-prefix junction; 0.34.0's ``_maybe_register_shared_prefix_junction`` does): a
+  request whose offloaded hit a sliding-window group cut below the full-attention
+  boundary stores nothing for that boundary, so a later request sharing the prefix
+  through it is cut again (C12: lost hit). On vLLM 0.33.0's engine: FA bs 16 + SWA bs 4,
+  ``sw`` 8, retention 0, a 53-token producer, a first consumer of 59 tokens sharing 40
+  (hit 0, full-attention boundary 32), a second consumer of 43 sharing 40: hit 0, where
+  0.34.0 gives 32.
 """
 
 from __future__ import annotations
@@ -193,12 +233,18 @@ def _aborted_like_finished_tokens(
     offload_prompt_only: bool,
 ) -> int:
     # The defect: an aborted request is stored up to its prompt, as if finished, whatever
-    # it computed (for one never scheduled: nothing, and it has no blocks).
+    # it computed (for one never scheduled: nothing, and it has no blocks). A finished
+    # request's horizon is the one before vLLM 0.34.0 clamped it to the computed tokens.
     if status == RequestStatus.ABORTED:
         status = RequestStatus.FINISHED
-    return ref.get_num_offloadable_tokens(status, num_computed_tokens, num_scheduled_tokens,
-                                          num_tokens, prompt_len, max_offload_tokens,
-                                          offload_prompt_only)
+    return _full_horizon_tokens(status, num_computed_tokens, num_scheduled_tokens,
+                                num_tokens, prompt_len, max_offload_tokens,
+                                offload_prompt_only)
+
+
+def _legacy_eagle_drop(eagle: bool, hash_lookahead: int) -> bool:
+    # The defect: the legacy EAGLE drop whatever the block hashes cover.
+    return bool(eagle)
 
 
 def _resetting_deferral_clock(deferred_since: Any, step: Any) -> Any:
@@ -206,9 +252,65 @@ def _resetting_deferral_clock(deferred_since: Any, step: Any) -> Any:
     return step
 
 
+def _no_junction(full_attention_boundary: Any, local_hit: Any, hit: Any,
+                 retention_interval: Any) -> int:
+    """vLLM 0.33.0: no shared-prefix junction is registered for an offloaded hit."""
+    return 0
+
+
 def _never_expires(deferred_since: Any, step: Any, bound: Any) -> Any:
     # The defect: no deadline at all.
     return False
+
+
+def _publish_every_store(failed: bool) -> bool:
+    # The defect: the job is completed as stored whether its transfer failed or not.
+    return True
+
+
+# -- full-horizon-unfinished-prefill (C10, C14) ------------------------------------------
+def _full_horizon_tokens(
+    status: RequestStatus | str, num_computed_tokens: int, num_scheduled_tokens: int,
+    num_tokens: int, prompt_len: int, max_offload_tokens: int | None,
+    offload_prompt_only: bool,
+) -> int:
+    # The defect: a finished request is stored up to its prompt (or its tokens but the
+    # final sampled slot) whatever it computed.
+    if status == RequestStatus.FINISHED:
+        tokens = num_tokens - 1
+        if tokens < prompt_len:
+            tokens = prompt_len
+        if max_offload_tokens is not None and tokens > max_offload_tokens:
+            tokens = max_offload_tokens
+        if offload_prompt_only and tokens > prompt_len:
+            tokens = prompt_len
+        return tokens
+    return ref.get_num_offloadable_tokens(status, num_computed_tokens, num_scheduled_tokens,
+                                          num_tokens, prompt_len, max_offload_tokens,
+                                          offload_prompt_only)
+
+
+# -- minus-one-after-clamps (C4) ---------------------------------------------------------
+def _minus_one_after_clamps(
+    num_tokens: Any, recomputes_last_token: bool, max_hit_tokens: Any | None
+) -> Any:
+    # The defect: the budget caps the request first, and the recomputed last token is
+    # subtracted from whatever is left, the budget included.
+    cap = num_tokens
+    if max_hit_tokens is not None and max_hit_tokens < cap:
+        cap = max_hit_tokens
+    if recomputes_last_token:
+        cap = cap - 1
+    return cap
+
+
+# -- first-block-null-offset (C10) ------------------------------------------------------------
+def _first_block_null_offset_slot(position: Any, first_live_page: Any, nulls_before: Any,
+                                  blocks_per_chunk: Any) -> Any:
+    # The defect: null pages are dropped from the job and its block index is the first
+    # live block's, so the worker skips the leading null pages and then writes every
+    # listed block one after another; a null page after a live one is not skipped.
+    return first_live_page + (position - nulls_before)
 
 
 VARIANTS: dict[str, Implementation] = {
@@ -291,6 +393,72 @@ VARIANTS: dict[str, Implementation] = {
         "defers the request until the client gives up)",
         deferral_expired=_never_expires,
         violates=("C13",),
+    ),
+    "legacy-drop-lookahead-store": dataclasses.replace(
+        REFERENCE,
+        name="legacy-drop-lookahead-store",
+        description="the lookup keeps the legacy EAGLE drop (peek and pop a chunk) under "
+        "lookahead block hashes, while the store path stores as lookahead hashes allow",
+        lookup_drops_eagle_block=_legacy_eagle_drop,
+        # Measured by `kvcontract prove`: the peek reads a chunk with no key or a MISS
+        # (C4, C12 lost hit), pops (C5), and defers on a pending peek chunk (C3).
+        violates=("C3", "C4", "C5", "C12"),
+    ),
+    "legacy-mask-lookahead-lookup": dataclasses.replace(
+        REFERENCE,
+        name="legacy-mask-lookahead-lookup",
+        description="the store path keeps the legacy EAGLE mask (peek block, volatile "
+        "last chunk, the GPU's EAGLE replay boundaries) under lookahead block hashes, "
+        "while the lookup drops nothing",
+        store_drops_eagle_block=_legacy_eagle_drop,
+        # Measured by `kvcontract prove`: peek chunks no lookup reads (C8, C9 and C12
+        # waste).
+        violates=("C8", "C9", "C12"),
+    ),
+    "minus-one-after-clamps": dataclasses.replace(
+        REFERENCE,
+        name="minus-one-after-clamps",
+        description="vLLM 0.33.0: the SWA lookup subtracts the recomputed last token after "
+        "the scheduling budgets, so a budget below the prompt loses a token (and a chunk)",
+        initial_lookup_cap=_minus_one_after_clamps,
+        violates=("C4",),
+    ),
+    "full-horizon-unfinished-prefill": dataclasses.replace(
+        REFERENCE,
+        name="full-horizon-unfinished-prefill",
+        description="vLLM 0.33.0: a request finished before its prefill completed (an "
+        "error finish) is stored up to its prompt, past the tokens it computed",
+        get_num_offloadable_tokens=_full_horizon_tokens,
+        violates=("C10", "C14"),
+    ),
+    "publish-failed-store": dataclasses.replace(
+        REFERENCE,
+        name="publish-failed-store",
+        description="vLLM 0.33.0's scheduler: a store job the worker reports is completed "
+        "as stored even when its transfer failed, so a resend loads unwritten chunks",
+        store_job_published=_publish_every_store,
+        # Measured by `kvcontract prove --impl publish-failed-store --clause C14
+        # --clause C15`.
+        violates=("C14",),
+    ),
+    "first-block-null-offset": dataclasses.replace(
+        REFERENCE,
+        name="first-block-null-offset",
+        description="vLLM 0.33.0's store jobs: null pages are dropped and only the first "
+        "block's offset is kept, so a block after an interior null page lands at the "
+        "wrong offset of its CPU chunk",
+        store_block_slot=_first_block_null_offset_slot,
+        violates=("C10",),
+    ),
+    "no-shared-prefix-junction": dataclasses.replace(
+        REFERENCE,
+        name="no-shared-prefix-junction",
+        description="vLLM 0.33.0's offloading connector: a request whose hit a sparse "
+        "group cut below the full-attention boundary registers no junction and stores "
+        "nothing for it, so a later request sharing the prefix is cut again",
+        shared_prefix_junction=_no_junction,
+        # Measured by `kvcontract prove --impl no-shared-prefix-junction`.
+        violates=("C12",),
     ),
 }
 

@@ -40,11 +40,12 @@ What the build adapts to the installed release, found by introspection
   marked), and is refused where the release lacks that switch.
 * **Lookahead block hashes** (``lookahead-block-hashes``): 0.34.0's connector hashes each
   block with the drafter's lookahead tokens by default, and then neither the GPU cache
-  nor the connector drops an EAGLE group's trailing block: the drafter's group is no
-  EAGLE group in the contract's sense. The build asks for the legacy hashes
-  (``disable_lookahead_block_hashes=True``), which is the geometry as stated, unless
-  :attr:`BuildOptions.lookahead_block_hashes`; then an EAGLE geometry is refused as
-  another plan (or built anyway with ``accept_other_plan``), and
+  nor the connector drops an EAGLE group's trailing block (docs/CONTRACT.md 2.1). The
+  build follows the geometry's ``hash_lookahead``: 0 asks for the legacy hashes
+  (``disable_lookahead_block_hashes=True``), unless
+  :attr:`BuildOptions.lookahead_block_hashes`, which builds the release's default and
+  refuses the geometry as another plan (or builds it anyway with ``accept_other_plan``);
+  ``k > 0`` keeps the release's default and is refused where the release has none.
   :attr:`LiveEngine.hash_lookahead_tokens` says how far the hashes reach.
 * **Decode context parallelism** (``dcp > 1``): vLLM requires
   ``tensor_parallel_size % decode_context_parallel_size == 0``
@@ -281,6 +282,8 @@ def build(geometry: Geometry, options: BuildOptions | None = None) -> LiveEngine
         engine = _build(geometry, options)
     except _Unsupported as exc:
         return Refused(geometry, str(exc), by_vllm=False)
+    except _NotInRelease as exc:
+        return Refused(geometry, str(exc))  # the release has no such configuration
     except (ValueError, AssertionError, TypeError, NotImplementedError) as exc:
         return Refused(geometry, f"{type(exc).__name__}: {exc}".strip())
     except Exception as exc:  # pydantic's ValidationError and vLLM's own errors
@@ -360,7 +363,13 @@ def _speculative_config(geometry: Geometry, options: BuildOptions, model: Any,
         drafter = scratch.config(f"drafter-{method}-{options.max_model_len}",
                                  tiny_llama_config(options.max_model_len, layers=1,
                                                    architecture=architecture))
-    if (not options.lookahead_block_hashes and has("lookahead-block-hashes")
+    if geometry.hash_lookahead and not has("lookahead-block-hashes"):
+        raise _NotInRelease(
+            f"the geometry asks for lookahead block hashes ({geometry.hash_lookahead} "
+            "token(s)), and this release's OffloadingConnector has none "
+            "(supports_lookahead_block_hashes)")
+    if (not geometry.hash_lookahead and not options.lookahead_block_hashes
+            and has("lookahead-block-hashes")
             and "disable_lookahead_block_hashes" in switches):
         kwargs["disable_lookahead_block_hashes"] = True
         adaptations.append("disable_lookahead_block_hashes=True: the legacy block hashes "
@@ -370,6 +379,11 @@ def _speculative_config(geometry: Geometry, options: BuildOptions, model: Any,
         method=method, model=drafter, num_speculative_tokens=tokens,
         target_model_config=model, target_parallel_config=config.ParallelConfig(),
         **kwargs)
+
+
+class _NotInRelease(Exception):
+    """The geometry asks for a configuration the release does not have (vLLM's verdict:
+    no such engine exists in it, not a gap of the driver)."""
 
 
 class _Unsupported(Exception):
@@ -539,13 +553,18 @@ def _notes(geometry: Geometry, groups: Any, group_of: tuple[int, ...],
         if spec.block_size != declared.block_size:
             notes.append(f"vLLM group {v} (geometry group {g}) has block size "
                          f"{spec.block_size}, the geometry {declared.block_size}")
-        eagle = bool(groups[v].is_eagle_group) and not hash_lookahead
-        if eagle != declared.eagle:
+        # The contract's EAGLE drop (docs/CONTRACT.md 2.1): an EAGLE group under legacy
+        # hashes; under lookahead hashes the group is EAGLE but drops nothing.
+        drops = bool(groups[v].is_eagle_group) and not hash_lookahead
+        declared_drops = geometry.drops_eagle_block(declared)
+        if bool(groups[v].is_eagle_group) != declared.eagle or drops != declared_drops:
             why = (f" (its block hashes reach {hash_lookahead} lookahead token(s): no "
                    "block is dropped)" if groups[v].is_eagle_group and hash_lookahead else "")
             notes.append(f"vLLM group {v} (geometry group {g}) is "
-                         f"{'' if eagle else 'not '}an EAGLE group{why}")
-        elif gpu_eagle is not None and (v in gpu_eagle) != declared.eagle:
+                         f"{'' if groups[v].is_eagle_group else 'not '}an EAGLE group{why}, "
+                         f"the geometry's {'drops' if declared_drops else 'keeps'} its "
+                         "trailing block")
+        elif gpu_eagle is not None and (v in gpu_eagle) != declared_drops:
             notes.append(f"vLLM's GPU prefix cache {'drops' if v in gpu_eagle else 'keeps'}"
                          f" the trailing block of vLLM group {v} (geometry group {g}), "
                          f"which the geometry {'does not' if v in gpu_eagle else 'does'} "
@@ -560,4 +579,7 @@ def _notes(geometry: Geometry, groups: Any, group_of: tuple[int, ...],
     if hash_block_size != geometry.hash_block_size:
         notes.append(f"vLLM hashes in blocks of {hash_block_size}, the geometry "
                      f"{geometry.hash_block_size}")
+    if hash_lookahead != geometry.hash_lookahead:
+        notes.append(f"vLLM's block hashes reach {hash_lookahead} lookahead token(s), the "
+                     f"geometry's {geometry.hash_lookahead}")
     return tuple(notes)

@@ -152,6 +152,11 @@ def options_for(case: EndToEndCase, base: BuildOptions | None = None) -> BuildOp
                    offload_prompt_only=producer.prompt_only)
 
 
+JUNCTION_NOT_CONFIRMED = ("a junction consumer needs its first consumer (docs/CONTRACT.md "
+                          "9.3), which the producer-consumer trace does not run: the "
+                          "engine's end-to-end judge (live/judge/resends.py) runs it")
+
+
 def confirm_case(case: EndToEndCase, options: BuildOptions | None = None, *,
                  timing: Timing | None = None, keep_observation: bool = True,
                  ) -> Confirmation:
@@ -159,6 +164,10 @@ def confirm_case(case: EndToEndCase, options: BuildOptions | None = None, *,
     (:class:`~kvcontract.live.gaps.DriverGapError` when the driver did not fit the
     installed vLLM: no verdict)."""
     geometry = case.geometry
+    if case.consumer.kind == "junction":
+        # A junction consumer needs the request between (docs/CONTRACT.md 9.3), which this
+        # two-request trace does not run: the engine judge (live/judge/resends.py) does.
+        raise ValueError(JUNCTION_NOT_CONFIRMED)
     promised = promised_hit(geometry, case.producer, case.consumer.num_tokens,
                             case.consumer.shared_tokens)
     floor = promised_hit(geometry, case.producer, case.consumer.num_tokens,

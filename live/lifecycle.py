@@ -646,6 +646,7 @@ def to_trace(observation: LiveObservation) -> LifecycleTrace:
         causes: list[DeferCause] = []
         waited: tuple[WaitedChunk, ...] = ()
         ranges: tuple[tuple[int, tuple[int, int]], ...] = ()
+        loaded: tuple[str, ...] = ()
         if decision.deferred:
             if decision.retry_chunks:
                 causes.append(DeferCause.RETRY)
@@ -662,9 +663,15 @@ def to_trace(observation: LiveObservation) -> LifecycleTrace:
                      if r.request == decision.request and r.step == decision.step]
             if loads:
                 ranges = tuple(sorted(loads[-1].ranges().items()))
+            # The keys its load jobs read: the jobs the connector built for the request
+            # in the step that decided (vLLM builds them in the same schedule() call).
+            loaded = tuple(k for j in sorted(log.jobs.values(), key=lambda j: j.job_id)
+                           if j.kind == "load" and j.request == decision.request
+                           and j.submitted == decision.step for k in j.key_texts)
         answer = None if decision.answer is None else decision.local_hit + decision.answer
         lookups.append(LookupRecord(decision.step, decision.request, decision.local_hit,
-                                    answer, tuple(causes), waited, ranges))
+                                    answer, tuple(causes), waited, ranges,
+                                    load_keys=loaded))
     stalled = tuple(sorted({k for j in (log.end.worker_stalled if log.end else ())
                             if j in log.jobs for k in log.jobs[j].key_texts}))
     offers = tuple(StoreOfferRecord(o.step, o.request, g, _offer_status(o), o.num_computed,

@@ -29,7 +29,8 @@ from kvcontract.live.confirm import _traces, end_to_end_case, options_for
 from kvcontract.live.env import vllm_names
 from kvcontract.live.observation import LiveObservation
 from kvcontract.live.run import LiveRun, shutdown
-from kvcontract.live.trace import producer_consumer
+from kvcontract.live.trace import Phase, Trace, TraceRequest, producer_consumer, prompt_tokens
+from kvcontract.live.worker import Timing
 from kvcontract.spec.geometry import Geometry, fa, mamba
 from kvcontract.spec.partial_tail import (
     partial_tail_boundary,
@@ -54,6 +55,9 @@ class KeyEvent:
     group: int
     position: int
     result: str
+    in_flight: bool = False
+    """For a ``load``: the key was among the loads vLLM had in flight for other requests
+    when this one was prepared (the connector's ``_chunks_being_loaded``)."""
 
 
 @dataclass
@@ -193,10 +197,12 @@ class _KeyRecorder:
         engine = self._run.engine
         rid = str(getattr(context, "req_id", ""))
         position = context.get_offload_key_position(key)
+        loading = getattr(engine.connector_scheduler, "_chunks_being_loaded", None) or ()
         self._events.append(KeyEvent(
             self._run.step, what, self._run.recorder.names.get(rid, rid),
             engine.group_of[int(get_offload_group_idx(key))],
-            -1 if position is None else int(position), outcome))
+            -1 if position is None else int(position), outcome,
+            what == "load" and key in loading))
 
 
 def _flags(engine: LiveEngine) -> tuple[bool | None, bool]:
@@ -219,12 +225,146 @@ def run_partial_tail(geometry: Geometry = PARTIAL_TAIL_GEOMETRY, prompt_len: int
     ``continuation`` or ``sibling`` consumer (sharing ``shared`` tokens), on the live
     engine; or why vLLM would not build ``geometry``."""
     case = end_to_end_case(geometry, prompt_len, consumer, shared=shared, steps=steps)
-    engine = build(geometry, options_for(case, options))
+    producer, consumer_request = _traces(case)
+    traced = run_key_trace(geometry, producer_consumer(producer, consumer_request),
+                           options_for(case, options))
+    if isinstance(traced, Refused):
+        return traced
+    supports, partial_hits, observation, events = traced
+    return PartialTailRun(geometry, prompt_len, consumer, case.consumer.num_tokens,
+                          case.consumer.shared_tokens, supports, partial_hits, observation,
+                          events)
+
+
+LOAD_DELAY = 3
+"""Steps the worker takes over each load in :func:`run_partial_tail_being_loaded`."""
+
+
+@dataclass
+class BeingLoadedRun:
+    """A partial tail whose load is in flight for one request (``first``) when another
+    (``second``, the same prompt, one step later) looks it up; both have the chunks
+    below ``b(P)`` in the GPU prefix cache (a ``warm`` request loaded them), so only the
+    partial keys are in question (docs/CONTRACT.md 9.2, load safety)."""
+
+    geometry: Geometry
+    prompt_len: int
+    supports_partial_tail: bool | None
+    observation: LiveObservation
+    events: list[KeyEvent] = field(default_factory=list)
+
+    @property
+    def boundary(self) -> int | None:
+        return partial_tail_boundary(self.geometry, self.prompt_len)
+
+    def _steps(self, what: str, request: str, position: int) -> list[int]:
+        return [e.step for e in self.events
+                if e.what == what and e.request == request and e.position == position]
+
+    def checks(self) -> list[tuple[str, Any, Any, bool]]:
+        boundary = self.boundary
+        found: list[tuple[str, Any, Any, bool]] = [
+            ("vLLM has partial tails on this geometry", True, self.supports_partial_tail,
+             bool(self.supports_partial_tail) and boundary is not None)]
+        if boundary is None:
+            return found
+        first_loads = self._steps("load", "first", boundary)
+        second_looks = self._steps("lookup", "second", boundary)
+        reached = bool(first_loads) and any(
+            0 < step - min(first_loads) < LOAD_DELAY for step in second_looks)
+        found.append(("the second looks b(P) up while the first's load of it is in flight "
+                      "(the case is reached)", True, reached, reached))
+        raised = [f"{e.type}: {e.message}" for e in self.observation.exceptions]
+        found.append(("C2: vLLM raised nothing (no not found / not ready)", [], raised,
+                      not raised))
+        stored = {(e.group, e.position) for e in self.events
+                  if e.what == "store" and e.request == "producer" and e.result == "new"}
+        for name in ("first", "second"):
+            answered = {(e.group, e.position) for e in self.events
+                        if e.what == "lookup" and e.request == name and e.result == "HIT"}
+            loaded = {(e.group, e.position) for e in self.events
+                      if e.what == "load" and e.request == name}
+            found.append((f"C2: every key {name} loads was HIT and stored by the producer",
+                          "loaded <= HIT & stored", sorted(loaded - (answered & stored)),
+                          loaded <= answered & stored))
+        in_flight = sorted((e.request, e.group, e.position) for e in self.events
+                           if e.what == "load" and e.in_flight)
+        found.append(("C2: no request loads a key another request's load has in flight "
+                      "(the being-loaded deferral)", [], in_flight, not in_flight))
+        for name in ("first", "second"):
+            outcome = self.observation.requests.get(name)
+            reused = outcome.reused_tokens if outcome else None
+            found.append((f"C12: {name} reuses at least b(P) tokens (GPU prefix and tail)",
+                          f">= {boundary}", reused, reused is not None and reused >= boundary))
+        return found
+
+    @property
+    def ok(self) -> bool:
+        return all(check[3] for check in self.checks())
+
+    def numbers(self) -> dict[str, Any]:
+        requests = self.observation.requests
+        return {"prompt_len": self.prompt_len, "boundary": self.boundary,
+                "load_delay": LOAD_DELAY,
+                **{name: {"hit": self.observation.accepted_hit(name),
+                          "reused_tokens": requests[name].reused_tokens,
+                          "steps": list(requests[name].scheduled)}
+                   for name in ("warm", "first", "second") if name in requests},
+                "partial_loads": {name: _shown(self._partial_loads(name))
+                                  for name in ("first", "second")},
+                "loads_in_flight_elsewhere": sorted(
+                    f"{e.request}: group {e.group} at {e.position}" for e in self.events
+                    if e.what == "load" and e.in_flight),
+                "supports_partial_tail": self.supports_partial_tail}
+
+    def _partial_loads(self, request: str) -> dict[int, set[int]]:
+        tpc = self.geometry.chunk_tokens(self.geometry.groups[0])
+        found: dict[int, set[int]] = {}
+        for event in self.events:
+            if event.what == "load" and event.request == request and event.position % tpc:
+                found.setdefault(event.group, set()).add(event.position)
+        return found
+
+
+def run_partial_tail_being_loaded(geometry: Geometry = PARTIAL_TAIL_GEOMETRY,
+                                  prompt_len: int = 230) -> BeingLoadedRun | Refused:
+    """A producer of ``prompt_len`` tokens (its stores completed, the GPU prefix cache
+    reset); a ``warm`` request of its first chunks plus a few tokens loads the complete
+    chunks below ``b(P)`` into the GPU prefix cache; then ``first`` (a resend) and, one
+    step later, ``second`` (another resend), every load taking :data:`LOAD_DELAY` steps:
+    ``first`` loads the partial tail, ``second`` finds it being loaded."""
+    tokens = prompt_tokens(prompt_len)
+    chunk = geometry.chunk_tokens(geometry.groups[0])
+    below = (prompt_len - 1) // chunk * chunk
+    trace = Trace((Phase((TraceRequest("producer", tuple(tokens)),),
+                         reset_prefix_cache_after=True),
+                   Phase((TraceRequest("warm", tuple(tokens[:below + 8])),)),
+                   Phase((TraceRequest("first", tuple(tokens)),
+                          TraceRequest("second", tuple(tokens), arrive_at=1)))),
+                  Timing("delayed", LOAD_DELAY, "load"))
+    length = 1 << (prompt_len + 8 - 1).bit_length()
+    traced = run_key_trace(geometry, trace, BuildOptions(max_model_len=length))
+    if isinstance(traced, Refused):
+        return traced
+    supports, _, observation, events = traced
+    return BeingLoadedRun(geometry, prompt_len, supports, observation, events)
+
+
+KeyTrace = tuple[bool | None, bool, LiveObservation, list[KeyEvent]]
+"""vLLM's ``supports_partial_tail`` and ``enable_partial_hash_hits`` (:func:`_flags`), the
+run's observation and every key event of its manager calls."""
+
+
+def run_key_trace(geometry: Geometry, trace: Trace,
+                  options: BuildOptions | None = None) -> KeyTrace | Refused:
+    """Any ``trace`` on the live engine for ``geometry``, every ``lookup``,
+    ``prepare_load`` and ``prepare_store`` logged with its key's position
+    (:class:`KeyEvent`); or why vLLM would not build ``geometry``."""
+    engine = build(geometry, options)
     if isinstance(engine, Refused):
         return engine
     try:
-        producer, consumer_request = _traces(case)
-        run = LiveRun(engine, producer_consumer(producer, consumer_request))
+        run = LiveRun(engine, trace)
         events: list[KeyEvent] = []
         connector_scheduler = engine.connector_scheduler
         connector_scheduler.manager = _KeyRecorder(connector_scheduler.manager, run, events)
@@ -232,9 +372,9 @@ def run_partial_tail(geometry: Geometry = PARTIAL_TAIL_GEOMETRY, prompt_len: int
         observation = run.run()
     finally:
         shutdown(engine)
-    return PartialTailRun(geometry, prompt_len, consumer, case.consumer.num_tokens,
-                          case.consumer.shared_tokens, supports, partial_hits, observation,
-                          events)
+    return supports, partial_hits, observation, events
 
 
-__all__ = ["PARTIAL_TAIL_GEOMETRY", "KeyEvent", "PartialTailRun", "run_partial_tail"]
+__all__ = ["LOAD_DELAY", "PARTIAL_TAIL_GEOMETRY", "BeingLoadedRun", "KeyEvent", "KeyTrace",
+           "PartialTailRun", "run_key_trace", "run_partial_tail",
+           "run_partial_tail_being_loaded"]

@@ -29,7 +29,11 @@ from kvcontract.live.confirm import (
 from kvcontract.live.gaps import DriverGapError
 from kvcontract.live.lifecycle import judge, run_lifecycle
 from kvcontract.live.observation import LiveObservation
-from kvcontract.live.partial_tail import PARTIAL_TAIL_GEOMETRY, run_partial_tail
+from kvcontract.live.partial_tail import (
+    PARTIAL_TAIL_GEOMETRY,
+    run_partial_tail,
+    run_partial_tail_being_loaded,
+)
 from kvcontract.live.trace import (
     Phase,
     Trace,
@@ -807,6 +811,25 @@ def partial_tail_off() -> ScenarioResult:
                          Geometry((fa(64), mamba(64)), hash_block_size=64))
 
 
+def partial_tail_being_loaded() -> ScenarioResult:
+    """FA + Mamba (bs 64, hashed in 16s), P = 230: the complete chunks (192) in the GPU
+    prefix cache, a resend loads the partial tail at b(P) = 224 (each load takes 3
+    steps) and a second resend looks it up one step later, while that load is in
+    flight: it must defer, not load a key being loaded (C2; vLLM 0.34.0 defers, 0.33.0
+    loads it a second time), and both end with 224 tokens reused (C12)."""
+    run = run_partial_tail_being_loaded()
+    name = "partial-tail-being-loaded"
+    doc = partial_tail_being_loaded.__doc__ or ""
+    if isinstance(run, Refused):
+        return _result(name, doc, PARTIAL_TAIL_GEOMETRY, run)
+    result = ScenarioResult(name, doc, PARTIAL_TAIL_GEOMETRY.describe(),
+                            _outcome(run.observation), numbers=run.numbers(),
+                            observation=run.observation)
+    result.checks.extend(Check(what, expected, observed, ok)
+                         for what, expected, observed, ok in run.checks())
+    return result
+
+
 SCENARIOS: dict[str, Callable[[], ScenarioResult]] = {
     "window-formula": window_formula,
     "eagle-replay": eagle_replay,
@@ -833,6 +856,7 @@ SCENARIOS: dict[str, Callable[[], ScenarioResult]] = {
     "partial-tail-short-sibling": partial_tail_short_sibling,
     "partial-tail-chunked": partial_tail_chunked,
     "partial-tail-off": partial_tail_off,
+    "partial-tail-being-loaded": partial_tail_being_loaded,
 }
 """Every named scenario (``kvcontract live --scenario NAME``)."""
 

@@ -373,6 +373,7 @@ def build_geometry(
     mtp_tokens: int = 0,
     drafter: Speculator | None = None,
     offloaded_block_size: int | None = None,
+    lookahead_block_hashes: bool = False,
 ) -> Geometry:
     """The geometry vLLM 0.33.0 plans for ``model`` with these settings.
 
@@ -381,8 +382,13 @@ def build_geometry(
     ``blocks_per_chunk`` / ``block_size``; ``dcp`` the decode-context-parallel size;
     ``retention_interval`` ``prefix_cache_retention_interval`` (``None``, 0 or positive);
     ``mtp_tokens`` the speculative tokens of the model's own MTP modules; ``drafter`` an
-    EAGLE drafter. Raises :class:`~kvcontract.errors.GeometryError` naming the field and
-    the vLLM rule for a request vLLM would refuse.
+    EAGLE drafter. ``lookahead_block_hashes``: the offloading connector's block hashes
+    cover the drafter's prefill lookahead (vLLM 0.34.0's default,
+    ``VllmConfig.num_hash_lookahead_tokens``: ``num_prefill_lookahead_tokens`` when the
+    speculator drops EAGLE blocks and the connector supports it, ``e + 1``); the geometry's
+    ``hash_lookahead`` (docs/CONTRACT.md 2.1), 0 without an EAGLE group. Raises
+    :class:`~kvcontract.errors.GeometryError` naming the field and the vLLM rule for a
+    request vLLM would refuse.
     """
     _require("base_block_size", base_block_size, 1)
     _require("blocks_per_chunk", blocks_per_chunk, 1)
@@ -449,11 +455,13 @@ def build_geometry(
     if offloaded_block_size is not None:
         blocks_per_chunk = blocks_per_chunk_for(tokens_per_block, offloaded_block_size)
     check_retention_interval(retention_interval, groups, tokens_per_block, blocks_per_chunk)
+    lookahead = e + 1 if lookahead_block_hashes and any(g.eagle for g in groups) else 0
     return Geometry(
         tuple(groups),
         blocks_per_chunk=blocks_per_chunk,
         retention_interval=retention_interval,
         dcp=dcp,
+        hash_lookahead=lookahead,
         extra={
             "model": model.name,
             "vllm_version": VLLM_VERSION,

@@ -11,8 +11,9 @@ C3 readiness scope
 C4 maximality
     The accepted hit is the largest boundary whose windows are all ready.
 C5 EAGLE
-    An unverified EAGLE group needs W + 1 ready chunks; the peek chunk is looked up but
-    not loaded; pops happen once per boundary.
+    Under legacy block hashes an unverified EAGLE group needs W + 1 ready chunks; the
+    peek chunk is looked up but not loaded; pops happen once per boundary. Under
+    lookahead block hashes an EAGLE group drops nothing: W ready chunks, no peek, no pop.
 C6 convergence
     The final N satisfies C2 for every group at that N; maxhit never grows; the loop
     terminates.
@@ -47,12 +48,15 @@ C14 lifecycle safety
     Abort at every point, preemption, re-admission and prefix-cache reset raise
     nothing; requests move only as ``spec.lifecycle.TRANSITIONS`` allows; every job
     ends exactly once; no chunk stays pending, no request or key loading; nothing is
-    stored from a freed or reused block or past the tokens an ended request computed.
+    stored from a freed or reused block or past the tokens an ended request computed; a
+    failed transfer raises nothing and a failed store publishes nothing (no later hit
+    reads its chunks unless a later store of them completed).
 C15 load-failure recovery
     A failed or cancelled load leaves the request resuming at a boundary whose needed
     KV is on the GPU in every group (an SWA group: the whole window of the new
     boundary), with no reference or loading count left for the failed chunks and no
-    later hit loading them again unchanged.
+    later hit loading them again unchanged: a failed load is never retried (no later
+    lookup of the request loads the failed chunks again or waits on them).
 
 Reachable boundaries (C7, C8): the A-aligned boundaries up to the store horizon, the
 replay boundaries of a retention interval, and the final horizon of a finished or
@@ -131,7 +135,8 @@ CLAUSES: tuple[Clause, ...] = validated((
            "prover", Impact.DELAY),  # the request waits for a store it does not need
     Clause("C4", "maximality", "the accepted hit is the largest boundary whose windows are ready",
            "prover", Impact.LOST_HIT),  # a servable prefix is recomputed
-    Clause("C5", "EAGLE", "W + 1 ready chunks; peek looked up, not loaded; one pop per boundary",
+    Clause("C5", "EAGLE", "legacy hashes: W + 1 ready chunks; peek looked up, not loaded; one "
+           "pop per boundary; lookahead hashes: no peek, no pop",
            "prover", Impact.LOST_HIT),  # an EAGLE hit one chunk short, or a chunk popped twice
     Clause("C6", "convergence", "final N satisfies C2 at N; maxhit never grows; terminates",
            "prover", Impact.CRASH),  # the final hit reads a chunk only an earlier candidate checked

@@ -99,6 +99,14 @@ class Geometry:
     hash_block_size: int | None = None
     retention_interval: int | None = None
     dcp: int = 1
+    hash_lookahead: int = 0
+    """Tokens past each block that its hash covers (vLLM's
+    ``VllmConfig.num_hash_lookahead_tokens``; docs/CONTRACT.md 2.1). 0: legacy block
+    hashes, and an EAGLE group drops its trailing block (its draft KV depends on the next
+    token, which the hash does not prove). ``k > 0``: lookahead block hashes (vLLM
+    0.34.0's default with an EAGLE/MTP drafter and the offloading connector): a block is
+    keyed only once ``k`` tokens past it exist, so its hash proves them and no group
+    drops a block (the keyed tokens: ``spec.lookup.hashed_tokens``)."""
     extra: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -107,6 +115,14 @@ class Geometry:
             raise GeometryError("groups", (), "a geometry needs at least one KV-cache group")
         _require_int("blocks_per_chunk", self.blocks_per_chunk, minimum=1)
         _require_int("dcp", self.dcp, minimum=1)
+        _require_int("hash_lookahead", self.hash_lookahead, minimum=0)
+        if self.hash_lookahead and not any(g.eagle for g in self.groups):
+            raise GeometryError(
+                "hash_lookahead", self.hash_lookahead,
+                "lookahead block hashes need an EAGLE group: vLLM keys blocks with the "
+                "drafter's lookahead tokens only when a drafter's KV depends on the next "
+                "token (an EAGLE-style drafter that drops blocks)",
+            )
         if self.retention_interval is not None:
             _require_int("retention_interval", self.retention_interval, minimum=0)
         tph = self.hash_block_size
@@ -153,6 +169,19 @@ class Geometry:
         return max(self.chunk_tokens(g) for g in self.groups)
 
     @property
+    def tokens_per_hash(self) -> int:
+        """``tph``: the hash block (set when the geometry is built)."""
+        assert self.hash_block_size is not None
+        return self.hash_block_size
+
+    def drops_eagle_block(self, group: GroupSpec) -> bool:
+        """Whether ``group`` drops its trailing block as EAGLE (docs/CONTRACT.md 2.1): an
+        EAGLE group under legacy block hashes. Its lookup then peeks one chunk past the
+        boundary and pops it, and its store mask and decode horizon keep that chunk. With
+        lookahead hashes an EAGLE group is read and stored like any other group."""
+        return group.eagle and not self.hash_lookahead
+
+    @property
     def has_swa(self) -> bool:
         return any(g.is_swa for g in self.groups)
 
@@ -173,10 +202,12 @@ class Geometry:
             text += f"; retention={self.retention_interval}"
         if self.dcp != 1:
             text += f"; dcp={self.dcp}"
+        if self.hash_lookahead:
+            text += f"; lookahead hashes={self.hash_lookahead}"
         return text
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        described = {
             "groups": [
                 {
                     "kind": g.kind.value,
@@ -192,6 +223,9 @@ class Geometry:
             "retention_interval": self.retention_interval,
             "dcp": self.dcp,
         }
+        if self.hash_lookahead:  # absent under legacy hashes: older reports stay as they were
+            described["hash_lookahead"] = self.hash_lookahead
+        return described
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Geometry:

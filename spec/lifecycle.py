@@ -175,6 +175,9 @@ class LookupRecord:
     """The chunks loaded per group for a decided external hit, ``((group, (lo, hi)),)``."""
     by_deadline: bool = False
     """The answer was forced by the deferral bound (recompute or the ready hit)."""
+    load_keys: tuple[str, ...] = ()
+    """The manager's keys the decided external hit loads, as text (empty: it loads
+    nothing, or the backend did not observe them)."""
 
 
 @dataclass(frozen=True)

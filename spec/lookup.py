@@ -21,6 +21,7 @@ from kvcontract.spec.arith import (
     any_in,
     any_of,
     cdiv,
+    floordiv,
     ite,
     ite_bool,
     max_,
@@ -29,6 +30,13 @@ from kvcontract.spec.arith import (
     or_,
 )
 from kvcontract.vocabulary import LookupResult as LookupResult  # defined in vocabulary
+
+
+def hashed_tokens(num_tokens: Num, hash_block_size: Num, hash_lookahead: Num) -> Num:
+    """Tokens of a request covered by block hashes, where its offload keys end
+    (docs/CONTRACT.md 2.1): whole hash blocks, each with ``hash_lookahead`` tokens past it
+    (0 under legacy hashes: every whole hash block)."""
+    return floordiv(max_(0, num_tokens - hash_lookahead), hash_block_size) * hash_block_size
 
 HIT = LookupResult.HIT
 MISS = LookupResult.MISS

@@ -46,6 +46,10 @@ class Preset:
     build: dict[str, int] = field(default_factory=dict)
     sources: tuple[str, ...] = ()
     variant_of: str | None = None
+    lookahead_block_hashes: bool = False
+    """Whether vLLM's default for this model keys blocks with the drafter's lookahead
+    (docs/CONTRACT.md 2.1: 0.34.0 with an EAGLE-style drafter and the offloading
+    connector); :meth:`geometry` builds the legacy mode unless asked."""
 
     def geometry(self, blocks_per_chunk: int = 1, **overrides: Any) -> Geometry:
         """The preset's geometry at ``blocks_per_chunk`` (other build settings overridable)."""
@@ -133,6 +137,9 @@ def _parse(name: str, data: dict[str, Any]) -> Preset:
             mamba_checkpoint_alignment=model_data.get("mamba_checkpoint_alignment"),
             mtp=_speculator(model_data.get("mtp")),
         )
+        lookahead = data.get("lookahead_block_hashes", False)
+        if not isinstance(lookahead, bool):
+            raise ValueError("'lookahead_block_hashes' must be true or false")
         build = dict(data.get("build", {}))
         unknown = set(build) - set(_BUILD_OPTIONS)
         if unknown:
@@ -147,6 +154,7 @@ def _parse(name: str, data: dict[str, Any]) -> Preset:
             build=build,
             sources=tuple(sources),
             variant_of=data.get("variant_of"),
+            lookahead_block_hashes=lookahead,
         )
     except KeyError as exc:
         raise InputFileError(path, f"missing field {exc}") from None

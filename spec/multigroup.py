@@ -16,8 +16,9 @@ import functools
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
+from kvcontract.spec.arith import Num, min_
 from kvcontract.spec.geometry import Geometry, GroupKind, GroupSpec
-from kvcontract.spec.lookup import HIT, HIT_PENDING, LookupResult
+from kvcontract.spec.lookup import HIT, HIT_PENDING, LookupResult, hashed_tokens
 from kvcontract.spec.retention import (
     full_attention_load_chunk_range,
     load_chunk_range,
@@ -31,9 +32,20 @@ def initial_max_hit(geometry: Geometry, num_tokens: int) -> int:
     return num_tokens - 1 if geometry.recomputes_last_token else num_tokens
 
 
+def lookup_cap(geometry: Geometry, num_tokens: Num, max_hit_tokens: Num | None) -> Num:
+    """The largest boundary a lookup may answer: :func:`initial_max_hit`, then the
+    scheduling budget ``max_hit_tokens`` (the local hit plus what a step may load), never
+    the other way round: a budget below the request already leaves its last token to
+    compute, so it is not lowered again (docs/CONTRACT.md 4.4, C4)."""
+    cap = initial_max_hit(geometry, num_tokens)
+    return cap if max_hit_tokens is None else min_(cap, max_hit_tokens)
+
+
 def complete_chunks(geometry: Geometry, group: GroupSpec, num_tokens: int) -> int:
-    """Offload keys exist only for complete chunks."""
-    return int(num_tokens // geometry.chunk_tokens(group))
+    """Offload keys exist only for complete chunks of the hashed tokens
+    (:func:`~kvcontract.spec.lookup.hashed_tokens`)."""
+    keyed = hashed_tokens(num_tokens, geometry.tokens_per_hash, geometry.hash_lookahead)
+    return int(keyed // geometry.chunk_tokens(group))
 
 
 def load_range(geometry: Geometry, group: GroupSpec, hit: int, local_hit: int) -> tuple[int, int]:
@@ -78,7 +90,7 @@ def first_live_block(geometry: Geometry, group: GroupSpec, num_computed: int) ->
 def read_range(geometry: Geometry, group: GroupSpec, hit: int, local_hit: int) -> tuple[int, int]:
     """The chunks a group must find present for ``hit``: its load set plus the EAGLE peek."""
     start, end = load_range(geometry, group, hit, local_hit)
-    return start, end + (1 if group.eagle else 0)
+    return start, end + (1 if geometry.drops_eagle_block(group) else 0)
 
 
 def group_read_requirement(
@@ -163,8 +175,9 @@ def contract_answer(
     best: int | None = None
     best_ranges: tuple[tuple[int, int], ...] = ()
     present = (HIT, HIT_PENDING)
+    cap = lookup_cap(geometry, num_tokens, max_hit_tokens)
     for hit, ranges in _requirements(geometry, num_tokens, local_hit):
-        if max_hit_tokens is not None and hit > max_hit_tokens:
+        if hit > cap:
             continue
         if ranges is not None and all(
             states[g][k] in present

@@ -277,7 +277,7 @@ def store_replay_boundaries(geometry: Geometry, prompt_len: int) -> tuple[int, .
     """
     return replay_boundaries_owed(
         prompt_len, geometry.alignment_tokens, geometry.retention_interval,
-        any(group.eagle for group in geometry.groups))
+        any(geometry.drops_eagle_block(group) for group in geometry.groups))
 
 
 # -- the store rule of one group of a geometry (concrete ints) ---------------------------
@@ -287,7 +287,8 @@ def group_mask(geometry: Geometry, group: GroupSpec) -> tuple[MaskRule, int]:
     block_tokens = geometry.block_tokens(group)
     rule = mask_rule(geometry.alignment_tokens, block_tokens, geometry.retention_interval)
     need = store_need_blocks(
-        group.sliding_window, group.extra_retained_tokens, block_tokens, group.eagle
+        group.sliding_window, group.extra_retained_tokens, block_tokens,
+        geometry.drops_eagle_block(group),
     )
     return rule, int(need)
 
@@ -330,7 +331,8 @@ def group_marked_blocks(
     replay = group_replay_blocks(geometry, group, replay_boundaries)
     return [
         b for b in blocks
-        if block_is_reachable(b, rule, need, group.eagle, final_block, replay, bpc)
+        if block_is_reachable(b, rule, need, geometry.drops_eagle_block(group), final_block,
+                              replay, bpc)
     ]
 
 
@@ -349,7 +351,8 @@ def group_chunk_is_stored(
     bpc = geometry.blocks_per_chunk
     final_block = None if final_segment_end_chunk is None else final_segment_end_chunk * bpc
     replay = group_replay_blocks(geometry, group, replay_boundaries)
-    return bool(chunk_is_stored(chunk, bpc, rule, need, group.eagle, final_block, replay))
+    return bool(chunk_is_stored(chunk, bpc, rule, need, geometry.drops_eagle_block(group),
+                                final_block, replay))
 
 
 def group_stored_chunks(
@@ -381,7 +384,9 @@ def stored_token_count(
     if status == RequestStatus.ABORTED:
         tokens = num_computed
     elif status == RequestStatus.FINISHED:
-        tokens = max_(prompt_len, num_tokens - 1)
+        # Never past what it computed: a request finished before its prefill completed
+        # (an error finish) has no KV for the rest of its prompt.
+        tokens = min_(num_computed, max_(prompt_len, num_tokens - 1))
     else:
         tokens = num_computed + num_scheduled
     if max_offload_tokens is not None:

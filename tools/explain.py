@@ -180,7 +180,8 @@ def build_scene(
                 )
                 row.retained_tokens = (int(lo), int(hi))
                 w_lo, w_hi = spec_reach.demanded_chunk_range(
-                    hit, group.sliding_window, group.extra_retained_tokens, tpc, group.eagle
+                    hit, group.sliding_window, group.extra_retained_tokens, tpc,
+                    geometry.drops_eagle_block(group),
                 )
                 row.window_chunks = (max(int(w_lo), local_hit // tpc), int(w_hi))
             else:
@@ -215,11 +216,12 @@ def _spec_stored(geometry: Geometry, group: GroupSpec, horizon_chunks: int) -> s
     rule = spec_reach.mask_rule(geometry.alignment_tokens, block_tokens,
                                 geometry.retention_interval)
     need = spec_reach.store_need_blocks(group.sliding_window, group.extra_retained_tokens,
-                                        block_tokens, group.eagle)
+                                        block_tokens, geometry.drops_eagle_block(group))
     bpc = geometry.blocks_per_chunk
     return {
         c for c in range(horizon_chunks)
-        if spec_reach.chunk_is_stored(c, bpc, rule, need, group.eagle, horizon_chunks * bpc)
+        if spec_reach.chunk_is_stored(c, bpc, rule, need, geometry.drops_eagle_block(group),
+                                      horizon_chunks * bpc)
     }
 
 

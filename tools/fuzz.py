@@ -59,6 +59,7 @@ from kvcontract.impl.system.engine import RETRY_STEPS, OffloadSystem, StorePath,
 from kvcontract.impl.system.lifecycle import TraceRecorder
 from kvcontract.impl.system.offload import ChunkState
 from kvcontract.impl.variants import get_implementation
+from kvcontract.spec.build import buildable
 from kvcontract.spec.clauses import get_clause
 from kvcontract.spec.geometry import Geometry, fa, mamba, swa
 from kvcontract.spec.lifecycle import DEFAULT_DEFERRAL_BOUND, ExceptionRecord
@@ -266,12 +267,13 @@ def replay_program(replay: Mapping[str, Any], impl: Implementation) -> list[Diff
     return run_scenario(impl, scenario, "cpu").findings
 
 
-SYSTEM_OPERATIONS = frozenset({"add_request", "step", "finish", "abort", "preempt", "drain",
-                               "stall_next_store", "fail_next_load", "reset_prefix_cache",
-                               "retry_lookups"})
+SYSTEM_OPERATIONS = frozenset({"add_request", "step", "finish", "finish_with_error", "abort",
+                               "preempt", "drain", "stall_next_store", "fail_next_load",
+                               "reset_prefix_cache", "retry_lookups"})
 """The program operations that are methods of ``OffloadSystem``: the scheduler's and
-the environment's lifecycle faults (the next store job never completes, the next load
-job fails, the prefix caches are dropped, the offload tier answers RETRY for a while)."""
+the environment's lifecycle faults (a request finished with an error wherever its
+prefill is, the next store job never completes, the next load job fails, the prefix
+caches are dropped, the offload tier answers RETRY for a while)."""
 
 OPERATIONS = SYSTEM_OPERATIONS | FIXTURE_OPERATIONS
 """The operations a program may use: the system's own and the fixtures of
@@ -463,7 +465,8 @@ EVICT_GPU: Op = ("evict_gpu_cache",)
 
 def seed_scenarios(salt: int = 0) -> list[Scenario]:
     """The four historic defects of docs/CONTRACT.md section 8 as concrete programs, the
-    window bound, and a Mamba group's retention."""
+    window bound, an EAGLE group under lookahead block hashes, and a Mamba group's
+    retention."""
     scenarios: list[Scenario] = []
     # seed 000: stale pending flag.
     geo = Geometry((fa(4), swa(4, 8)))
@@ -504,6 +507,15 @@ def seed_scenarios(salt: int = 0) -> list[Scenario]:
     scenarios.append(
         Scenario("window-sw9-tpc4", geo,
                  [*_produce("producer", toks, 35), EVICT_GPU, *_consume(toks, 64)])
+    )
+    # Lookahead block hashes (docs/CONTRACT.md 2.1): a full-attention EAGLE group drops
+    # nothing, so a resend of 17 tokens is served its four complete chunks (16 tokens);
+    # a lookup that still peeks past them finds no key and pops to 12 (C4, C5).
+    geo = Geometry((fa(4, eagle=True), swa(4, 8)), retention_interval=0, hash_lookahead=1)
+    toks = _tokens(17, salt)
+    scenarios.append(
+        Scenario("lookahead-eagle", geo,
+                 [*_produce("producer", toks, 8), EVICT_GPU, *_consume(toks, 64)])
     )
     # A Mamba group as vLLM builds it (align mode: the Mamba block is the base block):
     # after a resend's external hit, the Mamba group keeps only the chunk holding the
@@ -715,6 +727,9 @@ FUZZ_GEOMETRIES: list[Geometry] = [
     Geometry((fa(36), swa(4, 16))),
     Geometry((swa(8, 16, 1), mamba(8)), blocks_per_chunk=2),
     Geometry((fa(16), swa(4, 8)), retention_interval=32),
+    # Lookahead block hashes (docs/CONTRACT.md 2.1): EAGLE groups drop nothing.
+    Geometry((fa(16), swa(4, 8, eagle=True)), blocks_per_chunk=4, hash_lookahead=1),
+    Geometry((fa(4, eagle=True), swa(4, 8)), retention_interval=0, hash_lookahead=1),
 ]
 
 
@@ -835,6 +850,12 @@ def make_state_machine(impl: Implementation, device: str, salt: int,
             @rule()
             def reset_prefix_cache(self) -> None:
                 self._apply(("reset_prefix_cache",))
+
+            @rule(rid=requests)
+            def finish_with_error(self, rid: str) -> None:
+                # vLLM's FINISHED_ERROR mid-prefill (docs/CONTRACT.md 9.1): it stores
+                # only what it computed (C14 ended-store-horizon).
+                self._apply(("finish_with_error", rid))
 
         def teardown(self) -> None:
             if self.lockstep is not None and not self.lockstep.findings:
@@ -1028,11 +1049,11 @@ def _run_programs(
 
             # The live backend cannot declare every geometry (unsupported names why:
             # dcp > 1 needs several ranks, two EAGLE groups two drafter layers; e > 0
-            # it builds from an MTP drafter): a live run's programs draw from those it
-            # declares, so they compare. vLLM may still plan one otherwise (SWA groups
-            # with different e: it tags every SWA spec with one e), and the comparison
-            # reports that program refused, with vLLM's plan as the reason.
-            live_pool = [g for g in FUZZ_GEOMETRIES if unsupported(g) is None]
+            # it builds from an MTP drafter), and vLLM plans some otherwise (buildable
+            # names why: SWA groups with different e, as it tags every SWA spec with
+            # one e): a live run's programs draw from the rest, so they compare.
+            live_pool = [g for g in FUZZ_GEOMETRIES
+                         if unsupported(g) is None and buildable(g)[0]]
         machine = make_state_machine(impl, device, seed, geometries, live_pool,
                                      live=report.live is not None)
         if report.live is not None:

@@ -144,7 +144,7 @@ class Monitor:
         self.geometry = geometry
         self.violations: list[Violation] = []
         self.checks: Counter[str] = Counter()
-        self._eagle = any(group.eagle for group in geometry.groups)
+        self._eagle = any(geometry.drops_eagle_block(group) for group in geometry.groups)
         _, judged = monitored_properties()
         self._judged = [p for p in judged if p.family == "lookup"]
         self._lifecycle = [p for p in judged if p.family == "lifecycle"]

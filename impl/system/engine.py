@@ -65,6 +65,7 @@ from kvcontract.impl.scheduler import (
     StoreTracker,
     group_first_live_block,
     lookup_complete_chunks,
+    store_job_placement,
 )
 from kvcontract.impl.system.events import (
     AllocationEvent,
@@ -589,6 +590,18 @@ class OffloadSystem:
             return
         self._end(rid, RequestStatus.FINISHED)
 
+    def finish_with_error(self, rid: str) -> None:
+        """End a running request as finished wherever its prefill is: vLLM's
+        ``FINISHED_ERROR`` (a failed KV load under the ``fail`` policy, a grammar or
+        encoder-cache error) finishes a request that has computed only part of its
+        prompt; its store job may offer only what it computed (C14). A request that is
+        not running (waiting, loading, done) is left alone."""
+        req = self.requests.get(rid)
+        if req is None or req.phase is not Phase.RUNNING:
+            self.log.append(f"error-finish {rid} ignored (not running)")
+            return
+        self._end(rid, RequestStatus.FINISHED)
+
     def abort(self, rid: str) -> None:
         self._end(rid, RequestStatus.ABORTED)
 
@@ -722,8 +735,10 @@ class OffloadSystem:
     def _acknowledge(self, job: TransferJob) -> None:
         direction, keys, failed, rid = self.in_flight.pop(job.job_id)
         if direction == "store":
-            # A failed store leaves its keys absent: nothing half-written becomes readable.
-            self.manager.complete_store(keys, success=not failed)
+            # A failed store leaves its keys absent: nothing half-written becomes readable
+            # (``impl.store_job_published``: the reference publishes only a success).
+            self.manager.complete_store(keys, success=bool(self.impl.store_job_published(
+                failed)))
             self.log.append(f"store-complete job{job.job_id} ok={not failed}")
             self._transfer(rid, job.job_id, JobKind.STORE,
                            JobEvent.FAILED if failed else JobEvent.COMPLETED, keys)
@@ -816,7 +831,8 @@ class OffloadSystem:
     def _group_serves_local(self, g: int, spec: GroupSpec, hit: int, cached: set[int]) -> bool:
         bs = self.geometry.block_tokens(spec)
         first = group_first_live_block(self.impl, self.geometry, spec, hit)
-        end = hit // bs + (1 if spec.eagle else 0)  # EAGLE: the peek block, then dropped
+        # EAGLE under legacy hashes: the peek block, then dropped (docs/CONTRACT.md 2.1).
+        end = hit // bs + (1 if self.geometry.drops_eagle_block(spec) else 0)
         return all(b in cached for b in range(first, end))
 
     # -- lookup and load ------------------------------------------------------------------
@@ -1186,14 +1202,16 @@ class OffloadSystem:
         if plan is None or not plan.keys:
             return
         slot_of = dict(zip(plan.keys, plan.slots, strict=True))
-        pages: list[tuple[int, int, int]] = []
-        for chunk, key in zip(offered, keys, strict=True):
-            if key not in slot_of:
-                continue
-            for page in range(bpc):
-                block = chunk * bpc + page
-                if block < len(table) and table[block] != NULL_BLOCK:
-                    pages.append((table[block], slot_of[key], page))
+        # The job's chunks are the keys the manager accepted; each live block is written
+        # where the implementation's placement puts it (null pages are placeholders:
+        # nothing of theirs is copied).
+        stored = [(chunk, key) for chunk, key in zip(offered, keys, strict=True)
+                  if key in slot_of]
+        laid = store_job_placement(
+            self.impl, [chunk for chunk, _ in stored], bpc,
+            lambda block: table[block] if block < len(table) else NULL_BLOCK)
+        pages: list[tuple[int, int, int]] = [
+            (block_id, slot_of[stored[rank][1]], page) for block_id, rank, page in laid]
         failed = self.fail_stores > 0
         if failed:
             self.fail_stores -= 1

@@ -49,16 +49,18 @@ from kvcontract.spec.lifecycle import (
     WaitedChunk,
 )
 
-OPERATIONS = ("step", "add", "abort", "preempt", "finish", "stall-store", "fail-store",
-              "fail-load", "reset-cache", "retry-lookups")
+OPERATIONS = ("step", "add", "abort", "preempt", "finish", "error", "stall-store",
+              "fail-store", "fail-load", "reset-cache", "retry-lookups")
 """A program's operations: ``step`` (one scheduler step), ``add NAME``, ``abort NAME``,
-``preempt NAME``, ``finish NAME``, and the environment's faults: ``stall-store`` (the
+``preempt NAME``, ``finish NAME``, ``error NAME`` (a running request finishes with an
+error wherever its prefill is: vLLM's ``FINISHED_ERROR``), and the environment's
+faults: ``stall-store`` (the
 next store job never completes), ``fail-store`` (the next store job fails),
 ``fail-load`` (the next load job fails), ``reset-cache`` (GPU and offload prefix caches
 dropped, but for what jobs in flight hold), ``retry-lookups`` (the offload tier answers
 RETRY to every lookup for longer than the deferral bound)."""
 
-_NAMED = frozenset({"add", "abort", "preempt", "finish"})
+_NAMED = frozenset({"add", "abort", "preempt", "finish", "error"})
 
 FATAL_NOTE = "the program ended at the exception (engine-fatal)"
 """A trace's note when an operation raised: what the judges see stops there."""
@@ -132,7 +134,7 @@ class TraceRecorder:
         elif isinstance(event, DecisionEvent):
             self.lookups.append(LookupRecord(
                 event.step, event.request, event.local_hit, event.hit, (), (),
-                event.load_ranges, event.by_deadline))
+                event.load_ranges, event.by_deadline, event.load_keys))
             self._last_decision[event.request] = event
         elif isinstance(event, TransferEvent):
             self.jobs.append(JobRecord(event.step, event.job_id, event.request, event.kind,
@@ -248,6 +250,9 @@ def _apply(system: OffloadSystem, verb: str, name: str | None, tokens: list[int]
     elif verb == "finish":
         assert name is not None
         system.finish(name)
+    elif verb == "error":
+        assert name is not None
+        system.finish_with_error(name)
     elif verb == "stall-store":
         system.stall_next_store()
     elif verb == "fail-store":

@@ -36,6 +36,7 @@ from kvcontract.spec.properties.end_to_end import (
     EndToEndCase,
     EndToEndObservation,
     consumer_keys,
+    first_consumer,
 )
 from kvcontract.spec.properties.store import StoreCase, StoreRun, offered_chunks
 
@@ -61,6 +62,8 @@ class EndToEndJudge:
         producer = case.producer
         longest = max(producer.prompt_len + producer.decode + 8,
                       case.consumer.num_tokens + 8)
+        if case.consumer.kind == "junction":
+            longest = max(longest, first_consumer(case).num_tokens + 8)
         return replace(self.pool.options, offload_prompt_only=producer.prompt_only,
                        max_num_batched_tokens=max(self.pool.options.max_num_batched_tokens,
                                                   longest))
@@ -90,6 +93,17 @@ class EndToEndJudge:
             consumer.num_tokens - consumer.shared_tokens)
         offered = [offered_chunks(tracker) for tracker in producer.run.trackers]
         keys = consumer_keys(case.geometry, consumer.num_tokens, consumer.shared_tokens)
+        if consumer.kind == "junction":
+            # The first consumer runs to its end and stores (what vLLM's connector
+            # decides for it, its junction included): the offload tier now holds its
+            # chunks, so the next case runs its producer afresh.
+            self._last = None
+            first = first_consumer(case)
+            stored = self._first_consumer(judge, producer.history[:first.shared_tokens]
+                                          + self.pool.tokens(first.num_tokens
+                                                             - first.shared_tokens))
+            offered = [chunks | {c for c in stored.get(g, ()) if c < keys[g]}
+                       for g, chunks in enumerate(offered)]
         observation = EndToEndObservation(None, offered, keys)
         hit, loads = self._consume(judge, tokens)
         observation.hit_tokens = hit
@@ -104,6 +118,36 @@ class EndToEndJudge:
         run, history = run_producer(judge, case, self.pool, f"judge-producer-{self.runs}")
         self._last = _Producer(case, run, history, judge)
         return self._last
+
+    def _first_consumer(self, judge: JudgeEngine, tokens: list[int]) -> dict[int, set[int]]:
+        """A junction case's first consumer: it arrives after a GPU prefix-cache reset,
+        runs (no store cap) until it finished, and its store jobs complete; the chunks
+        it offered, per group."""
+        session = judge.session
+        if not judge.engine.scheduler.reset_prefix_cache(reset_connector=False):
+            raise NotRealized("vLLM refused to reset its GPU prefix cache before the "
+                              "first consumer")
+        self.consumers += 1
+        name = f"judge-first-consumer-{self.consumers}"
+        observation = session.observation
+        mark = len(observation.stores)
+        session.run.arrive(TraceRequest(name, tuple(tokens), max_tokens=1))
+        request = session.run.live[name]
+        for _ in range(8):
+            session.step(len(tokens) + 1)
+            if request.is_finished():
+                break
+        check_gaps(session)
+        stored: dict[int, set[int]] = {}
+        for offer in observation.stores[mark:]:
+            if offer.request == name:
+                for g, chunks in offer.offered.items():
+                    stored.setdefault(g, set()).update(chunks)
+        finished = request.is_finished()
+        release_request(judge, request)
+        if not finished:
+            raise NotRealized("vLLM did not finish the first consumer in eight steps")
+        return stored
 
     def _consume(self, judge: JudgeEngine, tokens: list[int],
                  ) -> tuple[int | None, dict[int, tuple[int, ...]]]:

@@ -69,6 +69,10 @@ class EngineOffers:
 
     group_index: int
     offers: list[list[int]] = field(default_factory=list)
+    placements: list[list[tuple[int, int, int]]] = field(default_factory=list)
+    """Per step, ``(chunk, page, block)`` of every live block the step's store jobs
+    write, laid as vLLM's CPU worker lays a job (``block``: the block's index in the
+    request, from the connector's own block table; -1 when it names no block there)."""
 
 
 # -- the data trace --------------------------------------------------------------------------
@@ -97,6 +101,9 @@ class _Job:
     group, chunk) in the worker's order)."""
     copied: bool = False
     done: bool = False
+    placed: list[tuple[int, int, int, int]] = field(default_factory=list)
+    """(geometry group, chunk, page, block index in the request) per live block, as the
+    worker lays the job (null pages are placeholders: nothing of theirs is placed)."""
 
 
 def chain(tokens: list[int], block_size: int, position: int, filled: int) -> Content:
@@ -119,6 +126,10 @@ class DataTrace:
     """vLLM request id -> the case's name for it."""
     store_order: dict[frozenset[Any], list[Any]] = field(default_factory=dict)
     """The keys of each ``prepare_store`` the manager accepted, in its order."""
+    positions: dict[int, dict[int, list[int]]] = field(default_factory=dict)
+    """Per store job, per vLLM group: the connector's own block table of the job's
+    request when the job was built (a freed block keeps its id there until it is
+    reallocated and zeroed)."""
     _starts: dict[str, int] = field(default_factory=dict)
 
     def _block_size(self, vgroup: int) -> int:
@@ -221,7 +232,21 @@ class DataTrace:
         for v, (size, first) in enumerate(zip(sizes, starts, strict=False)):
             groups.append((v, ids[offset:offset + size], first, chunks.get(v, [])))
             offset += size
-        return _Job(job_id, str(transfer.req_id), step, groups)
+        job = _Job(job_id, str(transfer.req_id), step, groups)
+        bpc = self.judge.engine.geometry.blocks_per_chunk
+        tables = self.positions.get(job_id, {})
+        for v, blocks, first, group_chunks in groups:
+            table = tables.get(v, [])
+            pages = [c * bpc + p for _, c in group_chunks for p in range(bpc)]
+            slot = first % bpc
+            for block in blocks:
+                index, page = divmod(slot, bpc)
+                slot += 1
+                if block and index < len(group_chunks):
+                    g, chunk = group_chunks[index]
+                    job.placed.append((g, chunk, page, _position(table, block,
+                                                                 chunk * bpc + page, pages)))
+        return job
 
     def _copy(self, job: _Job, when: str) -> None:
         """The job's copy: every slot it fills must hold its position's content."""
@@ -242,6 +267,11 @@ class DataTrace:
             for block in blocks:
                 index, position_in_chunk = divmod(slot, bpc)
                 slot += 1
+                if not block and index < len(chunks):
+                    # A null page kept as a placeholder (vLLM 0.34.0): the null block is
+                    # zeroed, and a slot a load reads left with it is unfilled
+                    # (_unfilled).
+                    continue
                 if index >= len(chunks):
                     self.found.append(
                         f"store job {job.job_id} of {self._name(job)}: vLLM group {v} has "
@@ -263,6 +293,16 @@ class DataTrace:
                         f"{position} of the request), but the block holds {what}"
                         + (f"; it is {owner}" if owner else ""))
                     return
+
+
+def _position(table: list[int], block: int, slot_block: int, pages: list[int]) -> int:
+    """The index in the request of ``block`` written where block ``slot_block`` belongs:
+    ``slot_block`` itself when the table holds the block there, else its place among
+    the job's own chunks' ``pages``, -1 for none (the table may name a reallocated block
+    at an earlier place too: which bytes a copy holds is the data trace's question)."""
+    if 0 <= slot_block < len(table) and table[slot_block] == block:
+        return slot_block
+    return next((p for p in pages if p < len(table) and table[p] == block), -1)
 
 
 def _owner(tables: dict[str, _Table], block: int, vgroup: int, own: str) -> str:
@@ -345,7 +385,8 @@ def _run(judge: JudgeEngine, case: StoreCase, pool: EnginePool, name: str,
     next_indices: list[list[int]] = [[] for _ in geometry.groups]
     frontiers = [s.num_computed for s in steps if s.status is RequestStatus.PREFILLING]
     snapshots: list[list[int]] = []
-    with _watch_builder(judge, name, snapshots), _record_store_order(judge, trace):
+    with _watch_builder(judge, name, snapshots, trace.positions), \
+            _record_store_order(judge, trace):
         session.run.arrive(request_spec)
         request = session.run.live[name]
         trace.names[request.request_id] = "the producer"
@@ -353,6 +394,7 @@ def _run(judge: JudgeEngine, case: StoreCase, pool: EnginePool, name: str,
         expected = [s.num_scheduled for s in steps if s.num_scheduled]
         for index, step in enumerate(steps):
             marks = len(session.observation.stores)
+            jobs_before = len(trace.jobs)
             if step.status is RequestStatus.ABORTED:
                 engine.scheduler.finish_requests(request.request_id,
                                                  _vllm_status().FINISHED_ABORTED)
@@ -375,6 +417,11 @@ def _run(judge: JudgeEngine, case: StoreCase, pool: EnginePool, name: str,
                                   f"where the case's steps are {expected}")
             for g in range(len(geometry.groups)):
                 offers[g].offers.append([])
+                offers[g].placements.append([])
+            for job in list(trace.jobs.values())[jobs_before:]:
+                if job.request == request.request_id:
+                    for g, chunk, page, block in job.placed:
+                        offers[g].placements[index].append((chunk, page, block))
             for offer in session.observation.stores[marks:]:
                 if offer.request == name:
                     for g, chunks in offer.offered.items():
@@ -415,10 +462,10 @@ def _unfilled(case: StoreCase, trace: DataTrace,
     for job in trace.jobs.values():
         for _, blocks, first, chunks in job.groups:
             slot = first % bpc
-            for _block in blocks:
+            for block in blocks:
                 index, position = divmod(slot, bpc)
                 slot += 1
-                if index < len(chunks):
+                if block and index < len(chunks):
                     filled.setdefault(chunks[index], set()).add(position)
     found: list[str] = []
     final = case.prompt_len
@@ -467,16 +514,27 @@ def _traced_step(judge: JudgeEngine, trace: DataTrace, budget: int) -> None:
 
 @contextlib.contextmanager
 def _watch_builder(judge: JudgeEngine, name: str, snapshots: list[list[int]],
+                   positions: dict[int, dict[int, list[int]]] | None = None,
                    ) -> Iterator[None]:
     """``_build_store_jobs`` wrapped on the connector's instance: after each call,
     ``next_stored_chunk_idx`` of the case's request per geometry group (before the
-    connector drops a finished request's state)."""
+    connector drops a finished request's state), and into ``positions`` each new store
+    job's block positions from the connector's own block table of its request."""
     scheduler = judge.engine.connector_scheduler
     original = scheduler._build_store_jobs
     group_of = judge.engine.group_of
 
     def watched(*args: Any, **kwargs: Any) -> Any:
         result = original(*args, **kwargs)
+        if positions is not None:
+            for job_id, transfer in (result or {}).items():
+                owner = scheduler._req_status.get(getattr(transfer, "req_id", None))
+                if owner is None:
+                    continue
+                positions[job_id] = {
+                    int(config.group_idx): [int(b) for b in state.block_ids]
+                    for config, state in zip(owner.config.kv_group_configs,
+                                             owner.group_states, strict=False)}
         rid = next((r for r, n in judge.session.run.recorder.names.items() if n == name),
                    None)
         state = scheduler._req_status.get(rid) if rid is not None else None

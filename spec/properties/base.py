@@ -425,6 +425,11 @@ class CaseProperty:
     """What the property's domain is beyond its space's, where it differs (a judge that
     decides only some of the cases): appended to the space's text, so a scoped run's
     space keeps it. Empty: the space's domain is the property's."""
+    relevant: Callable[[Any], bool] | None = None
+    """The cases the judge decides anything on (None: every case). On the others it is
+    vacuous by its statement, so :meth:`check` answers None without observing the case:
+    a walk kept going by this property alone (every other one of its family decided)
+    costs a predicate per case, not a run of the implementation or of vLLM's engine."""
     kind: ClassVar[str] = "exhaustive"
 
     def impact_of(self, message: str) -> Impact:
@@ -444,7 +449,9 @@ class CaseProperty:
         return f"{described}; {self.domain_note}" if self.domain_note else described
 
     def check(self, case: Any, impl: Implementation) -> str | None:
-        """Observe ``impl`` on ``case`` and judge it."""
+        """Observe ``impl`` on ``case`` and judge it (nothing outside :attr:`relevant`)."""
+        if self.relevant is not None and not self.relevant(case):
+            return None
         return self.judge(case, self.space.observe(case, impl))
 
     def geometry_of(self, case: Any) -> Geometry | None:

@@ -39,10 +39,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kvcontract.impl.bundle import Implementation
-from kvcontract.impl.scheduler import ConvergenceError, lookup_complete_chunks
+from kvcontract.impl.scheduler import ConvergenceError, StoreTracker, lookup_complete_chunks
 from kvcontract.spec import multigroup
-from kvcontract.spec.geometry import Geometry, GroupSpec, fa, mamba, swa
-from kvcontract.spec.lookup import HIT, MISS, LookupResult
+from kvcontract.spec.geometry import Geometry, GroupKind, GroupSpec, fa, mamba, swa
+from kvcontract.spec.lookup import HIT, MISS, LookupResult, hashed_tokens
 from kvcontract.spec.properties.base import (
     CaseProperty,
     CaseSpace,
@@ -72,7 +72,7 @@ from kvcontract.spec.reachability import (
 from kvcontract.spec.retention import skipped_tokens
 from kvcontract.vocabulary import Impact, RequestStatus
 
-CONSUMER_KINDS = ("resend", "continuation", "sibling")
+CONSUMER_KINDS = ("resend", "continuation", "sibling", "junction")
 
 
 # -- the producer's end state, from the spec ----------------------------------------------
@@ -110,7 +110,12 @@ def horizon_chunks(geometry: Geometry, group: GroupSpec, producer: StoreCase) ->
     end = producer_end(producer)
     tokens = stored_token_count(end.status, end.computed, 0, end.num_tokens,
                                 producer.prompt_len, None, producer.prompt_only)
-    return int(storable_chunks(tokens, geometry.chunk_tokens(group), group.eagle, end.status))
+    if geometry.hash_lookahead:  # stored once hashed (docs/CONTRACT.md 2.1)
+        tokens = min(tokens, int(hashed_tokens(max(end.num_tokens, producer.prompt_len),
+                                               geometry.tokens_per_hash,
+                                               geometry.hash_lookahead)))
+    return int(storable_chunks(tokens, geometry.chunk_tokens(group),
+                               geometry.drops_eagle_block(group), end.status))
 
 
 # -- what the producer owes by contract ---------------------------------------------------
@@ -132,7 +137,7 @@ def mask_is_dense(geometry: Geometry, group: GroupSpec) -> bool:
 def _demand(geometry: Geometry, group: GroupSpec, boundary: int) -> tuple[int, int]:
     assert group.sliding_window is not None
     lo, hi = demanded_chunk_range(boundary, group.sliding_window, group.extra_retained_tokens,
-                                  geometry.chunk_tokens(group), group.eagle)
+                                  geometry.chunk_tokens(group), geometry.drops_eagle_block(group))
     return int(lo), int(hi)
 
 
@@ -185,7 +190,8 @@ def reachable_boundaries(geometry: Geometry, group: GroupSpec, producer: StoreCa
         for boundary in replays:
             aligned = int(replay_boundary_block(boundary, align, 1))
             found.append(("replay", aligned))
-    if segment and not group.eagle and horizon and keeps_final_tail(geometry.retention_interval):
+    if (segment and not geometry.drops_eagle_block(group) and horizon
+            and keeps_final_tail(geometry.retention_interval)):
         found.append(("final", horizon * tpc))
     return [(kind, b) for kind, b in dict.fromkeys(found)
             if b > 0 and (_demand(geometry, group, b)[1] <= horizon
@@ -262,8 +268,10 @@ def contract_supply(producer: StoreCase,
 
 def consumer_keys(geometry: Geometry, num_tokens: int, shared_tokens: int) -> dict[int, int]:
     """Offload keys per group a consumer has in common with the producer: the complete
-    chunks of the shared prefix (a chunk with one token past it hashes differently)."""
-    shared = min(shared_tokens, num_tokens)
+    chunks of the shared prefix (a chunk with one token past it hashes differently; with
+    lookahead block hashes, a chunk whose lookahead tokens are not all shared)."""
+    shared = int(hashed_tokens(min(shared_tokens, num_tokens), geometry.tokens_per_hash,
+                               geometry.hash_lookahead))
     return {g: shared // geometry.chunk_tokens(group)
             for g, group in enumerate(geometry.groups)}
 
@@ -288,7 +296,8 @@ def gpu_hit_unit(geometry: Geometry) -> int:
 
 def promised_hit(geometry: Geometry, producer: StoreCase, num_tokens: int,
                  shared_tokens: int | None = None, replay_rule: str = "gpu",
-                 unit: int = 1) -> int:
+                 unit: int = 1, *, extra: Sequence[frozenset[int]] | None = None,
+                 full_attention_only: bool = False) -> int:
     """The hit a consumer of ``num_tokens`` tokens, sharing its first ``shared_tokens``
     with ``producer`` (all of them by default), must be given once the producer's stores
     completed: the largest boundary every group serves (:mod:`kvcontract.spec.multigroup`:
@@ -301,10 +310,15 @@ def promised_hit(geometry: Geometry, producer: StoreCase, num_tokens: int,
     the EAGLE boundaries add (``benchmarks/lost_hits.py``). ``unit``: only boundaries
     that are multiples of it (``gpu_hit_unit``: what the GPU prefix cache itself would
     serve, in whole scheduler blocks; the offload may also accept an unaligned boundary).
+    ``extra``: per group, chunks owed besides the producer's (a junction's,
+    :func:`junction_supply`); ``full_attention_only``: the boundary the full-attention
+    groups alone serve (where a junction is registered, :func:`spec_junction`).
     """
     if producer.geometry != geometry:
         raise ValueError("the producer ran on another geometry")
     supply = contract_supply(producer, replay_rule)
+    if extra is not None:
+        supply = tuple(owed | more for owed, more in zip(supply, extra, strict=True))
     keys = consumer_keys(geometry, num_tokens, num_tokens if shared_tokens is None
                          else shared_tokens)
     present: list[list[int]] = []  # prefix counts of the chunks a lookup finds HIT
@@ -317,6 +331,8 @@ def promised_hit(geometry: Geometry, producer: StoreCase, num_tokens: int,
         if hit % unit:
             continue
         for g, group in enumerate(geometry.groups):
+            if full_attention_only and group.kind is not GroupKind.FULL:
+                continue
             required = multigroup.group_read_requirement(geometry, group, hit, 0, num_tokens)
             if required is None:
                 break
@@ -326,6 +342,74 @@ def promised_hit(geometry: Geometry, producer: StoreCase, num_tokens: int,
         else:
             return hit
     return 0
+
+
+# -- shared-prefix junctions (docs/CONTRACT.md 9.3) ---------------------------------------
+def junction_geometry(geometry: Geometry) -> bool:
+    """Whether junction consumers are enumerated on ``geometry``: a full-attention and a
+    sliding-window group, a retention interval (0 included: vLLM registers no junction
+    without one), no EAGLE drop and no lookahead hashes (vLLM's GPU side also keeps the
+    block below an EAGLE junction, which the offload's store path does not: narrowed)."""
+    kinds = {group.kind for group in geometry.groups}
+    return (geometry.retention_interval is not None and not geometry.hash_lookahead
+            and {GroupKind.FULL, GroupKind.SLIDING_WINDOW} <= kinds
+            and not any(geometry.drops_eagle_block(group) for group in geometry.groups))
+
+
+def _consumer_step(geometry: Geometry) -> int:
+    step: int = geometry.alignment_tokens or max(geometry.chunk_tokens(g)
+                                                 for g in geometry.groups)
+    return step
+
+
+def first_consumer(case: EndToEndCase) -> Consumer:
+    """The request between the producer and a ``junction`` consumer: it shares the same
+    prefix with the producer and runs one alignment unit (and the usual divergence)
+    past it, so its own replay boundary lies past the prefix the junction consumer
+    shares; its hit is cut at the junction, and it stores for it."""
+    shared = case.consumer.shared_tokens
+    return Consumer("sibling", shared + _consumer_step(case.geometry) + SIBLING_DIVERGENCE,
+                    shared)
+
+
+def spec_junction(geometry: Geometry, producer: StoreCase, first: Consumer) -> int:
+    """The junction the first consumer ``first`` registers, by the spec (0: none): the
+    boundary the producer's owed full-attention chunks serve it, when its promised hit
+    lies below that (a sparse group cut it) and a retention interval is configured
+    (vLLM 0.34.0's offloading connector; 0.33.0 registers none)."""
+    if geometry.retention_interval is None:
+        return 0
+    boundary = promised_hit(geometry, producer, first.num_tokens, first.shared_tokens,
+                            full_attention_only=True)
+    hit = promised_hit(geometry, producer, first.num_tokens, first.shared_tokens)
+    return boundary if boundary > hit else 0
+
+
+def junction_supply(geometry: Geometry, junction: int) -> tuple[frozenset[int], ...]:
+    """Per group, what the first consumer owes for its junction: a sparse SWA group's
+    demand at the junction aligned down to ``A`` (the chunks a later consumer reads
+    there); nothing for the other groups (their chunks below the junction are the
+    producer's, owed already)."""
+    align = geometry.alignment_tokens
+    supply: list[frozenset[int]] = []
+    for group in geometry.groups:
+        if not junction or align is None or not group.is_swa \
+                or mask_is_dense(geometry, group):
+            supply.append(frozenset())
+            continue
+        boundary = junction // align * align
+        supply.append(frozenset(range(*_demand(geometry, group, boundary)))
+                      if boundary else frozenset())
+    return tuple(supply)
+
+
+def junction_promise(case: EndToEndCase, unit: int = 1) -> int:
+    """The hit a ``junction`` consumer is owed (C12): the promise over the producer's
+    owed chunks and the first consumer's junction supply."""
+    geometry, producer, consumer = case.geometry, case.producer, case.consumer
+    junction = spec_junction(geometry, producer, first_consumer(case))
+    return promised_hit(geometry, producer, consumer.num_tokens, consumer.shared_tokens,
+                        unit=unit, extra=junction_supply(geometry, junction))
 
 
 # -- the case space -----------------------------------------------------------------------
@@ -422,6 +506,14 @@ def end_to_end_catalog() -> list[tuple[str, Geometry, tuple[int, ...]]]:
          (29, 40)),
         ("SWA4(sw8)+SWA8(sw12),retention0",
          Geometry((swa(4, 8), swa(8, 12)), retention_interval=0), (33, 48)),
+        # Lookahead block hashes (docs/CONTRACT.md 2.1, vLLM 0.34.0's default with an
+        # EAGLE drafter): the EAGLE group is stored and read with no peek chunk.
+        ("FA16+SWA4(sw8,eagle),retention0,lookahead",
+         Geometry((fa(16), swa(4, 8, eagle=True)), retention_interval=0, hash_lookahead=1),
+         (33, 48)),
+        ("FA16(eagle)+SWA4(sw8),retention0,lookahead",
+         Geometry((fa(16, eagle=True), swa(4, 8)), retention_interval=0, hash_lookahead=1),
+         (33,)),
     ]
 
 
@@ -462,6 +554,23 @@ def consumers(producer: StoreCase) -> list[Consumer]:
     prefixes.add(prompt - 1)
     found += [Consumer("sibling", k + SIBLING_DIVERGENCE, k)
               for k in sorted(prefixes) if 0 < k < prompt]
+    if producer.ending == "finished" and junction_geometry(producer.geometry):
+        found += [Consumer("junction", k + SIBLING_DIVERGENCE, k)
+                  for k in junction_prefixes(producer)]
+    return found
+
+
+def junction_prefixes(producer: StoreCase) -> list[int]:
+    """The prefixes ``k = mA + 1`` of a finished producer at which a first consumer
+    (:func:`first_consumer`) registers a junction by the spec: its hit is cut below the
+    full-attention boundary (docs/CONTRACT.md 9.3)."""
+    geometry = producer.geometry
+    step = _consumer_step(geometry)
+    found = []
+    for k in range(step + 1, producer.prompt_len, step):
+        first = Consumer("sibling", k + step + SIBLING_DIVERGENCE, k)
+        if spec_junction(geometry, producer, first):
+            found.append(k)
     return found
 
 
@@ -481,7 +590,11 @@ def end_to_end_domain() -> str:
         "producers: one-shot and 7/16-token chunked prefill, finish after 3 decode steps or "
         "abort after any step, offload_prompt_only, replay boundaries P - 1 and vLLM's GPU "
         "EAGLE replay boundaries (the implementation's own for the producer); consumers: a "
-        "resend, a continuation, siblings sharing k = mA - 1, mA, mA + 1 and P - 1 tokens; "
+        "resend, a continuation, siblings sharing k = mA - 1, mA, mA + 1 and P - 1 tokens, "
+        "and (finished producers, retention 0 or R, non-EAGLE FA + SWA) junction "
+        "consumers sharing k = mA + 1 with the producer and with a first consumer of "
+        "k + A + 3 tokens whose hit was cut at a shared-prefix junction, which stored "
+        "for it; "
         f"on {names}"
     )
 
@@ -505,14 +618,62 @@ def manager_state(observation: EndToEndObservation, g: int, k: int) -> LookupRes
 
 
 def _observe(case: EndToEndCase, impl: Implementation) -> EndToEndObservation:
-    return observe_consumer(case, impl, run_store(case.producer, impl))
+    run = run_store(case.producer, impl)
+    if case.consumer.kind == "junction":
+        return observe_junction(case, impl, run)
+    return observe_consumer(case, impl, run)
+
+
+def observe_junction(case: EndToEndCase, impl: Implementation,
+                     run: StoreRun) -> EndToEndObservation:
+    """A ``junction`` consumer: the first consumer (:func:`first_consumer`) looks up
+    what the producer offered (``impl``'s lookup), registers the junction ``impl``
+    decides (``impl.shared_prefix_junction``), recomputes from its hit in one step and
+    finishes, its store path (``impl``'s, the junction passed to its mask besides its
+    replay boundaries) storing what it offers; then the junction consumer looks up the
+    producer's and the first consumer's stores (only the chunks of the shared prefix
+    hash alike)."""
+    geometry = case.geometry
+    offered = [offered_chunks(tracker) for tracker in run.trackers]
+    first = first_consumer(case)
+    keys = consumer_keys(geometry, first.num_tokens, first.shared_tokens)
+    seen = EndToEndObservation(None, offered, keys)
+    try:
+        outcome = lookup_complete_chunks(
+            impl, geometry, first.num_tokens, 0,
+            lambda g, k: manager_state(seen, g, k), num_keys=keys)
+    except ConvergenceError as exc:
+        seen.error = f"the first consumer's lookup: {exc}"
+        return seen
+    hit = outcome.hit_tokens or 0
+    junction = 0
+    if outcome.hit_tokens is not None:
+        junction = int(impl.shared_prefix_junction(
+            outcome.full_attention_boundary or 0, 0, hit, geometry.retention_interval))
+    steps = schedule_steps(StoreCase(case.producer.geometry_name, geometry,
+                                     first.num_tokens, (first.num_tokens - hit,),
+                                     "finished", start_hit=hit))
+    stored = []
+    for g, group in enumerate(geometry.groups):
+        tracker = StoreTracker(impl, geometry, g, first.num_tokens, junction=junction)
+        tracker.mark_computed(hit // geometry.chunk_tokens(group))
+        for step in steps:
+            tracker.step(step.status, step.num_computed, step.num_scheduled, step.num_tokens)
+        stored.append({c for c in offered_chunks(tracker) if c < keys[g]})
+    return lookup_over(case, impl, [o | more for o, more in zip(offered, stored, strict=True)])
 
 
 def observe_consumer(case: EndToEndCase, impl: Implementation,
                      run: StoreRun) -> EndToEndObservation:
     """The consumer's lookup (``impl``'s) over what the producer's store path offered in
     ``run``: the second half of :data:`run_end_to_end`."""
-    offered = [offered_chunks(tracker) for tracker in run.trackers]
+    return lookup_over(case, impl, [offered_chunks(tracker) for tracker in run.trackers])
+
+
+def lookup_over(case: EndToEndCase, impl: Implementation,
+                offered: list[set[int]]) -> EndToEndObservation:
+    """The consumer's lookup (``impl``'s) over ``offered`` (per group, every chunk
+    stored and complete), its keys limited to the prefix it shares."""
     keys = consumer_keys(case.geometry, case.consumer.num_tokens, case.consumer.shared_tokens)
     observation = EndToEndObservation(None, offered, keys)
     try:
@@ -532,6 +693,8 @@ run_end_to_end: LastCase[EndToEndCase, EndToEndObservation] = LastCase(_observe)
 
 
 def _promise(case: EndToEndCase, _impl: Any = None) -> int:
+    if case.consumer.kind == "junction":
+        return junction_promise(case)
     return promised_hit(case.geometry, case.producer, case.consumer.num_tokens,
                         case.consumer.shared_tokens)
 
@@ -540,6 +703,8 @@ promise: LastCase[EndToEndCase, int] = LastCase(_promise)
 
 
 def _gpu_promise(case: EndToEndCase, _impl: Any = None) -> int:
+    if case.consumer.kind == "junction":
+        return junction_promise(case, unit=gpu_hit_unit(case.geometry))
     return promised_hit(case.geometry, case.producer, case.consumer.num_tokens,
                         case.consumer.shared_tokens, unit=gpu_hit_unit(case.geometry))
 
@@ -719,7 +884,7 @@ def picture(case: EndToEndCase, impl: Implementation) -> Picture:
 
 
 END_TO_END_FUNCTIONS: tuple[str, ...] = tuple(dict.fromkeys(
-    itertools.chain(STORE_FUNCTIONS, LOOKUP_FUNCTIONS)))
+    itertools.chain(STORE_FUNCTIONS, LOOKUP_FUNCTIONS, ("shared_prefix_junction",))))
 """The producer's store path, then the consumer's multi-group lookup."""
 
 

@@ -15,6 +15,8 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from kvcontract.impl.bundle import Implementation
+from kvcontract.spec import lookup as spec_lookup
+from kvcontract.spec import multigroup
 from kvcontract.spec import retention as spec_ret
 from kvcontract.spec.arith import (
     Bool,
@@ -26,6 +28,7 @@ from kvcontract.spec.arith import (
     floordiv,
     implies,
     in_range,
+    is_symbolic,
     ite,
     ite_bool,
     max_,
@@ -148,6 +151,185 @@ def window_not_over_demanding(env: Env, impl: Implementation) -> tuple[list[Bool
     window = env.call(impl.get_sliding_window_size_in_chunks, sw, e, tpc)
     lo, hi = spec_ret.load_chunk_range(hit, 0, bs, bpc, sw, e)
     return hyps, or_(spec_ret.skipped_tokens(hit, sw, e) == 0, window <= hi - lo)
+
+
+def cap_geometry(v: Mapping[str, int]) -> Geometry:
+    """The geometry of a lookup-cap witness: full attention alone (``r = 0``: the whole
+    request may hit) or with a sliding window (``r = 1``: the last token is recomputed)."""
+    return Geometry((fa(4), swa(4, 8))) if v["r"] else Geometry((fa(4),))
+
+
+def lookup_cap_exact(env: Env, impl: Implementation) -> tuple[list[Bool], Bool]:
+    """The multi-group lookup's first candidate is the spec's: the request less its
+    recomputed last token (:func:`multigroup.initial_max_hit`), then the budget
+    (:func:`multigroup.lookup_cap`). A cap below it gives up the boundaries between (C4:
+    a lost hit when one of them is the best present); one above it may answer past the
+    budget or the last token.
+
+    ``r`` selects a geometry with a window (1) or full attention alone (0), ``k`` a
+    budget ``B`` (1) or none (0): the implementation branches on both in Python, so each
+    of the four is lifted on its own and the goal conjoins them (one query)."""
+    num_tokens, budget = env["N"], env["B"]
+    hyps: list[Bool] = [num_tokens >= 1, budget >= 0, in_range(env["r"], 0, 2),
+                        in_range(env["k"], 0, 2)]
+    env.assume(hyps)
+    parts: list[Bool] = []
+    for windowed in (0, 1):
+        geometry = cap_geometry({"r": windowed})
+        for capped in (0, 1):
+            cap_tokens = budget if capped else None
+            cap = env.call(impl.initial_lookup_cap, num_tokens,
+                           geometry.recomputes_last_token, cap_tokens)
+            spec_cap = multigroup.lookup_cap(geometry, num_tokens, cap_tokens)
+            parts.append(implies(and_(eq(env["r"], windowed), eq(env["k"], capped)),
+                                 eq(cap, spec_cap)))
+    return hyps, and_(*parts)
+
+
+def _cap_configs() -> list[Config]:
+    return [Config(f"{'window' if r else 'full'}-{'budget' if k else 'unbounded'}",
+                   {"r": r, "k": k}) for r in (0, 1) for k in (0, 1)]
+
+
+CAP_DOMAIN = ("every request length N >= 1 and budget B >= 0 (absolute: the local hit "
+              "plus what a step may load), with and without a window, with and without "
+              "a budget")
+
+
+def _picture_cap(v: Mapping[str, int], impl: Implementation) -> Picture:
+    geometry = cap_geometry(v)
+    budget = v["B"] if v["k"] else None
+    ours = int(impl.initial_lookup_cap(v["N"], geometry.recomputes_last_token, budget))
+    spec_cap = int(multigroup.lookup_cap(geometry, v["N"], budget))
+    return Picture(geometry, max(v["N"], 1), max(spec_cap, 0), notes=[
+        f"request {v['N']} tokens, budget {budget}: the spec's first candidate is "
+        f"{spec_cap}, the implementation's {ours}"])
+
+
+# -- C4, C5: the block-hash mode (docs/CONTRACT.md 2.1) --------------------------------
+def hash_mode_geometry(v: Mapping[str, int]) -> Geometry:
+    """A geometry of the hash-mode witness: an EAGLE full-attention group and a plain
+    sliding-window one, under legacy hashes (``h = 0``) or lookahead hashes of ``T``
+    tokens (``h = 1``)."""
+    return Geometry((fa(4, eagle=True), swa(4, 8)),
+                    hash_lookahead=max(1, v.get("T", 1)) if v["h"] else 0)
+
+
+def eagle_drop_per_hash_mode(env: Env, impl: Implementation) -> tuple[list[Bool], Bool]:
+    """The lookup and the store path each drop a group's trailing block exactly where the
+    spec's rule does (:meth:`Geometry.drops_eagle_block`): an EAGLE group (``x = 1``)
+    under legacy hashes (``h = 0``, ``T = 0``), never under lookahead hashes of any
+    ``T >= 1`` nor for another group. The spec's rule reads the mode only as ``T = 0``
+    or not, so its value per configuration is read on a representative geometry; the
+    implementation's are lifted for every ``T``. A drop where the spec has none peeks a
+    chunk the producer does not store (C4, C12); none where it has one accepts a hit the
+    GPU side would not serve."""
+    lookahead = env["T"]
+    hyps: list[Bool] = [in_range(env["x"], 0, 2), in_range(env["h"], 0, 2),
+                        implies(eq(env["h"], 0), eq(lookahead, 0)),
+                        implies(eq(env["h"], 1), lookahead >= 1)]
+    env.assume(hyps)
+    parts: list[Bool] = []
+    for eagle in (0, 1):
+        for mode in (0, 1):
+            geometry = hash_mode_geometry({"h": mode})
+            expected = geometry.drops_eagle_block(geometry.groups[0 if eagle else 1])
+            for drops in (impl.lookup_drops_eagle_block, impl.store_drops_eagle_block):
+                got = env.call(drops, bool(eagle), lookahead)
+                parts.append(implies(and_(eq(env["x"], eagle), eq(env["h"], mode)),
+                                     eq(got, expected)))
+    return hyps, and_(*parts)
+
+
+def _hash_mode_configs() -> list[Config]:
+    return [Config(f"{'eagle' if x else 'plain'} group, "
+                   f"{'lookahead' if h else 'legacy'} hashes", {"x": x, "h": h})
+            for x in (0, 1) for h in (0, 1)]
+
+
+def _picture_hash_mode(v: Mapping[str, int], impl: Implementation) -> Picture:
+    geometry = hash_mode_geometry(v)
+    group = geometry.groups[0 if v["x"] else 1]
+    lookup = bool(impl.lookup_drops_eagle_block(group.eagle, geometry.hash_lookahead))
+    store = bool(impl.store_drops_eagle_block(group.eagle, geometry.hash_lookahead))
+    return Picture(geometry, 17, 0, notes=[
+        f"{group.describe()} with hash lookahead {geometry.hash_lookahead}: the spec drops "
+        f"{'its' if geometry.drops_eagle_block(group) else 'no'} trailing block; the "
+        f"lookup {'drops' if lookup else 'keeps'} it, the store path "
+        f"{'drops' if store else 'keeps'} it"])
+
+
+def keys_cover_hashed_tokens(env: Env, impl: Implementation) -> tuple[list[Bool], Bool]:
+    """A request's offload keys end where its block hashes do (``spec.lookup.hashed_tokens``:
+    whole hash blocks with their ``T`` lookahead tokens): the lookup reads no key the
+    producer could not have stored (a key past them is one vLLM never made), and none
+    below is given up (C4)."""
+    num_tokens, block, lookahead = env["n"], env["tph"], env["T"]
+    hyps: list[Bool] = [num_tokens >= 0, block >= 1, in_range(env["h"], 0, 2),
+                        implies(eq(env["h"], 0), eq(lookahead, 0)),
+                        implies(eq(env["h"], 1), lookahead >= 1)]
+    env.assume(hyps)
+    if not is_symbolic(block) and block < 1:
+        return hyps, True  # on ints outside the hypotheses: nothing to divide by
+    keyed = env.call(impl.keyed_tokens, num_tokens, block, lookahead)
+    return hyps, eq(keyed, spec_lookup.hashed_tokens(num_tokens, block, lookahead))
+
+
+def _keys_configs() -> list[Config]:
+    return [Config("legacy hashes", {"h": 0}), Config("lookahead hashes", {"h": 1})]
+
+
+def _picture_keys(v: Mapping[str, int], impl: Implementation) -> Picture:
+    geometry = Geometry((fa(4, eagle=True),), hash_lookahead=max(v["T"], 0))
+    ours = int(impl.keyed_tokens(v["n"], v["tph"], v["T"]))
+    spec_keyed = int(spec_lookup.hashed_tokens(v["n"], v["tph"], v["T"]))
+    return Picture(geometry, max(v["n"], 1), 0, notes=[
+        f"{v['n']} tokens, hash block {v['tph']}, lookahead {v['T']}: keys cover "
+        f"{spec_keyed} tokens by the spec, {ours} by the implementation"])
+
+
+# -- C10: block placement -------------------------------------------------------------
+def store_blocks_placed(env: Env, impl: Implementation) -> tuple[list[Bool], Bool]:
+    """Every live block a store job writes lands at its own offset (docs/CONTRACT.md 5,
+    "Placement"): the block at ``p`` of the job's pages (its chunk's rank among the job's
+    chunks times ``bpc``, plus its page) is written into slot ``p`` counted from the first
+    page of the job's first chunk, i.e. into its own chunk at page ``block mod bpc``.
+
+    For every pattern of null pages before it: the job's first live block is at page
+    ``f`` of the first chunk (the ``f`` pages before it null), ``n`` null pages lie
+    before ``p`` (those ``f`` and ``n - f`` interior ones, never the last page of a
+    stored chunk: a chunk whose last block is null is not stored)."""
+    p, f, n, bpc = env["p"], env["f"], env["n"], env["bpc"]
+    # Positions strictly between f and p that are not the last page of a chunk.
+    interior = (p - f - 1) - (floordiv(p, bpc) - floordiv(f + 1, bpc))
+    hyps: list[Bool] = [
+        bpc >= 1, in_range(f, 0, bpc), p >= f, n >= f,
+        or_(and_(eq(p, f), eq(n, f)), and_(p > f, n - f <= interior)),
+    ]
+    env.assume(hyps)
+    slot = env.call(impl.store_block_slot, p, f, n, bpc)
+    return hyps, eq(slot, p)
+
+
+PLACEMENT_DOMAIN = ("every job layout: blocks per chunk bpc >= 1, the job's first live "
+                    "page f < bpc, every position p >= f of the job's pages and every count "
+                    "n of null pages before it (the f leading ones, interior ones anywhere "
+                    "but a stored chunk's last page)")
+
+
+def _placement_configs() -> list[Config]:
+    return [Config(f"bpc={bpc}", {"bpc": bpc}) for bpc in (1, 2, 4, 8, 16)]
+
+
+def _picture_placement(v: Mapping[str, int], impl: Implementation) -> Picture:
+    bpc = max(v["bpc"], 1)
+    p = v["p"]
+    slot = int(impl.store_block_slot(p, v["f"], v["n"], bpc))
+    geometry = Geometry((fa(4), swa(4, 8)), blocks_per_chunk=bpc)
+    return Picture(geometry, (p // bpc + 1) * bpc * 4, None, notes=[
+        f"the job's first live block is page {v['f']} of its first chunk, {v['n']} null "
+        f"pages lie before page {p % bpc} of its chunk {p // bpc} (job position {p}): the "
+        f"job writes it into chunk {slot // bpc} page {slot % bpc}"])
 
 
 # -- C7 / C8: store reachability ----------------------------------------------------
@@ -1062,6 +1244,64 @@ def formula_properties() -> list[FormulaProperty]:
             uses=("get_sliding_window_size_in_chunks",),
             picture=_picture_window(load_window=False),
             symbolic_sizes=("bs", "bpc"),
+        ),
+        FormulaProperty(
+            "C10",
+            "store-blocks-placed",
+            "every live block a store job writes lands at its own offset of its own CPU "
+            "chunk (block mod bpc), whatever null pages lie before it",
+            _w("p f n"),
+            store_blocks_placed,
+            _placement_configs,
+            PLACEMENT_DOMAIN,
+            uses=("store_block_slot",),
+            picture=_picture_placement,
+            symbolic_sizes=("bpc",),
+            symbolic_domain="bpc: blocks per chunk",
+        ),
+        FormulaProperty(
+            "C4",
+            "lookup-cap-exact",
+            "the lookup's first candidate is the request less its recomputed last token, "
+            "then the scheduling budget: no boundary within the budget is given up",
+            _w("N B"),
+            lookup_cap_exact,
+            _cap_configs,
+            CAP_DOMAIN,
+            uses=("initial_lookup_cap",),
+            picture=_picture_cap,
+            symbolic_sizes=("r", "k"),
+            symbolic_domain="r: a window or not, k: a budget or not",
+        ),
+        FormulaProperty(
+            "C4",
+            "keys-cover-hashed-tokens",
+            "a request's offload keys end where its block hashes do (whole hash blocks "
+            "with their lookahead tokens)",
+            _w("n tph T"),
+            keys_cover_hashed_tokens,
+            _keys_configs,
+            "every request length n >= 0, hash block tph >= 1 and lookahead T >= 0",
+            uses=("keyed_tokens",),
+            picture=_picture_keys,
+            symbolic_sizes=("h",),
+            symbolic_domain="h: the hash mode",
+        ),
+        FormulaProperty(
+            "C5",
+            "eagle-drop-per-hash-mode",
+            "the lookup and the store path drop an EAGLE group's trailing block under "
+            "legacy block hashes only",
+            _w("T"),
+            eagle_drop_per_hash_mode,
+            _hash_mode_configs,
+            "an EAGLE group or another, legacy hashes (T = 0) or lookahead hashes of every "
+            "T >= 1",
+            uses=("lookup_drops_eagle_block", "store_drops_eagle_block"),
+            picture=_picture_hash_mode,
+            geometry=hash_mode_geometry,
+            symbolic_sizes=("x", "h"),
+            symbolic_domain="x: an EAGLE group or not, h: the hash mode",
         ),
     ]
     for eagle in (False, True):

@@ -311,6 +311,56 @@ def ended_store_horizon(trace: LifecycleTrace, geometry: Geometry) -> list[Viola
     return found
 
 
+def _store_endings(trace: LifecycleTrace) -> tuple[dict[str, list[int]], dict[str, list[int]]]:
+    """``(failed, completed)``: per key, the steps at which a store job holding it failed
+    and at which one completed."""
+    failed: dict[str, list[int]] = defaultdict(list)
+    completed: dict[str, list[int]] = defaultdict(list)
+    for job in trace.jobs:
+        if job.kind is not JobKind.STORE:
+            continue
+        if job.event is JobEvent.FAILED:
+            for key in job.keys:
+                failed[key].append(job.step)
+        elif job.event is JobEvent.COMPLETED:
+            for key in job.keys:
+                completed[key].append(job.step)
+    return failed, completed
+
+
+def _stored_again(completed: Mapping[str, list[int]], key: str, since: int, until: int) -> bool:
+    """A store of ``key`` completed at a step in ``[since, until]`` (fresh bytes)."""
+    return any(since <= step <= until for step in completed.get(key, ()))
+
+
+def failed_store_unpublished(trace: LifecycleTrace, geometry: Geometry) -> list[Violation]:
+    """C14: a failed store publishes nothing: no chunk of a store job that failed is
+    loaded by a later hit unless a store of it completed since (its bytes were never
+    written, so reading them runs the request on garbage KV). A trace orders records by
+    step only: a lookup in the failure's own step may have come before it (vLLM reports
+    jobs after it schedules), so only lookups of later steps are owed, and a store that
+    completed in the failure's step or after counts as fresh."""
+    del geometry
+    failed, completed = _store_endings(trace)
+    if not failed:
+        return []
+    found: list[Violation] = []
+    for record in trace.lookups:
+        if record.answer is None:
+            continue
+        for key in record.load_keys:
+            gone = [step for step in failed.get(key, ()) if step < record.step
+                    and not _stored_again(completed, key, step, record.step)]
+            if gone:
+                found.append(Violation(
+                    f"step {record.step}: {record.request}'s hit of {record.answer} tokens "
+                    f"loads {key}, whose store job failed at step {gone[-1]} and was never "
+                    "stored again: the failed store was published, the load reads KV that "
+                    "was never written", Impact.CORRUPTION))
+                break
+    return found
+
+
 # -- C15 load-failure recovery -----------------------------------------------------------
 def needed_chunks(geometry: Geometry, group: GroupSpec, boundary: int) -> range:
     """The chunks of ``group`` whose KV a request with ``boundary`` tokens computed must
@@ -372,6 +422,88 @@ def recovers_from_failed_load(trace: LifecycleTrace, geometry: Geometry) -> list
     return found
 
 
+def _deciding_lookup(lookups: tuple[LookupRecord, ...], submitted: int,
+                     keys: frozenset[str]) -> int | None:
+    """The index in ``lookups`` of the decision whose load job was submitted at step
+    ``submitted`` (a backend submits a hit's loads in the step that decided it): the last
+    decided lookup of that step, one that loads ``keys`` first (else, for a backend that
+    records no such lookup, the last decided one before)."""
+    chosen: int | None = None
+    fallback: int | None = None
+    for index, record in enumerate(lookups):
+        if record.step > submitted:
+            break
+        if record.answer is None:
+            continue
+        if record.step == submitted and (keys & set(record.load_keys) or chosen is None):
+            chosen = index
+        fallback = index
+    return chosen if chosen is not None else fallback
+
+
+def _loaded_by_other(trace: LifecycleTrace, key: str, request: str, step: int) -> bool:
+    """Another request's load job of ``key`` was submitted by ``step`` and had not ended
+    before it."""
+    opened: dict[int, bool] = {}
+    for job in trace.jobs:
+        if job.kind is not JobKind.LOAD or job.request == request or key not in job.keys:
+            continue
+        if job.event is JobEvent.SUBMITTED and job.step <= step:
+            opened[job.job_id] = True
+        elif job.event in JOB_ENDINGS and job.step < step:
+            opened.pop(job.job_id, None)
+    return bool(opened)
+
+
+def failed_load_not_retried(trace: LifecycleTrace, geometry: Geometry) -> list[Violation]:
+    """C15: a failed load is never retried: after a request's load failed, none of its
+    later lookups (the one after the recovery, and every one after a preemption) loads a
+    failed chunk again unless a store of it completed since, and none waits on the failed
+    load (a failed chunk still counted as being loaded): the failure decides the request
+    (it recomputes what it cannot load), it does not defer on the transfer that
+    failed."""
+    del geometry
+    _, completed = _store_endings(trace)
+    submitted = {job.job_id: job.step for job in trace.jobs
+                 if job.event is JobEvent.SUBMITTED}
+    found: list[Violation] = []
+    for job in trace.jobs:
+        if job.kind is not JobKind.LOAD or job.event is not JobEvent.FAILED or not job.keys:
+            continue
+        keys = frozenset(job.keys)
+        lookups = trace.lookups_of(job.request)
+        decided = _deciding_lookup(lookups, submitted.get(job.job_id, job.step), keys)
+        if decided is None:
+            continue
+        for record in lookups[decided + 1:]:
+            if record.answer is None:
+                # Only a wait on the failed load itself (its chunk still counted as being
+                # loaded, no other request's load of it open): a RETRY of the tier or a
+                # fresh store's pending chunk is another cause, bounded by C13.
+                waited = sorted(
+                    w.key for w in record.waited_on
+                    if w.key in keys and w.cause is DeferCause.LOADING_ELSEWHERE
+                    and not _stored_again(completed, w.key, job.step, record.step)
+                    and not _loaded_by_other(trace, w.key, job.request, record.step))
+                if waited:
+                    found.append(Violation(
+                        f"step {record.step}: {job.request}'s lookup waits on {waited[0]}, "
+                        f"whose load failed at step {job.step}: the failure should decide "
+                        "it (recompute), not defer it", Impact.DELAY))
+                    break
+                continue
+            again = sorted(k for k in keys & set(record.load_keys)
+                           if not _stored_again(completed, k, job.step, record.step))
+            if again:
+                found.append(Violation(
+                    f"step {record.step}: {job.request} loads {again[0]} again, whose load "
+                    f"failed at step {job.step}, from the state that failed (no store of "
+                    "it completed since): a persistent failure repeats load, fail, "
+                    "recompute without end", Impact.STALL))
+                break
+    return found
+
+
 def failed_load_state_consistent(trace: LifecycleTrace,
                                  geometry: Geometry) -> list[Violation]:
     """C15: a failed or cancelled load leaves no key referenced or counted as loading
@@ -421,12 +553,18 @@ JUDGES: tuple[tuple[str, str, str, TraceJudge], ...] = (
     ("C14", "ended-store-horizon",
      "an ended request's store step offers no chunk past its computed tokens",
      ended_store_horizon),
+    ("C14", "failed-store-unpublished",
+     "no chunk of a failed store job is loaded by a later hit unless a later store of it "
+     "completed", failed_store_unpublished),
     ("C15", "resumes-on-present-kv",
      "after a failed load the request resumes where every needed chunk is on the GPU",
      recovers_from_failed_load),
     ("C15", "failed-load-state-consistent",
      "a failed load leaves no reference and no loading count behind",
      failed_load_state_consistent),
+    ("C15", "failed-load-not-retried",
+     "after a request's load failed, no later lookup of it loads the failed chunks again "
+     "or waits on them", failed_load_not_retried),
 )
 """Every lifecycle judge: ``(clause, name, description, judge)``, in clause order."""
 
@@ -436,8 +574,9 @@ JUDGE_IMPACT: dict[str, Impact] = {
     "decides-once-ready": Impact.DELAY, "raises-nothing": Impact.CRASH,
     "follows-transitions": Impact.CRASH, "jobs-end-once": Impact.CRASH,
     "nothing-left-pending": Impact.STALL, "no-store-from-freed-block": Impact.CORRUPTION,
-    "ended-store-horizon": Impact.CORRUPTION, "resumes-on-present-kv": Impact.CORRUPTION,
-    "failed-load-state-consistent": Impact.STALL,
+    "ended-store-horizon": Impact.CORRUPTION, "failed-store-unpublished": Impact.CORRUPTION,
+    "resumes-on-present-kv": Impact.CORRUPTION, "failed-load-state-consistent": Impact.STALL,
+    "failed-load-not-retried": Impact.STALL,
 }
 """The worst impact each judge's findings have (each finding carries its own: a
 deferral decided late is ``delay``, one never decided ``stall``); what ``kvcontract
@@ -454,13 +593,14 @@ def judge_trace(trace: LifecycleTrace, geometry: Geometry,
 
 
 # -- the executable system's lifecycle programs (the case space) -------------------------
-ACTIONS = ("-", "add c", "abort p", "abort c", "preempt p", "preempt c", "stall-store",
-           "fail-store", "fail-load", "reset-cache", "retry-lookups")
+ACTIONS = ("-", "add c", "abort p", "abort c", "preempt p", "preempt c", "error p",
+           "stall-store", "fail-store", "fail-load", "reset-cache", "retry-lookups")
 """What may happen before each scheduler step of a program: nothing (``-``), the
 consumer ``c`` arrives (a resend of the producer's prompt), an abort or a preemption
-of either, the environment stalls or fails the next store job or fails the next load
-job, the prefix caches are reset, the offload tier answers RETRY to every lookup for
-``RETRY_STEPS`` steps (longer than ``D``)."""
+of either, the producer finishes with an error wherever its prefill is (vLLM's
+``FINISHED_ERROR``; ignored unless it is running), the environment stalls or fails
+the next store job or fails the next load job, the prefix caches are reset, the offload
+tier answers RETRY to every lookup for ``RETRY_STEPS`` steps (longer than ``D``)."""
 
 SEED_PROGRAMS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("stalled-store", ("stall-store", "add c")),
@@ -468,18 +608,23 @@ SEED_PROGRAMS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("abort-unscheduled", ("abort p",)),
     ("abort-loading", ("-", "add c", "abort c")),
     ("preempt-store-in-flight", ("-", "preempt p", "add c")),
+    ("failed-store", ("fail-store", "-", "add c")),
     ("failed-load", ("-", "fail-load", "add c")),
     ("reset-during-load", ("-", "add c", "reset-cache")),
     ("retried-lookup", ("-", "-", "-", "retry-lookups", "add c")),
+    ("error-mid-prefill", ("-", "error p")),
 )
 """The named lifecycle scenarios of issue 21, checked first (their witnesses are the
 ones a report shows): a stalled write a resend waits on (vLLM #49829: the producer's
 first store job, and its last one, whose chunks the resend's window reads on any
 geometry), an abort before
 the first schedule (#49118), an abort with loads in flight, a preemption with its store
-in flight and a re-admission (#46014), a failed load (#35223, #45474), a cache reset
+in flight and a re-admission (#46014), a failed store a resend then looks up, a failed
+load (#35223, #45474) and the resend's lookup after it, a cache reset
 while a load holds its chunks, a resend whose lookups the offload tier answers RETRY for
-longer than the bound (P2P lookups stuck in RETRY: #56823, #56836)."""
+longer than the bound (P2P lookups stuck in RETRY: #56823, #56836), a producer
+finished with an error after its first prefill step (``FINISHED_ERROR`` mid-prefill: its
+store job may offer only the 8 tokens it computed, vLLM 0.34.0)."""
 
 LIFECYCLE_DEPTH = 3
 """Actions per program in the catalogue: every sequence up to this length is run."""
@@ -636,13 +781,16 @@ LIFECYCLE_SPACE: CaseSpace[LifecycleCase, LifecycleTrace] = CaseSpace(
 )
 
 LIFECYCLE_FUNCTIONS = (
-    "deferral_clock", "deferral_expired", "get_num_offloadable_tokens", "store_step_bounds",
+    "deferral_clock", "deferral_expired", "store_job_published", "get_num_offloadable_tokens",
+    "store_step_bounds",
     "store_chunk_offered", "store_final_segment_end", "store_replay_boundaries",
-    "is_block_reachable", "multigroup_lookup_step", "sliding_window_lookup", "prefix_lookup",
+    "is_block_reachable", "initial_lookup_cap", "multigroup_lookup_step",
+    "sliding_window_lookup", "prefix_lookup",
     "get_sliding_window_size_in_chunks", "load_window_size_in_chunks", "load_chunk_range",
     "retained_block_range", "get_num_skipped_tokens")
-"""Every bundle function a lifecycle program's decisions run: the deadline rule first
-(the lifecycle's own), then the store path and the lookup the system drives."""
+"""Every bundle function a lifecycle program's decisions run: the deadline rule and what
+a failed store publishes first (the lifecycle's own), then the store path and the lookup
+the system drives."""
 
 
 @dataclass

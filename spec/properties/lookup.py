@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import functools
 import itertools
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -173,6 +173,16 @@ def lookup_extra_catalog() -> list[tuple[str, Geometry, int, int, int | None]]:
         # once the finer one confirmed 19: the finer one must be checked again at 16,
         # where its window reads a chunk further left.
         ("SWA4(sw8)+SWA8(sw12),clamp", Geometry((swa(4, 8), swa(8, 12))), 20, 0, None),
+        # Lookahead block hashes (docs/CONTRACT.md 2.1): the EAGLE group drops nothing, a
+        # block is keyed once the token past it exists. Full attention alone serves the
+        # last complete chunk of a prompt one token longer (16 of 17: a legacy EAGLE
+        # group peeks at a chunk with no key there and stops at 12).
+        ("FA4(eagle),lookahead", Geometry((fa(4, eagle=True),), hash_lookahead=1),
+         17, 0, None),
+        ("FA4(eagle)+SWA4(sw8),lookahead",
+         Geometry((fa(4, eagle=True), swa(4, 8)), hash_lookahead=1), 13, 0, None),
+        ("SWA4(sw8,eagle),lookahead", Geometry((swa(4, 8, eagle=True),), hash_lookahead=1),
+         17, 0, None),
     ]
 
 
@@ -189,7 +199,7 @@ def lookup_cases() -> Iterator[LookupCase]:
 def _assignments(catalog: Sequence[tuple[str, Geometry, int, int, int | None]],
                  alphabet: tuple[LookupResult, ...]) -> Iterator[LookupCase]:
     for name, geometry, num_tokens, local_hit, budget in catalog:
-        sizes = [num_tokens // geometry.chunk_tokens(g) for g in geometry.groups]
+        sizes = [multigroup.complete_chunks(geometry, g, num_tokens) for g in geometry.groups]
         total = sum(sizes)
         for flat in itertools.product(alphabet, repeat=total):
             states: list[tuple[LookupResult, ...]] = []
@@ -389,8 +399,10 @@ def eagle_peek(case: LookupCase, observation: LookupObservation) -> str | None:
     if observation.popped_at is not None:
         seen: set[tuple[int, int]] = set()
         for g, boundary in observation.popped_at:
-            if not case.geometry.groups[g].eagle:
-                return f"group {g} is not an EAGLE group but popped at boundary {boundary}"
+            if not case.geometry.drops_eagle_block(case.geometry.groups[g]):
+                why = ("its block hashes cover the lookahead" if case.geometry.groups[g].eagle
+                       else "it is not an EAGLE group")
+                return f"group {g} drops no block ({why}) but popped at boundary {boundary}"
             if (g, boundary) in seen:
                 return f"EAGLE group {g} popped twice at boundary {boundary}"
             seen.add((g, boundary))
@@ -407,7 +419,7 @@ def eagle_peek(case: LookupCase, observation: LookupObservation) -> str | None:
                     return (f"EAGLE group {g} popped {count} times for {recorded} verified "
                             "boundaries")
     for g, group in enumerate(case.geometry.groups):
-        if not group.eagle:
+        if not case.geometry.drops_eagle_block(group):
             continue
         if hit is None or hit <= case.local_hit:
             continue
@@ -436,19 +448,56 @@ def peeks_one_chunk(case: LookupCase, observation: LookupObservation) -> str | N
     if observation.error is not None:
         return _raised(observation)
     geometry = case.geometry
-    first = multigroup.initial_max_hit(geometry, case.num_tokens)
-    if case.max_hit_tokens is not None:
-        first = min(first, case.max_hit_tokens)
+    first = int(multigroup.lookup_cap(geometry, case.num_tokens, case.max_hit_tokens))
     for g, chunk in observation.lookups:
         group = geometry.groups[g]
         tpc = geometry.chunk_tokens(group)
         candidate = min(first, len(case.states[g]) * tpc)
-        last = int(cdiv(candidate, tpc)) - 1 + (1 if group.eagle else 0)
+        drops = geometry.drops_eagle_block(group)
+        last = int(cdiv(candidate, tpc)) - 1 + (1 if drops else 0)
         if chunk > last:
-            what = "its peek chunk" if group.eagle else "the chunk of its first candidate"
+            what = "its peek chunk" if drops else "the chunk of its first candidate"
             return (f"group {g} looked up chunk {chunk}, past {what} {last} (first "
                     f"candidate {candidate}; an EAGLE group peeks exactly one chunk, "
                     "another none)")
+    return None
+
+
+def budget_is_maximal(case: LookupCase, observation: LookupObservation) -> str | None:
+    """C4 under a scheduling budget (docs/CONTRACT.md 4.4): the accepted hit is the largest
+    boundary within the budget every group serves. The request's recomputed last token
+    comes off its length, not off the budget: a budget below the prompt is a boundary the
+    lookup may take whole. Vacuous without a budget (``lookup-is-maximal`` judges those);
+    its own row, so a release's budget order is judged apart from its other C4 defects."""
+    if case.max_hit_tokens is None:
+        return None
+    return is_maximal(case, observation)
+
+
+def lookahead_drops_nothing(case: LookupCase, observation: LookupObservation) -> str | None:
+    """C5 under lookahead block hashes: an EAGLE group reads like any other group. Its
+    block hashes cover the drafter's lookahead, so no chunk of it is volatile: it pops
+    nothing and looks up no chunk past the one its first candidate ends in (a peek would
+    read, defer on and lose the hit to a chunk the producer does not store in this
+    mode). Vacuous under legacy hashes (``C5/eagle-peek`` judges those)."""
+    if observation.error is not None:
+        return _raised(observation)
+    geometry = case.geometry
+    if not geometry.hash_lookahead:
+        return None
+    for g, boundary in observation.popped_at or ():
+        return (f"EAGLE group {g} popped a chunk at boundary {boundary} under lookahead "
+                f"block hashes ({geometry.hash_lookahead} token(s)): no block is volatile")
+    first = int(multigroup.lookup_cap(geometry, case.num_tokens, case.max_hit_tokens))
+    for g, chunk in observation.lookups:
+        group = geometry.groups[g]
+        if not group.eagle:
+            continue
+        tpc = geometry.chunk_tokens(group)
+        last = int(cdiv(min(first, len(case.states[g]) * tpc), tpc)) - 1
+        if chunk > last:
+            return (f"EAGLE group {g} looked up chunk {chunk} past its first candidate's "
+                    f"last chunk {last} under lookahead block hashes: a legacy peek")
     return None
 
 
@@ -545,7 +594,8 @@ def picture(case: LookupCase, impl: Implementation) -> Picture:
 
 LOOKUP_FUNCTIONS: tuple[str, ...] = (
     "get_sliding_window_size_in_chunks", "load_window_size_in_chunks",
-    "sliding_window_lookup", "prefix_lookup", "load_chunk_range", "multigroup_lookup_step",
+    "sliding_window_lookup", "prefix_lookup", "load_chunk_range", "initial_lookup_cap",
+    "multigroup_lookup_step",
 )
 """The multi-group lookup calls all of these: the scheduler's fold drives the primitives
 and each group's turn (``multigroup_lookup_step``, last: a variant's turn is located
@@ -557,10 +607,11 @@ ON_UPSTREAM_LOOP_AND_MONITOR = frozenset({Observer.UPSTREAM_LOOP, Observer.MONIT
 
 def lookup_properties() -> list[CaseProperty]:
     def make(clause: str, name: str, description: str, judge: Any,
-             observable_on: frozenset[Observer], domain_note: str = "") -> CaseProperty:
+             observable_on: frozenset[Observer], domain_note: str = "",
+             relevant: Callable[[Any], bool] | None = None) -> CaseProperty:
         return CaseProperty(clause, name, description, LOOKUP_SPACE, judge,
                             LOOKUP_FUNCTIONS, picture, observable_on=observable_on,
-                            domain_note=domain_note)
+                            domain_note=domain_note, relevant=relevant)
 
     return [
         make("C2", "lookup-loads-only-hit",
@@ -572,6 +623,11 @@ def lookup_properties() -> list[CaseProperty]:
         make("C4", "lookup-is-maximal",
              "the accepted hit is the largest boundary every group can serve", is_maximal,
              ON_UPSTREAM_LOOP_AND_MONITOR),
+        make("C4", "lookup-budget-is-maximal",
+             "under a scheduling budget, the accepted hit is the largest boundary within "
+             "it every group can serve", budget_is_maximal, ON_UPSTREAM_LOOP,
+             "judged on the budgeted cases (vacuous on the others)",
+             relevant=lambda case: case.max_hit_tokens is not None),
         # Neither upstream's loop nor a system event reports the lookups and pops.
         make("C5", "eagle-peek",
              "EAGLE: the peek chunk is looked up and HIT, not loaded; one pop per boundary",
@@ -585,6 +641,13 @@ def lookup_properties() -> list[CaseProperty]:
              "EAGLE: exactly one chunk (the peek) is looked up past the boundary; no other "
              "group looks past it", peeks_one_chunk,
              frozenset()),
+        # Upstream's loop reports its lookups (a pop shows as a lookup past the boundary):
+        # the engine judges the lookahead geometries in vLLM's default mode.
+        make("C5", "lookup-lookahead-drops-nothing",
+             "EAGLE under lookahead block hashes: no peek, no pop; the group reads its "
+             "load set like any other", lookahead_drops_nothing, ON_UPSTREAM_LOOP,
+             "judged on the lookahead-hash geometries (vacuous on the others)",
+             relevant=lambda case: bool(case.geometry.hash_lookahead)),
         # A system event carries no trace of the loop's maxhit.
         make("C6", "lookup-converges",
              "the loop terminates, maxhit never grows, the final N is servable by every group",

@@ -445,8 +445,8 @@ def _mask_configs(prop: FormulaProperty, scope: Scope) -> list[Config]:
         retention = -1 if geometry.retention_interval is None else geometry.retention_interval
         assert group.sliding_window is not None
         values = {"A": align, "B": block, "bpc": geometry.blocks_per_chunk,
-                  "eagle": int(group.eagle), "R": retention, "sw": group.sliding_window,
-                  "e": group.extra_retained_tokens}
+                  "eagle": int(geometry.drops_eagle_block(group)), "R": retention,
+                  "sw": group.sliding_window, "e": group.extra_retained_tokens}
         if _mask_kind(values) != kind:
             continue
         configs.setdefault(tuple(values.items()), []).append(label)
@@ -480,7 +480,8 @@ def _replay_configs(prop: FormulaProperty, scope: Scope) -> list[Config]:
                 == 0 for group in geometry.groups):
             continue
         retention = geometry.retention_interval
-        values = {"eagle": int(any(group.eagle for group in geometry.groups)), "Ak": 1,
+        values = {"eagle": int(any(geometry.drops_eagle_block(group)
+                                   for group in geometry.groups)), "Ak": 1,
                   "A": align, "Rk": -1 if retention is None else min(retention, 1),
                   "R": retention or 0}
         configs.setdefault(tuple(values.items()), []).append(label)

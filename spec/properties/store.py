@@ -13,6 +13,7 @@ from typing import Any
 from kvcontract.impl.bundle import Implementation
 from kvcontract.impl.scheduler import StoreTracker
 from kvcontract.spec.geometry import Geometry, GroupSpec, fa, mamba, swa
+from kvcontract.spec.lookup import hashed_tokens
 from kvcontract.spec.properties.base import (
     CaseProperty,
     CaseSpace,
@@ -167,6 +168,8 @@ class StoreVariation:
     prompt_only: bool = True
     start_hit: int = 0
     max_offload_tokens: int | None = None
+    aborts: bool = True
+    """Also abort each schedule after every step (the default)."""
 
 
 def store_variation_catalog() -> list[StoreVariation]:
@@ -189,6 +192,22 @@ def store_variation_catalog() -> list[StoreVariation]:
         # is never stored (C10: its freed block would be copied).
         StoreVariation("FA8+SWA2(sw3,e1),bpc2", Geometry((fa(8), swa(2, 3, 1)),
                                                          blocks_per_chunk=2), (21,)),
+        # Chunks of eight SWA blocks whose window frees six of them in one step: vLLM
+        # reallocates some freed ones at once and zeroes them in its connector's table,
+        # so a stored chunk holds null pages after live ones (C10 placement; vLLM
+        # 0.33.0's jobs shift the window's blocks to lower offsets). Finished only.
+        StoreVariation("FA16+SWA4(sw8),bpc8", Geometry((fa(16), swa(4, 8)),
+                                                       blocks_per_chunk=8), (136,),
+                       aborts=False),
+        # Lookahead block hashes (docs/CONTRACT.md 2.1): an EAGLE group's mask has no peek
+        # block, no chunk is held back while decoding, and P - 1 is the only replay
+        # boundary.
+        StoreVariation("FA16+SWA4(sw8,eagle),retention0,lookahead",
+                       Geometry((fa(16), swa(4, 8, eagle=True)), retention_interval=0,
+                                hash_lookahead=1), (33, 49)),
+        StoreVariation("FA4(eagle)+SWA4(sw8),decoded,lookahead",
+                       Geometry((fa(4, eagle=True), swa(4, 8)), hash_lookahead=1),
+                       (17,), decode=10, prompt_only=False),
     ]
 
 
@@ -212,7 +231,7 @@ def store_cases() -> Iterator[StoreCase]:
                 yield StoreCase(entry.name, entry.geometry, prompt, steps, "finished",
                                 decode=entry.decode, prompt_only=entry.prompt_only,
                                 start_hit=hit, max_offload_tokens=entry.max_offload_tokens)
-                for cut in range(1, len(steps)):
+                for cut in range(1, len(steps) if entry.aborts else 1):
                     yield StoreCase(entry.name, entry.geometry, prompt, steps[:cut], "aborted",
                                     prompt_only=entry.prompt_only, start_hit=hit,
                                     max_offload_tokens=entry.max_offload_tokens)
@@ -224,6 +243,7 @@ def store_domain() -> str:
         f"{v.name} ({v.decode} decode steps"
         + ("" if v.prompt_only else ", decoded tokens stored")
         + ("" if v.max_offload_tokens is None else f", max_offload_tokens {v.max_offload_tokens}")
+        + ("" if v.aborts else ", finished only")
         + ")" for v in store_variation_catalog())
     return (
         "the bounded cross-check of the store-step induction (C8/store-steps-offer-once, "
@@ -307,7 +327,13 @@ def step_bounds(
     tpc = geometry.chunk_tokens(group)
     tokens = int(stored_token_count(status, num_computed, num_scheduled, num_tokens,
                                     prompt_len, max_offload_tokens, prompt_only))
-    storable = int(storable_chunks(tokens, tpc, group.eagle, status))
+    if geometry.hash_lookahead:
+        # A block is stored once it is hashed: its lookahead tokens exist (2.1).
+        # (The whole prompt is hashed from arrival, whatever the step reports.)
+        tokens = min(tokens, int(hashed_tokens(max(num_tokens, prompt_len),
+                                               geometry.tokens_per_hash,
+                                               geometry.hash_lookahead)))
+    storable = int(storable_chunks(tokens, tpc, geometry.drops_eagle_block(group), status))
     prompt_tokens = prompt_len if max_offload_tokens is None else min(prompt_len,
                                                                       max_offload_tokens)
     final = final_segment_end_chunk(status, prompt_tokens // tpc, storable,
@@ -537,6 +563,26 @@ def stores_well_formed(case: StoreCase, run: StoreRun) -> str | None:
     return None
 
 
+def stores_placed(case: StoreCase, run: StoreRun) -> str | None:
+    """C10 placement: every live block a store job writes lands in its own CPU chunk at
+    its own offset (``block mod bpc``), null pages before it or not. Read off each
+    step's job as laid into its chunks (``placements``: the model's tracker through the
+    implementation's ``store_block_slot``; on vLLM, its store jobs' block ids, group sizes
+    and block indices laid as its CPU worker lays them)."""
+    bpc = case.geometry.blocks_per_chunk
+    for g, tracker in enumerate(run.trackers):
+        for index, placed in enumerate(tracker.placements):
+            for chunk, page, block in placed:
+                if block >= 0 and block != chunk * bpc + page:
+                    found: str = Violation(
+                        f"group {g}: the store job of step {index} writes block {block} "
+                        f"(chunk {block // bpc}, offset {block % bpc}) into chunk {chunk} at "
+                        f"offset {page}: a load of chunk {chunk} reads it in place of "
+                        f"block {chunk * bpc + page}", Impact.CORRUPTION)
+                    return found
+    return None
+
+
 def store_steps(case: StoreCase, run: StoreRun) -> str | None:
     """C9, step by step: each step offers exactly the chunks the spec's step offers, and
     the stored index after it is the spec's (it never moves back). An offer earlier than
@@ -605,8 +651,9 @@ when none of the others differs)."""
 
 
 def store_properties() -> list[CaseProperty]:
-    def make(clause: str, name: str, description: str, judge: Any) -> CaseProperty:
-        return CaseProperty(clause, name, description, STORE_SPACE, judge, STORE_FUNCTIONS,
+    def make(clause: str, name: str, description: str, judge: Any,
+             uses: tuple[str, ...] = STORE_FUNCTIONS) -> CaseProperty:
+        return CaseProperty(clause, name, description, STORE_SPACE, judge, uses,
                             picture, observable_on=frozenset({Observer.UPSTREAM_STORE_PATH}))
 
     return [
@@ -622,4 +669,7 @@ def store_properties() -> list[CaseProperty]:
         make("C10", "stores-well-formed",
              "offered chunks are complete and committed (no final sampled slot)",
              stores_well_formed),
+        make("C10", "stores-placed",
+             "every live block of a store job lands in its own CPU chunk at its own offset "
+             "(block mod bpc)", stores_placed, ("store_block_slot", *STORE_FUNCTIONS)),
     ]

@@ -252,14 +252,17 @@ _FORMED_CHOICES: tuple[Choice, ...] = (*_OFFER_CHOICES, ("po", _flags))
 def _committed(env: Env, status: RequestStatus) -> tuple[list[Bool], Num]:
     """A step's well-formedness and the tokens whose KV exists after it: what this step
     computes while running; what was computed on abort; on finish everything but the
-    final sampled slot (``num_tokens = num_computed + 1``, the prompt computed)."""
+    final sampled slot (``num_tokens = num_computed + 1``, the prompt computed), or, for
+    a request finished before its prefill completed (an error finish: vLLM's
+    ``FINISHED_ERROR``, no token sampled, ``num_tokens`` the prompt), what it computed."""
     computed, scheduled, num_tokens, prompt = env["nc"], env["ns"], env["nt"], env["P"]
     if status is RequestStatus.PREFILLING:
         return [computed + scheduled <= prompt], computed + scheduled
     if status is RequestStatus.DECODING:
         return [computed >= prompt, num_tokens == computed + scheduled], computed + scheduled
     if status is RequestStatus.FINISHED:
-        return [computed >= prompt, num_tokens == computed + 1], computed
+        return [or_(and_(computed >= prompt, num_tokens == computed + 1),
+                    and_(computed < prompt, num_tokens == prompt))], computed
     return [], computed
 
 

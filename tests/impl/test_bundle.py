@@ -19,9 +19,22 @@ STORE_STEP = ("get_num_offloadable_tokens", "store_step_bounds", "store_chunk_of
 """The store step's decisions: optional, the reference's by default."""
 DEADLINE = ("deferral_clock", "deferral_expired")
 """The deferral deadline's rule (C13): optional, the reference's by default."""
-OPTIONAL = (*STORE_STEP, "multigroup_lookup_step", *DEADLINE)
+FAILED_TRANSFER = ("store_job_published",)
+"""What a failed store job publishes (C14): optional, the reference's by default."""
+HASH_MODE = ("lookup_drops_eagle_block", "store_drops_eagle_block", "keyed_tokens")
+"""Whether the lookup and the store path drop an EAGLE group's trailing block per hash
+mode, and the tokens a request's keys cover (docs/CONTRACT.md 2.1): optional, the
+reference's by default."""
+PLACEMENT = ("store_block_slot",)
+"""Where a stored block lands in its CPU chunk (C10): optional, the reference's."""
+JUNCTION = ("shared_prefix_junction",)
+"""The shared-prefix junction a cut request registers (C12, docs/CONTRACT.md 9.3):
+optional, the reference's."""
+OPTIONAL = (*STORE_STEP, "multigroup_lookup_step", "initial_lookup_cap", *DEADLINE,
+            *FAILED_TRANSFER, *PLACEMENT, *HASH_MODE, *JUNCTION)
 """Every function with a default (the reference's): the store step's decisions, one
-group's turn of the multi-group lookup and the deferral deadline."""
+group's turn of the multi-group lookup, the deferral deadline and what a failed store
+publishes."""
 
 
 def _bundle(**change: object) -> Implementation:

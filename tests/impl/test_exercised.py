@@ -68,9 +68,13 @@ def test_every_implementation_function_is_exercised() -> None:
             if isinstance(prop, CaseProperty):
                 spaces.setdefault(id(prop.space), []).append(prop)
         for family in spaces.values():
-            seen_geometries: set[str] = set()
+            seen_geometries: set[tuple[str, str]] = set()
             for case in family[0].space.cases():
-                name = getattr(case, "geometry_name", "scan")
+                # per geometry, and per consumer kind of the end-to-end family (a
+                # junction consumer runs the junction's decision)
+                consumer = getattr(case, "consumer", None)
+                name = (getattr(case, "geometry_name", "scan"),
+                        getattr(consumer, "kind", ""))
                 if name in seen_geometries:
                     continue
                 seen_geometries.add(name)

@@ -37,6 +37,13 @@ CHANGED: dict[str, set[str]] = {
     "abort-unscheduled-crash": {"get_num_offloadable_tokens"},
     "resetting-deadline": {"deferral_clock"},
     "no-deadline": {"deferral_expired"},
+    "legacy-drop-lookahead-store": {"lookup_drops_eagle_block"},
+    "legacy-mask-lookahead-lookup": {"store_drops_eagle_block"},
+    "minus-one-after-clamps": {"initial_lookup_cap"},
+    "full-horizon-unfinished-prefill": {"get_num_offloadable_tokens"},
+    "publish-failed-store": {"store_job_published"},
+    "first-block-null-offset": {"store_block_slot"},
+    "no-shared-prefix-junction": {"shared_prefix_junction"},
 }
 # Clauses the docstring says each variant violates.
 DOCUMENTED: dict[str, set[str]] = {
@@ -48,6 +55,13 @@ DOCUMENTED: dict[str, set[str]] = {
     "abort-unscheduled-crash": {"C14"},
     "resetting-deadline": {"C13"},
     "no-deadline": {"C13"},
+    "legacy-drop-lookahead-store": {"C5", "C12"},
+    "legacy-mask-lookahead-lookup": {"C8"},
+    "minus-one-after-clamps": {"C4"},
+    "full-horizon-unfinished-prefill": {"C14"},
+    "publish-failed-store": {"C14"},
+    "first-block-null-offset": {"C10"},
+    "no-shared-prefix-junction": {"C12"},
 }
 
 
@@ -93,6 +107,30 @@ DISCRIMINATING: dict[tuple[str, str], tuple[Callable[[Implementation], Any], Any
     # vLLM 0.33.0 has no deadline either (it measures the deferral, enforces nothing).
     ("upstream-current", "deferral_expired"): (
         lambda i: bool(i.deferral_expired(2, 6, 4)), True, False),
+    # An EAGLE group under lookahead block hashes (1 token) drops nothing.
+    ("legacy-drop-lookahead-store", "lookup_drops_eagle_block"): (
+        lambda i: i.lookup_drops_eagle_block(True, 1), False, True),
+    ("legacy-mask-lookahead-lookup", "store_drops_eagle_block"): (
+        lambda i: i.store_drops_eagle_block(True, 1), False, True),
+    # vLLM 0.33.0 subtracts the recomputed last token after the budget: SWA, 17 tokens,
+    # a budget of 12: the candidate 12 (0.34.0), 11 (0.33.0).
+    ("minus-one-after-clamps", "initial_lookup_cap"): (
+        lambda i: i.initial_lookup_cap(17, True, 12), 12, 11),
+    # A request finished with an error after 8 of its 17 prompt tokens: it stores the 8
+    # (0.34.0); 0.33.0 stores up to its prompt.
+    ("full-horizon-unfinished-prefill", "get_num_offloadable_tokens"): (
+        lambda i: i.get_num_offloadable_tokens("finished", 8, 0, 17, 17, None, True), 8, 17),
+    # vLLM 0.33.0's scheduler completes a failed store job as stored; 0.34.0 drops it.
+    ("publish-failed-store", "store_job_published"): (
+        lambda i: bool(i.store_job_published(True)), False, True),
+    # bpc 2, the job's first chunk live, the second's first page null: its second page
+    # (job position 3) keeps slot 3 (0.34.0); 0.33.0 writes it into slot 2.
+    ("first-block-null-offset", "store_block_slot"): (
+        lambda i: i.store_block_slot(3, 0, 1, 2), 3, 2),
+    # A hit cut to 0 below the full-attention boundary 32, retention 0: the reference
+    # registers the junction 32 (0.34.0); 0.33.0 none.
+    ("no-shared-prefix-junction", "shared_prefix_junction"): (
+        lambda i: i.shared_prefix_junction(32, 0, 0, 0), 32, 0),
 }
 
 
@@ -111,7 +149,7 @@ def test_each_variant_differs_in_exactly_its_defective_functions(name: str) -> N
     impl = VARIANTS[name]
     functions = [f for f in REFERENCE.__dataclass_fields__
                  if callable(getattr(REFERENCE, f))]
-    assert len(functions) == 16
+    assert len(functions) == 23
     changed = {f for f in functions if getattr(impl, f) is not getattr(REFERENCE, f)}
     assert changed == CHANGED[name]
 
@@ -154,5 +192,5 @@ def test_unknown_implementation() -> None:
         get_implementation("stale_pending")
     assert info.value.target == "stale_pending"
     assert info.value.known == sorted(VARIANTS)
-    assert "choose one of: abort-unscheduled-crash, mtp-extra-retained, no-deadline, " \
-        "prefill-horizon, reference" in str(info.value)
+    assert "choose one of: abort-unscheduled-crash, " in str(info.value)
+    assert ", ".join(sorted(VARIANTS)) in str(info.value)

@@ -170,3 +170,24 @@ def test_lookahead_block_hashes_are_the_release_default_where_it_has_them() -> N
     plain = confirm(Geometry((fa(16), swa(4, 8)), retention_interval=0), 33, "resend")
     expected = plain.observed_hit if has("lookahead-block-hashes") else dropped.observed_hit
     assert served.observed_hit == expected
+
+
+def test_a_geometry_with_lookahead_hashes_is_built_in_that_mode() -> None:
+    """A geometry that states lookahead block hashes (docs/CONTRACT.md 2.1) is vLLM's
+    default plan where the release has them: built without another-plan notes, its
+    hashes reaching the drafter's lookahead; the EAGLE replay boundary the legacy hashes
+    lose is served on it (the geometry's own promise, confirmed on vLLM)."""
+    geometry = Geometry((fa(16), swa(4, 8, eagle=True)), retention_interval=0,
+                        hash_lookahead=1)
+    found = build(geometry)
+    if not has("lookahead-block-hashes"):
+        assert isinstance(found, Refused) and found.by_vllm  # the release has no such mode
+        assert "lookahead block hashes" in found.reason
+        return
+    assert isinstance(found, LiveEngine), found
+    try:
+        assert found.notes == () and found.hash_lookahead_tokens == 1
+    finally:
+        found.scheduler.shutdown()
+    served = confirm(geometry, 33, "resend")
+    assert served.verdict != "lost-hit", served

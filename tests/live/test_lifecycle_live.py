@@ -250,6 +250,10 @@ def test_the_recompute_policy_restarts_the_request_from_token_zero() -> None:
     else:
         assert after[-1].answer == failure.num_computed_before
         assert verdict_of(result, "C15") == (Verdict.COUNTEREXAMPLE, Impact.STALL)
+        # the failed load retried: the keys its next hit loads are the failed ones
+        c15 = {c.clause: c for c in result.clauses}["C15"]
+        assert any(f.startswith("failed-load-not-retried: ") and " again, whose load failed"
+                   in f for f in c15.findings), c15.findings
 
 
 @needs_vllm

@@ -39,7 +39,9 @@ def test_resend_is_served_at_the_partial_tail() -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", [n for n in PARTIAL_TAILS if n != "partial-tail-resend"])
+@pytest.mark.parametrize("name", [n for n in PARTIAL_TAILS
+                                  if n not in ("partial-tail-resend",
+                                               "partial-tail-being-loaded")])
 def test_partial_tail_scenarios_hold(name: str) -> None:
     _release_has_partial_tails()
     result = run_scenario(name)
@@ -61,3 +63,23 @@ def test_partial_tails_off_when_the_hash_block_is_the_block() -> None:
     result = run_scenario("partial-tail-off")
     assert result.numbers["supports_partial_tail"] is False
     assert (result.numbers["boundary"], result.numbers["hit"]) == (None, 192)
+
+
+def test_a_partial_tail_being_loaded_is_not_loaded_again() -> None:
+    """The partial tail at b(P) = 224 is being loaded for one resend when a second looks
+    it up (docs/CONTRACT.md 9.2, load safety). vLLM 0.34.0 (``partial-tail-anchor``)
+    defers the second until the load lands; 0.33.0 loads both groups' keys at 224 a
+    second time, the one clause its run fails."""
+    _release_has_partial_tails()
+    result = run_scenario("partial-tail-being-loaded")
+    assert result.outcome == "clean", result.outcome
+    failed = [c.what for c in result.checks if not c.ok]
+    reached = [c for c in result.checks if "the case is reached" in c.what]
+    assert reached and reached[0].ok
+    if has("partial-tail-anchor"):
+        assert failed == []
+        assert result.numbers["partial_loads"]["second"] == {}
+    else:
+        assert len(failed) == 1 and "being-loaded deferral" in failed[0]
+        assert result.numbers["partial_loads"]["second"] == {"0": [224], "1": [224]}
+    assert result.numbers["partial_loads"]["first"] == {"0": [224], "1": [224]}

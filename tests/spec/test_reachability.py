@@ -172,7 +172,8 @@ def test_stored_token_count() -> None:
     assert count(ABORTED, 700, 300, 1000, 1200) == 700
     assert count(FINISHED, 1203, 0, 1204, 1200) == 1200  # prompt only (the default)
     assert count(FINISHED, 1203, 0, 1204, 1200, prompt_only=False) == 1203  # not 1204
-    assert count(FINISHED, 1000, 0, 1001, 1200, prompt_only=False) == 1200  # max(P, n - 1)
+    # An error finish mid-prefill (FINISHED_ERROR): only what it computed (C14).
+    assert count(FINISHED, 1000, 0, 1001, 1200, prompt_only=False) == 1000
     assert count(PREFILLING, 1000, 200, 1200, 1200) == 1200
     assert count(PREFILLING, 1000, 200, 1200, 1200, max_offload_tokens=1100) == 1100
     assert count(DECODING, 1200, 1, 1201, 1200) == 1200

@@ -426,7 +426,7 @@ def _reference_point(function: str, before: str, after: str) -> Any:
     # The survivors shown equivalent (docs/MUTANTS.md).
     ("store_step_bounds", "if end > next_after:", "if end >= next_after:",
      "idempotent assignment"),
-    ("lookup_complete_chunks", "1 if group.eagle else 0", "2 if group.eagle else 0",
+    ("lookup_complete_chunks", "1 if drops else 0", "2 if drops else 0",
      "flag argument"),
     ("lookup_complete_chunks", "g = outcome.loading[0][0]", "g = outcome.loading[0][1]",
      "message only"),

@@ -1266,8 +1266,8 @@ def _reach_via_store_mask(binding: Binding, manager_cls: Any) -> Callable[..., A
         config = GroupConfig(kv_cache_spec=spec, manager_cls=manager_cls,
                              is_eagle_group=bool(eagle), tokens_per_block=block_tokens,
                              tokens_per_chunk=block_tokens)
-        # use_lookahead_block_hashes: the legacy hash mode, the one C5/C7's EAGLE
-        # statements describe (releases with lookahead hashes read the switch).
+        # use_lookahead_block_hashes: off, as ``eagle`` already says whether the mask
+        # drops (the caller passes the hash mode's drop, docs/CONTRACT.md 2.1).
         sched = types.SimpleNamespace(config=types.SimpleNamespace(
             blocks_per_chunk=1, alignment_tokens=alignment, retention_interval=retention,
             dcp_world_size=1), use_lookahead_block_hashes=False)
@@ -1568,3 +1568,12 @@ def reference_binding() -> Binding:
     binding = bind(resolve_target("builtin:reference"))
     assert binding.implementation is REFERENCE
     return binding
+
+
+def has_lookahead_hashes(binding: Binding) -> bool:
+    """Whether the bound release's offloading code has the lookahead block-hash mode
+    (docs/CONTRACT.md 2.1: a bound function reads ``use_lookahead_block_hashes``): a
+    capability found in the code, not by version."""
+    return any("use_lookahead_block_hashes" in getattr(getattr(fn, "__code__", None),
+                                                        "co_names", ())
+               for fn in binding.functions.values())

@@ -20,7 +20,7 @@ from typing import Any
 
 from kvcontract.impl.bundle import Implementation
 from kvcontract.impl.variants import REFERENCE
-from kvcontract.tools.audit.binding import Binding
+from kvcontract.tools.audit.binding import Binding, has_lookahead_hashes
 from kvcontract.tools.audit.root_cause import filled_implementation
 from kvcontract.vocabulary import Impact
 
@@ -102,11 +102,13 @@ def _cost_job(binding: Binding, defect: Mapping[str, Any]) -> dict[str, Any]:
     if patched is None:
         return {"impact": defect["impact"], "summary": _not_costed(defect), "rows": []}
     runners = {"bound_store": bound_store, "patched_store": patched_store}
-    cost = defect_cost(impl, patched, defect["impact"], **runners)
+    lookahead = has_lookahead_hashes(binding)
+    cost = defect_cost(impl, patched, defect["impact"], **runners, lookahead_hashes=lookahead)
     if defect["impact"] == Impact.WASTE.value and not cost["rows"]:
         # A final partial segment's waste needs dense retention (no interval): vLLM's
         # default interval keeps none (tools/audit/costs, caveats).
-        dense = defect_cost(impl, patched, defect["impact"], retention=None, **runners)
+        dense = defect_cost(impl, patched, defect["impact"], retention=None, **runners,
+                            lookahead_hashes=lookahead)
         if dense["rows"]:
             cost = dense
     cost.setdefault("notes", []).append(path)
@@ -130,7 +132,8 @@ def _engine_cost(binding: Binding, defect: Mapping[str, Any],
     bound_resend, patched_resend, bound_store, patched_store = engine_resends(binding, roles)
     cost = defect_cost(impl, impl, defect["impact"], lengths=ENGINE_LENGTHS,
                        bound_store=bound_store, patched_store=patched_store,
-                       bound_resend=bound_resend, patched_resend=patched_resend)
+                       bound_resend=bound_resend, patched_resend=patched_resend,
+                       lookahead_hashes=has_lookahead_hashes(binding))
     cost["measured_on"] = "engine"
     cost.setdefault("notes", []).append(
         f"measured on vLLM's engine ({binding.engine.release}): as it is, and with "

@@ -116,14 +116,37 @@ class _Target:
     preset: str
     label: str
     geometry: Geometry
+    hash_mode: str = "default"
+    """``default`` (the preset's only mode on the release measured), ``lookahead``
+    (vLLM's default where the preset records lookahead block hashes and the release has
+    them) or ``legacy`` (that preset as stated: legacy hashes, docs/CONTRACT.md 2.1)."""
 
 
 def _retention_label(retention: int | None) -> str:
     return "None" if retention is None else str(retention)
 
 
+def _default_mode_first(name: str, lookahead_hashes: bool,
+                        ) -> list[tuple[str, Geometry, str]]:
+    """A preset's geometries in vLLM's default block-hash mode first (docs/CONTRACT.md
+    2.1: lookahead hashes where the preset records them and the release measured has
+    them, ``lookahead_hashes``), then as the preset states them (legacy hashes), so a
+    finding's cost reads in the configuration users run first; with the mode of each."""
+    preset = get_preset(name)
+    stated = preset_geometries(name)
+    if not (preset.lookahead_block_hashes and lookahead_hashes):
+        return [(label, geometry, "default") for label, geometry in stated]
+    default = []
+    for label, base in stated:
+        geometry = preset.geometry(blocks_per_chunk=base.blocks_per_chunk,
+                                   lookahead_block_hashes=True)
+        default.append((f"{label} lookahead hashes (vLLM's default)", geometry, "lookahead"))
+    return default + [(label, geometry, "legacy") for label, geometry in stated]
+
+
 def _targets(presets: Sequence[str] | None, retention: int | None,
-             budget: CostBudget) -> tuple[list[_Target], list[str], list[str]]:
+             budget: CostBudget, lookahead_hashes: bool = True,
+             ) -> tuple[list[_Target], list[str], list[str]]:
     """The geometries to measure, the reasons of those left out, the presets named."""
     names = list(presets) if presets is not None else list_presets()
     for name in names:
@@ -131,7 +154,7 @@ def _targets(presets: Sequence[str] | None, retention: int | None,
     targets: list[_Target] = []
     skipped: list[str] = []
     for name in names:
-        for label, base in preset_geometries(name):
+        for label, base, mode in _default_mode_first(name, lookahead_hashes):
             try:
                 geometry = dataclasses.replace(base, retention_interval=retention)
                 ok, reason = buildable(geometry)
@@ -140,7 +163,7 @@ def _targets(presets: Sequence[str] | None, retention: int | None,
             if not ok:
                 skipped.append(f"{label} retention={_retention_label(retention)}: {reason}")
                 continue
-            targets.append(_Target(name, label, geometry))
+            targets.append(_Target(name, label, geometry, mode))
     cap = budget.max_geometries
     if cap is not None and len(targets) > cap:
         left = targets[cap:]
@@ -153,7 +176,7 @@ def _targets(presets: Sequence[str] | None, retention: int | None,
 def _row_head(target: _Target, retention: int | None, count: int) -> dict[str, Any]:
     return {"preset": target.preset, "geometry": target.label,
             "bpc": target.geometry.blocks_per_chunk, "retention": retention,
-            "prompts": count}
+            "prompts": count, "hash_mode": target.hash_mode}
 
 
 STORE_PATH_FIELDS = (
@@ -750,6 +773,10 @@ def _summary(impact: Impact, rows: list[dict[str, Any]], checked: int,
         Impact.LOST_HIT: _lost_hit_phrases, Impact.WASTE: _waste_phrases,
         Impact.DELAY: _delay_phrases, Impact.CRASH: _crash_phrases,
     }[impact](rows[0])
+    if all(row.get("hash_mode") == "legacy" for row in rows):
+        # Every cost is in the legacy hash mode of presets whose default is lookahead
+        # hashes, measured there first and free: say so before the number.
+        at = f" with legacy hashes only{at}"
     # Every other preset the defect costs, by its worst row (rows are worst first), so a
     # maintainer sees each affected model; the count alone when they do not fit.
     worst: dict[str, Mapping[str, Any]] = {}
@@ -776,9 +803,14 @@ def defect_cost(bound: Implementation, patched: Implementation, impact: str, *,
                 bound_store: StoreRunner | None = None,
                 patched_store: StoreRunner | None = None,
                 bound_resend: ResendRunner | None = None,
-                patched_resend: ResendRunner | None = None) -> dict[str, Any]:
+                patched_resend: ResendRunner | None = None,
+                lookahead_hashes: bool = True) -> dict[str, Any]:
     """What ``bound`` does worse than ``patched`` on the model presets, for a defect of
     ``impact`` (a :class:`~kvcontract.vocabulary.Impact` value).
+
+    ``lookahead_hashes``: the release measured has lookahead block hashes, so a preset
+    that records them as vLLM's default is measured in that mode first, then as stated
+    (docs/CONTRACT.md 2.1); without them, as stated alone.
 
     ``bound_store``/``patched_store``: the producer's store path of that side run as a
     whole (upstream's executed ``_build_store_jobs``, or vLLM's engine), instead of
@@ -826,7 +858,7 @@ def defect_cost(bound: Implementation, patched: Implementation, impact: str, *,
                                "vLLM builds)")
         return result
     measure, rate, _ = _MEASURES[kind]
-    targets, skipped, names = _targets(presets, retention, budget)
+    targets, skipped, names = _targets(presets, retention, budget, lookahead_hashes)
     result["scenario"] = _SCENARIO[kind]
     result["skipped"] = skipped
     rows: list[dict[str, Any]] = []

@@ -178,6 +178,8 @@ FIELD_TITLES: dict[str, str] = {
     "is_block_reachable": "store reachability mask",
     "store_final_segment_end": "store horizon of the final segment",
     "store_replay_boundaries": "replay boundaries the store path stores for",
+    "initial_lookup_cap": "the lookup's first candidate under a budget",
+    "get_num_offloadable_tokens": "tokens a store step may store",
 }
 """What each bundle field computes, in a title's words (a defect located at a field
 names what is wrong, not the whole upstream function the field is adapted from)."""

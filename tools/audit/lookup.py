@@ -25,7 +25,7 @@ from typing import Any
 
 from kvcontract.impl.bundle import Implementation
 from kvcontract.spec.geometry import Geometry
-from kvcontract.spec.lookup import LookupResult
+from kvcontract.spec.lookup import LookupResult, hashed_tokens
 from kvcontract.spec.properties import CaseProperty
 from kvcontract.spec.properties.base import LastCase, Observer
 from kvcontract.spec.properties.catalog import observed_by
@@ -154,12 +154,16 @@ def make_runner(binding: Binding) -> Callable[..., UpstreamOutcome]:
             _lookup_groups=tuple(full + sliding), _sliding_window_groups=tuple(sliding),
             _mamba_align_size=mamba_align(geometry, configs), _chunks_being_loaded=set(),
             manager=_Manager(answer, log), _events_tracker=_EventsTracker(),
+            # the geometry's hash mode (docs/CONTRACT.md 2.1), read where a release has it
+            use_lookahead_block_hashes=bool(geometry.hash_lookahead),
         )
         sched._sliding_window_lookup = types.MethodType(f["sw_scan"], sched)
         sched._maximal_prefix_lookup = types.MethodType(f["prefix_scan"], sched)
         request = types.SimpleNamespace(num_tokens=num_tokens, request_id="audit")
         states = tuple(types.SimpleNamespace(
-            offload_keys=[(g, k) for k in range(num_tokens // configs[g].tokens_per_chunk)],
+            offload_keys=[(g, k) for k in range(
+                hashed_tokens(num_tokens, geometry.tokens_per_hash,
+                              geometry.hash_lookahead) // configs[g].tokens_per_chunk)],
             lookup_hit_end_chunk_idx=0) for g in range(len(configs)))
         req_status = types.SimpleNamespace(
             num_locally_computed_tokens=local_hit, max_load_tokens=None, req=request,
@@ -200,17 +204,19 @@ def upstream_lookup_theorems(binding: Binding,
         return LookupObservation(outcome.hit_tokens, lookups=outcome.lookups)
 
     base = properties[0].space if properties else LOOKUP_SPACE
-    from kvcontract.tools.audit.store import every_case, filtered_space
+    from kvcontract.tools.audit.store import filtered_space, without_absent_modes
 
     # The lookup family's cases (less the budgeted ones where the release's loop takes no
-    # budget): the engine walks both together, so the contract's answer for a case (a
-    # per-case memo) is computed once.
-    if takes_budget(binding):
-        space = filtered_space(base, "upstream-lookup", LastCase(observe_upstream),
-                               every_case, None)
-    else:
-        space = filtered_space(base, "upstream-lookup", LastCase(observe_upstream),
-                               lambda case: case.max_hit_tokens is None, BUDGET_NOTE)
+    # budget, and the lookahead-hash geometries where it has no such mode): the engine
+    # walks both together, so the contract's answer for a case (a per-case memo) is
+    # computed once.
+    in_release, mode_note = without_absent_modes(binding, lambda case: case.geometry)
+    budgeted = takes_budget(binding)
+    notes = [note for note in (None if budgeted else BUDGET_NOTE, mode_note) if note]
+    space = filtered_space(
+        base, "upstream-lookup", LastCase(observe_upstream),
+        lambda case: (budgeted or case.max_hit_tokens is None) and in_release(case),
+        "; ".join(notes) or None)
     return [
         dataclasses.replace(prop, name=upstream_loop_name(prop.name), space=space,
                             description=f"upstream's loop: {prop.description}")

@@ -350,8 +350,9 @@ def engine_theorems(judge: EngineJudge, lookups: Sequence[CaseProperty] | None,
     return made
 
 
-LEGACY_HASHES_MODE = ("disable_lookahead_block_hashes=True (legacy block hashes: vLLM's "
-                      "default, lookahead block hashes, is not judged yet)")
+LEGACY_HASHES_MODE = ("disable_lookahead_block_hashes=True (legacy block hashes; vLLM's "
+                      "default, lookahead block hashes, is judged on the geometries that "
+                      "state it: hash_lookahead)")
 """The mode of a finding on a geometry with a drafter (an EAGLE group, or ``e > 0``) on a
 release whose connector hashes blocks with the drafter's lookahead by default: the engine
 builds it with the legacy hashes the geometry states (:mod:`kvcontract.live.build`), so
@@ -364,6 +365,8 @@ def finding_mode(case: Any) -> str | None:
     the process that judged it (vLLM imported)."""
     geometry = getattr(case, "geometry", None)
     groups = getattr(geometry, "groups", ())
+    if getattr(geometry, "hash_lookahead", 0):
+        return None  # built in the release's default mode (docs/CONTRACT.md 2.1)
     if not any(g.eagle or g.extra_retained_tokens for g in groups):
         return None
     from kvcontract.live.capabilities import has

@@ -275,7 +275,10 @@ def replay_root_cause(theorem_id: str, witness: Any, impl: Any) -> dict[str, Any
     try:
         if replay(theorem_id, witness, impl) is None:
             return None
-        fields = list(theorem_fields(get_property(theorem_id)))
+        prop = get_property(theorem_id)
+        # A built-in or registered implementation has every field, kvcontract's own steps
+        # (the lookup's first candidate, the store step's decisions) included.
+        fields = list(prop.uses) if prop.uses else list(theorem_fields(prop))
     except Exception:
         return None
     for size in (1, 2):

@@ -70,6 +70,7 @@ from kvcontract.impl.scheduler import StoreTracker, group_first_live_block
 from kvcontract.impl.variants import REFERENCE
 from kvcontract.spec import multigroup
 from kvcontract.spec.geometry import Geometry, GroupKind, GroupSpec
+from kvcontract.spec.lookup import hashed_tokens
 from kvcontract.spec.properties import CaseProperty
 from kvcontract.spec.properties.base import CaseSpace, LastCase, Observer
 from kvcontract.spec.properties.catalog import observed_by
@@ -105,6 +106,7 @@ from kvcontract.tools.audit.binding import (
     _namespace,
     _Record,
     cdiv,
+    has_lookahead_hashes,
     spec_stand_in,
     stand_in_gap,
 )
@@ -234,6 +236,37 @@ class UpstreamOffers:
 
     group_index: int
     offers: list[list[int]] = field(default_factory=list)
+    placements: list[list[tuple[int, int, int]]] = field(default_factory=list)
+    """Per step, ``(chunk, page, block)`` of every live block the step's store jobs
+    write (:func:`laid_jobs`)."""
+
+
+def laid_jobs(built: Any, groups: int, blocks_per_chunk: int,
+              position: Callable[[int, int], int]) -> list[list[tuple[int, int, int]]]:
+    """Per group, where upstream's store jobs ``built`` (job id -> ``TransferJob``) write
+    each live block, as vLLM's CPU worker lays a job: per group its block ids in order
+    into the group's CPU chunks (its keys, in the job's order), skipping ``block_indices
+    mod blocks_per_chunk`` pages of the first; a null block (0) is a placeholder.
+    ``(chunk, page, position(group, block id))``, -1 for a block of no known position."""
+    laid: list[list[tuple[int, int, int]]] = [[] for _ in range(groups)]
+    for job in built.values():
+        spec = job.src_spec
+        ids = [int(b) for b in (spec.args[0] if getattr(spec, "args", None)
+                                else getattr(spec, "block_ids", ()))]
+        sizes = [int(x) for x in (getattr(spec, "group_sizes", None) or [len(ids)])]
+        starts = [int(x) for x in (getattr(spec, "block_indices", None) or [0] * len(sizes))]
+        keys = list(job.dst_spec.args[0]) if getattr(job.dst_spec, "args", None) else []
+        offset = 0
+        for g, (size, first) in enumerate(zip(sizes, starts, strict=False)):
+            chunks = [key[1] for key in keys if key[0] == g]
+            slot = first % blocks_per_chunk
+            for block_id in ids[offset:offset + size]:
+                rank, page = divmod(slot, blocks_per_chunk)
+                slot += 1
+                if block_id and rank < len(chunks) and g < groups:
+                    laid[g].append((chunks[rank], page, position(g, block_id)))
+            offset += size
+    return laid
 
 
 class _StoreManager:
@@ -268,6 +301,8 @@ class _Request:
         self.status = UpstreamRequestStatus.RUNNING
         self.shared_prefix_boundary: int | None = None
         self.kv_transfer_params: Any = None
+        self.block_hashes: list[int] = []
+        """One entry per hashed block (0.34.0's lookahead mode reads how many exist)."""
 
     def is_finished(self) -> bool:
         finished: bool = self.status > UpstreamRequestStatus.PREEMPTED
@@ -359,9 +394,9 @@ class UpstreamStorePath:
             _current_batch_allocated_block_ids=set(), _current_batch_jobs_to_flush=set(),
             _sliding_window_groups=tuple(
                 i for i, c in enumerate(configs) if c.sliding_window_size_in_chunks is not None),
-            # the legacy hash mode (what the store family states an EAGLE group's
-            # stores by); releases with lookahead block hashes read the switch
-            use_lookahead_block_hashes=False,
+            # the geometry's hash mode (docs/CONTRACT.md 2.1); releases with lookahead
+            # block hashes read the switch
+            use_lookahead_block_hashes=bool(geometry.hash_lookahead),
         )
         sched._generate_job_id = lambda: next(jobs)
         sched._touch = lambda req_status: None
@@ -386,6 +421,8 @@ class UpstreamStorePath:
         sched._req_status = {RID: req_status}
         self._sched = sched
         self._allocated = [0] * len(geometry.groups)
+        self.placements: list[list[tuple[int, int, int]]] = [[] for _ in geometry.groups]
+        """Per group, where the last step's store jobs write each live block."""
 
     def _recording_mask(self, mask: Callable[..., Any], sched: Any) -> Callable[..., Any]:
         """``_reachable_store_block_mask`` bound to ``sched``, recording the boundaries
@@ -431,6 +468,10 @@ class UpstreamStorePath:
         request.status = _status(status)
         request.num_computed_tokens = num_computed
         request.num_tokens = max(num_tokens, self.prompt_len)
+        # Hashes exist for whole hash blocks with their lookahead tokens (2.1).
+        request.block_hashes = list(range(
+            hashed_tokens(request.num_tokens, geometry.tokens_per_hash,
+                          geometry.hash_lookahead) // geometry.tokens_per_hash))
         for g, (group, state) in enumerate(zip(groups, self._states, strict=True)):
             bs = geometry.block_tokens(group)
             if not ended:
@@ -438,7 +479,8 @@ class UpstreamStorePath:
                                                                   bs))
             live = self._first_live(group, num_computed)
             state.offload_keys = [(g, k) for k in range(
-                request.num_tokens // geometry.chunk_tokens(group))]
+                len(request.block_hashes) * geometry.tokens_per_hash
+                // geometry.chunk_tokens(group))]
             state.block_ids = [0 if j < live else _block_id(g, j)
                                for j in range(self._allocated[g])]
         output = types.SimpleNamespace(
@@ -455,6 +497,10 @@ class UpstreamStorePath:
                     and 0 <= key[0] < len(groups)):
                 raise _garbage(self._parts.where, key, "an offload key of the request")
             offers[key[0]].append(key[1])
+        self.placements = laid_jobs(
+            built, len(groups), geometry.blocks_per_chunk,
+            lambda g, block_id: block_id - _block_id(g, 0) if block_id >= _block_id(g, 0)
+            and block_id < _block_id(g + 1, 0) else -1)
         return offers
 
 
@@ -540,6 +586,7 @@ def make_store_runner(binding: Binding) -> Callable[[StoreCase], StoreRun]:
                                 step.num_tokens)
             for g, offer in enumerate(offers):
                 offer.offers.append(offered[g])
+                offer.placements.append(path.placements[g])
                 next_indices[g].append(path.next_stored_chunk_idx(g))
         trackers = cast(list[StoreTracker], offers)  # the judges read ``offers`` only
         return StoreRun(trackers, next_indices, frontiers, steps[-1].num_computed)
@@ -659,10 +706,39 @@ def filtered_space(space: CaseSpace[Any, Any], family: str,
     return derived
 
 
+LOOKAHEAD_NOTE = ("geometries with lookahead block hashes are left out: this release's "
+                  "offloading connector has no such mode (its code reads no "
+                  "use_lookahead_block_hashes; docs/CONTRACT.md 2.1)")
+
+
+def without_absent_modes(binding: Binding, geometry_of: Callable[[Any], Geometry],
+                         ) -> tuple[Callable[[Any], bool], str | None]:
+    """``(accepts, note)``: the cases of a geometry the release can take, the lookahead
+    hash geometries left out where it has no such mode (:data:`LOOKAHEAD_NOTE`)."""
+    if has_lookahead_hashes(binding):
+        return every_case, None
+    return (lambda case: not geometry_of(case).hash_lookahead), LOOKAHEAD_NOTE
+
+
+JUNCTION_NOTE = ("junction consumers are left out: the stand-in store path and lookup "
+                 "decide no shared-prefix junction (shared_prefix_boundary); they are "
+                 "judged on vLLM's engine (docs/CONTRACT.md 9.3)")
+
+
 def _without_mamba(space: CaseSpace[Any, Any], family: str, observe: Callable[[Any, Any], Any],
-                   geometry_of: Callable[[Any], Geometry]) -> CaseSpace[Any, Any]:
-    return filtered_space(space, family, observe,
-                          lambda case: not _has_mamba(geometry_of(case)), MAMBA_NOTE)
+                   geometry_of: Callable[[Any], Geometry], binding: Binding,
+                   junctions: bool = True) -> CaseSpace[Any, Any]:
+    """``space`` less the Mamba geometries, the modes the release lacks and (without
+    ``junctions``: the end-to-end space on stand-ins) the junction consumers."""
+    in_release, note = without_absent_modes(binding, geometry_of)
+    notes = [MAMBA_NOTE, *([note] if note else []), *([] if junctions else [JUNCTION_NOTE])]
+
+    def accepts(case: Any) -> bool:
+        if _has_mamba(geometry_of(case)) or not in_release(case):
+            return False
+        return junctions or getattr(getattr(case, "consumer", None), "kind", "") != "junction"
+
+    return filtered_space(space, family, observe, accepts, "; ".join(notes))
 
 
 def upstream_store_theorems(binding: Binding,
@@ -687,7 +763,7 @@ def upstream_store_theorems(binding: Binding,
 
     base = properties[0].space if properties else STORE_SPACE
     space = _without_mamba(base, "upstream-store", LastCase(observe_upstream),
-                           lambda case: case.geometry)
+                           lambda case: case.geometry, binding)
     return [dataclasses.replace(prop, name=UPSTREAM_STORE + prop.name, space=space, uses=(),
                                 description=f"upstream's store path: {prop.description}")
             for prop in properties]
@@ -737,7 +813,7 @@ def upstream_end_to_end_theorems(binding: Binding,
 
     base = properties[0].space if properties else END_TO_END_SPACE
     space = _without_mamba(base, "upstream-end-to-end", LastCase(observe_upstream),
-                           lambda case: case.geometry)
+                           lambda case: case.geometry, binding, junctions=False)
     return [dataclasses.replace(prop, name=f"upstream-{prop.name}", space=space, uses=(),
                                 description=f"upstream's store path and lookup: "
                                             f"{prop.description}")

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 from kvcontract.errors import KvContractError
 from kvcontract.impl.scheduler import group_first_live_block
 from kvcontract.tools.audit import store
-from kvcontract.tools.audit.binding import Binding, UpstreamTimeout
+from kvcontract.tools.audit.binding import Binding, UpstreamTimeout, has_lookahead_hashes
 from kvcontract.vocabulary import GroupKind, RequestStatus, Verdict
 
 if TYPE_CHECKING:
@@ -175,6 +175,9 @@ def left_out(binding: Binding, scenario: Scenario) -> str | None:
     if binding.target.kind != "builtin" and any(
             group.kind is GroupKind.MAMBA for group in scenario.geometry.groups):
         return store.MAMBA_NOTE
+    if (binding.target.kind != "builtin" and scenario.geometry.hash_lookahead
+            and not has_lookahead_hashes(binding)):
+        return store.LOOKAHEAD_NOTE
     return None
 
 

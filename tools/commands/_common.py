@@ -696,6 +696,12 @@ def _preset_geometries(models: tuple[str, ...], bpcs: tuple[int, ...],
                 try:
                     geometry = preset.geometry(blocks_per_chunk=bpc,
                                                retention_interval=interval)
+                    if preset.lookahead_block_hashes:
+                        # vLLM's default block-hash mode first (docs/CONTRACT.md 2.1),
+                        # then the legacy one the preset states.
+                        found.append((f"{label} lookahead hashes", preset.geometry(
+                            blocks_per_chunk=bpc, retention_interval=interval,
+                            lookahead_block_hashes=True)))
                 except GeometryError as exc:
                     shown = "none" if interval is None else interval
                     raise UsageError(

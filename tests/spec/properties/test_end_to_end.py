@@ -232,7 +232,7 @@ def test_catalogue_is_buildable_and_varied() -> None:
                   and g.alignment_tokens and any(p % g.alignment_tokens for p in prompts)}
     assert eagle_gaps == {True, False}
     kinds = {c.kind for c in consumers(finished(RETENTION_0, 33))}
-    assert kinds == {"resend", "continuation", "sibling"}
+    assert kinds == {"resend", "continuation", "sibling", "junction"}
 
 
 def test_reference_has_no_lost_hit() -> None:

@@ -36,6 +36,9 @@ MARKS_EVERYTHING = dataclasses.replace(REFERENCE, name="marks-everything",
                                        is_block_reachable=_marks_everything)
 
 MTP, UNALIGNED, UPSTREAM = "mtp-extra-retained", "unaligned-hit", "upstream-current"
+# Keys for every whole hash block, the lookahead ignored (docs/CONTRACT.md 2.1).
+IGNORES_LOOKAHEAD = dataclasses.replace(REFERENCE, name="ignores-lookahead",
+                                        keyed_tokens=lambda n, tph, t: n // tph * tph)
 PLAIN_NONE = {"A": 16, "B": 4, "bpc": 1, "eagle": 0, "R": -1}
 PLAIN_INTERVAL = {"A": 16, "B": 4, "bpc": 1, "eagle": 0, "R": 32}
 # FA 528 + SWA 32, bpc 2: A = 1056 falls inside SWA chunk 16 (tpc 64): docs/CONTRACT.md 12.
@@ -134,6 +137,18 @@ WITNESSES: list[tuple[str, dict[str, int], Implementation | str, dict[int, set[i
     # passes 2 alone.
     ("C7/replay-boundaries-exact",
      {"eagle": 1, "Ak": 1, "Rk": 0, "R": 0, "P": 3, "x": 1, "A": 1}, UPSTREAM, {}),
+    # A one-token request with a window and a budget of 0: the cap is 0; 0.33.0's order
+    # (the budget, then the recomputed token) gives -1.
+    ("C4/lookup-cap-exact", {"r": 1, "k": 1, "N": 1, "B": 0}, "minus-one-after-clamps", {}),
+    # 16 tokens, hash block 4, lookahead 1: the fourth block is not hashed yet (12).
+    ("C4/keys-cover-hashed-tokens", {"h": 1, "n": 16, "tph": 4, "T": 1}, IGNORES_LOOKAHEAD,
+     {}),
+    # An EAGLE group under lookahead hashes drops nothing; the mixed lookup still does.
+    ("C5/eagle-drop-per-hash-mode", {"x": 1, "h": 1, "T": 1}, "legacy-drop-lookahead-store",
+     {}),
+    # bpc 2, one interior null page before job position 3: 0.33.0 writes it one slot early.
+    ("C10/store-blocks-placed", {"bpc": 2, "p": 3, "f": 0, "n": 1}, "first-block-null-offset",
+     {}),
 ]
 
 

@@ -162,7 +162,8 @@ def test_judge_trace_names_every_judge() -> None:
     assert list(lc.JUDGE_IMPACT) == [n for _, n, _, _ in lc.JUDGES]
     assert all(v == [] for v in judged.values())
     assert list(lc.judge_trace(_trace(), GEOMETRY, ["C15"])) == [
-        "C15/resumes-on-present-kv", "C15/failed-load-state-consistent"]
+        "C15/resumes-on-present-kv", "C15/failed-load-state-consistent",
+        "C15/failed-load-not-retried"]
 
 
 # -- the case space --------------------------------------------------------------------
@@ -206,6 +207,8 @@ def test_the_reference_passes_every_program_of_the_catalogue() -> None:
      "deferred from step 2 to step 10"),
     ("abort-unscheduled-crash", "C14/raises-nothing", "abort-unscheduled", Impact.CRASH,
      "len(offload_keys) == len(offload_block_ids)"),
+    ("publish-failed-store", "C14/failed-store-unpublished", "failed-store",
+     Impact.CORRUPTION, "whose store job failed at step 2"),
 ])
 def test_each_lifecycle_variant_is_refuted_by_its_seed(
         variant: str, theorem: str, seed: str, impact: Impact, text: str) -> None:

@@ -11,6 +11,7 @@ import pytest
 
 from kvcontract.errors import GeometryError
 from kvcontract.impl.variants import REFERENCE, get_implementation
+from kvcontract.spec import multigroup
 from kvcontract.spec.geometry import Geometry, fa, mamba, swa
 from kvcontract.spec.lookup import HIT, HIT_PENDING, MISS, LookupResult
 from kvcontract.spec.properties import WitnessError, get_property
@@ -20,6 +21,8 @@ from kvcontract.spec.properties.lookup import (
     LOOKUP_STATES,
     LookupCase,
     LookupObservation,
+    _run_lookup,
+    budget_is_maximal,
     contract_answer,
     converges,
     crash_of,
@@ -229,7 +232,7 @@ def test_eagle_peek_chunk_must_be_hit() -> None:
 def test_only_eagle_groups_pop() -> None:
     observation = LookupObservation(8, {0: (0, 2), 1: (0, 2)}, popped_at=[(1, 12)])
     assert eagle_peek(STALE, observation) == (
-        "group 1 is not an EAGLE group but popped at boundary 12")
+        "group 1 drops no block (it is not an EAGLE group) but popped at boundary 12")
     assert eagle_peek(STALE, ACCEPT_8) is None  # no EAGLE group: nothing else to check
 
 
@@ -280,7 +283,8 @@ def test_catalog_and_cases() -> None:
 def test_properties() -> None:
     assert [p.theorem_id for p in lookup_properties()] == [
         "C2/lookup-loads-only-hit", "C3/lookup-defers-only-in-scope", "C4/lookup-is-maximal",
-        "C5/eagle-peek", "C5/eagle-peeks-one-chunk", "C6/lookup-converges"]
+        "C4/lookup-budget-is-maximal", "C5/eagle-peek", "C5/eagle-peeks-one-chunk",
+        "C5/lookup-lookahead-drops-nothing", "C6/lookup-converges"]
     assert all(p.uses == LOOKUP_FUNCTIONS and p.family == "lookup"
                for p in lookup_properties())
 
@@ -376,13 +380,17 @@ def test_budget_caps_the_contract_answer() -> None:
 
 
 def test_extra_catalog() -> None:
-    """A few thousand cases after the others: budgets below maxhit, and the clamp."""
+    """A few thousand cases after the others: budgets below maxhit, the clamp, and the
+    lookahead-hash geometries (keys for the hashed tokens only: 4, 3 + 3 and 4)."""
     cases = list(lookup_cases())
     extra = {name for name, *_ in lookup_extra_catalog()}
     first = next(i for i, case in enumerate(cases) if case.geometry_name in extra)
     assert all(case.geometry_name in extra for case in cases[first:])
     budgeted = [case for case in cases if case.max_hit_tokens is not None]
-    assert len(budgeted) == 3 ** 4 * 3 and len(cases) - first == 3 ** 4 * 3 + 3 ** 7
+    lookahead = 3 ** 4 + 3 ** 6 + 3 ** 4
+    assert len(budgeted) == 3 ** 4 * 3
+    assert len(cases) - first == 3 ** 4 * 3 + 3 ** 7 + lookahead
+    assert sum(1 for case in cases if case.geometry.hash_lookahead) == lookahead
     assert all(case.max_hit_tokens < case.num_tokens - 1 for case in budgeted)
 
 
@@ -400,3 +408,46 @@ def test_a_clamp_after_a_confirmation_is_checked_again() -> None:
     assert loads_only_hit(case, LookupObservation(16, {0: (2, 4), 1: (1, 2)})) == (
         "hit 16 accepted but group 0 must load chunk 2, which is MISS: upstream would crash "
         "with 'not found in cache'")
+
+
+def test_lookahead_hashes_drop_nothing() -> None:
+    """docs/CONTRACT.md 2.1: under lookahead block hashes a full-attention EAGLE group
+    serves the last complete chunk of a 17-token prompt (16, four keys: the 17th token
+    proves the fourth block); under legacy hashes it peeks at a fifth chunk that has no
+    key and pops to 12. A lookup that keeps the legacy drop under lookahead hashes (the
+    mixed modes) pops, and loses the chunk."""
+    lookahead = Geometry((fa(4, eagle=True),), hash_lookahead=1)
+    legacy = Geometry((fa(4, eagle=True),))
+    case = LookupCase("x", lookahead, 17, 0, ((HIT,) * 4,))
+    prop = get_property("C5/lookup-lookahead-drops-nothing")
+    observed = _run_lookup(case, REFERENCE)
+    assert observed.hit_tokens == 16 and not observed.popped_at
+    assert prop.check(case, REFERENCE) is None
+    assert _run_lookup(LookupCase("x", legacy, 17, 0, ((HIT,) * 4,)), REFERENCE).hit_tokens == 12
+    mixed = get_implementation("legacy-drop-lookahead-store")
+    assert _run_lookup(case, mixed).hit_tokens == 12
+    message = prop.check(case, mixed)
+    assert message is not None and "popped a chunk at boundary" in message
+    maximal = get_property("C4/lookup-is-maximal").check(case, mixed)
+    assert maximal is not None and "16" in maximal
+    # Keys exist for the hashed tokens only: 16 tokens key three blocks, not four.
+    assert multigroup.complete_chunks(lookahead, lookahead.groups[0], 16) == 3
+    assert multigroup.complete_chunks(legacy, legacy.groups[0], 16) == 4
+    with pytest.raises(GeometryError, match="lookahead block hashes need an EAGLE group"):
+        Geometry((fa(4),), hash_lookahead=1)
+
+
+def test_a_budget_below_the_prompt_is_judged_on_its_own_row() -> None:
+    """docs/CONTRACT.md 4.4: SWA bs 4, sw 8, 17 tokens, a budget of 12, every chunk HIT:
+    the contract accepts 12; 0.33.0's order (the budget, then the recomputed token) 11.
+    Only the budgeted cases are judged by this row."""
+    geometry = Geometry((swa(4, 8),))
+    case = LookupCase("x", geometry, 17, 0, ((HIT,) * 4,), 12)
+    prop = get_property("C4/lookup-budget-is-maximal")
+    assert prop.check(case, REFERENCE) is None
+    clamped = get_implementation("minus-one-after-clamps")
+    assert _run_lookup(case, clamped).hit_tokens == 11
+    message = prop.check(case, clamped)
+    assert message is not None and "12" in message
+    unbudgeted = LookupCase("x", geometry, 17, 0, ((HIT,) * 4,))
+    assert budget_is_maximal(unbudgeted, LookupObservation(0)) is None

@@ -92,7 +92,7 @@ def test_a_chunk_offered_twice_past_the_bounded_schedules_is_refuted() -> None:
     assert prop.replay(result.witness, PLANTED_REOFFER) is not None
     assert prop.replay(result.witness, REFERENCE) is None
     # The bounded store family never gets that far and proves it for its domain.
-    assert _bounded_store_verdicts(PLANTED_REOFFER) == [Verdict.PROVED_FOR_DOMAIN] * 5
+    assert _bounded_store_verdicts(PLANTED_REOFFER) == [Verdict.PROVED_FOR_DOMAIN] * 6
 
 
 def test_the_planted_reoffer_is_real_on_a_long_schedule() -> None:
@@ -119,7 +119,7 @@ def test_an_index_that_moves_back_past_64_chunks_is_refuted() -> None:
     assert result.verdict is Verdict.COUNTEREXAMPLE, result.message
     assert result.witness is not None and result.witness["values"]["n"] > 64
     assert get_property(ONCE).replay(result.witness, REFERENCE) is None
-    assert _bounded_store_verdicts(PLANTED_INDEX_BACK) == [Verdict.PROVED_FOR_DOMAIN] * 5
+    assert _bounded_store_verdicts(PLANTED_INDEX_BACK) == [Verdict.PROVED_FOR_DOMAIN] * 6
 
 
 def _offered(change: str) -> Implementation:
@@ -191,8 +191,10 @@ def test_the_variants_keep_their_store_verdicts() -> None:
     for name, impl in VARIANTS.items():
         verdicts = {tid: prove_formula(get_property(tid), impl) for tid in IDS}
         failed = {tid for tid, r in verdicts.items() if r.verdict is Verdict.COUNTEREXAMPLE}
-        # abort-unscheduled-crash stores an aborted request up to its prompt: uncommitted.
-        expected = {"prefill-horizon": {REFINES}, "abort-unscheduled-crash": {FORMED}}
+        # abort-unscheduled-crash stores an aborted request up to its prompt: uncommitted;
+        # full-horizon-unfinished-prefill the same of one finished mid-prefill (an error).
+        expected = {"prefill-horizon": {REFINES}, "abort-unscheduled-crash": {FORMED},
+                    "full-horizon-unfinished-prefill": {FORMED}}
         assert failed == expected.get(name, set()), name
         assert all(r.verdict.passed for tid, r in verdicts.items() if tid not in failed)
     result = prove_formula(get_property(REFINES), VARIANTS["prefill-horizon"])

@@ -23,7 +23,7 @@ from kvcontract.spec.properties.store import (
     store_properties,
 )
 from kvcontract.tools.audit import store
-from kvcontract.tools.audit.binding import Binding, RoleBinding, bind
+from kvcontract.tools.audit.binding import Binding, RoleBinding, bind, has_lookahead_hashes
 from kvcontract.tools.audit.engine import AuditOptions, run_audit
 from kvcontract.tools.audit.targets import resolve_target
 from kvcontract.vocabulary import ENDED_STATUSES, Impact
@@ -75,10 +75,11 @@ def _differences(binding: Binding) -> list[tuple[StoreCase, int, Any, Any]]:
     assert binding.implementation is not None
     run = store.make_store_runner(binding)
     impl = _with_horizon(binding)
+    in_release, _ = store.without_absent_modes(binding, lambda case: case.geometry)
     found = []
     for case in store_cases():
-        if store._has_mamba(case.geometry):
-            continue  # left out of the upstream store theorems (store.MAMBA_NOTE)
+        if store._has_mamba(case.geometry) or not in_release(case):
+            continue  # left out of the upstream store theorems (MAMBA_NOTE, LOOKAHEAD_NOTE)
         upstream = run(case)
         ours = simulate_store_case(case, impl)
         for g in range(len(case.geometry.groups)):
@@ -282,3 +283,16 @@ def test_scoped_store_path_on_a_preset() -> None:
         for g in range(len(case.geometry.groups)):
             assert _offers(upstream, g) == _offers(ours, g), case
             assert upstream.next_indices[g] == ours.next_indices[g], case
+
+
+def test_lookahead_geometries_are_left_out_where_the_release_has_no_such_mode() -> None:
+    """0.33.0's offloading code has no lookahead block hashes (docs/CONTRACT.md 2.1): its
+    upstream store theorems leave those geometries out, saying why, instead of judging
+    a mode the release does not have."""
+    binding = _bound("0.33.0")
+    assert not has_lookahead_hashes(binding)
+    theorems = store.upstream_store_theorems(binding)
+    assert theorems
+    cases = list(theorems[0].space.cases())
+    assert cases and not any(case.geometry.hash_lookahead for case in cases)
+    assert store.LOOKAHEAD_NOTE in theorems[0].space.describe()

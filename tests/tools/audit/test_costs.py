@@ -101,7 +101,20 @@ def test_eagle_replay_boundary_costs_only_eagle_presets() -> None:
 def test_eagle_defect_needs_retention_zero() -> None:
     cost = defect_cost(UPSTREAM, _eagle_patched(UPSTREAM), "lost-hit",
                        presets=["gpt-oss-20b-eagle3"], lengths=4, retention=None)
-    assert cost["rows"] == [] and cost["checked"] == 3
+    # Three bpc in vLLM's default mode (lookahead hashes), then the three as stated.
+    assert cost["rows"] == [] and cost["checked"] == 6
+
+
+def test_eagle_presets_are_costed_in_the_default_hash_mode_first() -> None:
+    """docs/CONTRACT.md 2.1: gpt-oss-20b-eagle3 runs with lookahead block hashes by
+    default, where the EAGLE replay boundaries of the legacy store path cost nothing; the
+    legacy geometries (as the preset states them) still lose their hits."""
+    cost = defect_cost(UPSTREAM, _eagle_patched(UPSTREAM), "lost-hit",
+                       presets=["gpt-oss-20b-eagle3"], lengths=4)
+    assert cost["checked"] == 6
+    assert all("lookahead" not in row["geometry"] for row in cost["rows"])
+    assert len(cost["rows"]) == 3 and {row["hash_mode"] for row in cost["rows"]} == {"legacy"}
+    assert "with legacy hashes only" in cost["summary"]
 
 
 def test_shared_store_run_changes_nothing() -> None:
@@ -275,3 +288,13 @@ def test_unbuildable_retention_is_skipped_with_the_reason() -> None:
     assert cost["checked"] == 1
     assert len(cost["skipped"]) == 2
     assert all("retention=48" in reason for reason in cost["skipped"])
+
+
+def test_a_release_without_lookahead_hashes_is_costed_as_stated() -> None:
+    """On a release without lookahead block hashes (0.33.0) the preset's vLLM default is
+    the legacy mode: measured as stated alone, and the summary names no mode."""
+    cost = defect_cost(UPSTREAM, _eagle_patched(UPSTREAM), "lost-hit",
+                       presets=["gpt-oss-20b-eagle3"], lengths=4, lookahead_hashes=False)
+    assert cost["checked"] == 3 and len(cost["rows"]) == 3
+    assert {row["hash_mode"] for row in cost["rows"]} == {"default"}
+    assert "legacy hashes" not in cost["summary"]
