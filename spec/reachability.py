@@ -10,7 +10,19 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from kvcontract.spec.arith import Bool, Num, and_, any_of, cdiv, floordiv, max_, min_, mod, or_
+from kvcontract.spec.arith import (
+    Bool,
+    Num,
+    and_,
+    any_of,
+    cdiv,
+    floordiv,
+    ite,
+    max_,
+    min_,
+    mod,
+    or_,
+)
 from kvcontract.spec.geometry import Geometry, GroupSpec
 from kvcontract.spec.lookup import load_window_chunks
 from kvcontract.vocabulary import ENDED_STATUSES
@@ -40,6 +52,17 @@ class MaskRule:
     store_all: bool
     period: int | None
     alignment_blocks: int | None
+
+
+def junction_boundary(full_attention_boundary: Num, local_hit: Num, hit: Num,
+                      retention_interval: Num | None) -> Num:
+    """The shared-prefix junction a request registers after its lookup (docs/CONTRACT.md
+    9.3; 0: none): the boundary its full-attention groups serve, when a sparse group cut
+    the accepted hit (``local_hit + hit``) below it and a retention interval (0
+    included) is configured."""
+    if retention_interval is None:
+        return 0
+    return ite(full_attention_boundary > local_hit + hit, full_attention_boundary, 0)
 
 
 def keeps_final_tail(retention_interval: int | None) -> bool:

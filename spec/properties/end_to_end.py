@@ -63,6 +63,7 @@ from kvcontract.spec.properties.store import (
 from kvcontract.spec.reachability import (
     demanded_chunk_range,
     group_mask,
+    junction_boundary,
     keeps_final_tail,
     replay_boundary_block,
     storable_chunks,
@@ -382,7 +383,7 @@ def spec_junction(geometry: Geometry, producer: StoreCase, first: Consumer) -> i
     boundary = promised_hit(geometry, producer, first.num_tokens, first.shared_tokens,
                             full_attention_only=True)
     hit = promised_hit(geometry, producer, first.num_tokens, first.shared_tokens)
-    return boundary if boundary > hit else 0
+    return int(junction_boundary(boundary, 0, hit, geometry.retention_interval))
 
 
 def junction_supply(geometry: Geometry, junction: int) -> tuple[frozenset[int], ...]:

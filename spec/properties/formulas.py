@@ -52,6 +52,7 @@ from kvcontract.spec.properties.base import Config, Env, FormulaProperty, Pictur
 from kvcontract.spec.reachability import (
     demanded_chunk_range,
     final_tail_block,
+    junction_boundary,
     owed_replay_boundary,
     replay_boundaries_owed,
     replay_window_block,
@@ -286,6 +287,46 @@ def _picture_keys(v: Mapping[str, int], impl: Implementation) -> Picture:
     return Picture(geometry, max(v["n"], 1), 0, notes=[
         f"{v['n']} tokens, hash block {v['tph']}, lookahead {v['T']}: keys cover "
         f"{spec_keyed} tokens by the spec, {ours} by the implementation"])
+
+
+# -- C12: the shared-prefix junction (docs/CONTRACT.md 9.3) ---------------------------
+def junction_geometry_of(v: Mapping[str, int]) -> Geometry:
+    """A geometry of the junction witness: FA + SWA with retention 0 (``q = 1``) or none."""
+    return Geometry((fa(16), swa(4, 8)), retention_interval=0 if v["q"] else None)
+
+
+def junction_rule_exact(env: Env, impl: Implementation) -> tuple[list[Bool], Bool]:
+    """A request registers exactly the spec's junction (``reachability.junction_boundary``)
+    for every full-attention boundary ``F``, local hit ``L``, hit ``h`` and retention:
+    one it misses loses a later consumer the boundary (C12); one the spec does not owe
+    stores a window nobody reads there. ``q`` selects a retention interval (1, any ``R``)
+    or none (0): the implementation branches on it in Python, so each is lifted apart."""
+    boundary, local, hit = env["F"], env["L"], env["h"]
+    hyps: list[Bool] = [boundary >= 0, local >= 0, hit >= 0, env["R"] >= 0,
+                        in_range(env["q"], 0, 2)]
+    env.assume(hyps)
+    parts: list[Bool] = []
+    for interval in (0, 1):
+        retention = env["R"] if interval else None
+        got = env.call(impl.shared_prefix_junction, boundary, local, hit, retention)
+        want = junction_boundary(boundary, local, hit, retention)
+        parts.append(implies(eq(env["q"], interval), eq(got, want)))
+    return hyps, and_(*parts)
+
+
+def _junction_configs() -> list[Config]:
+    return [Config("no retention interval", {"q": 0}),
+            Config("a retention interval", {"q": 1})]
+
+
+def _picture_junction(v: Mapping[str, int], impl: Implementation) -> Picture:
+    geometry = junction_geometry_of(v)
+    retention = v["R"] if v["q"] else None
+    ours = int(impl.shared_prefix_junction(v["F"], v["L"], v["h"], retention))
+    spec_value = int(junction_boundary(v["F"], v["L"], v["h"], retention))
+    return Picture(geometry, max(v["F"], 1), 0, notes=[
+        f"full-attention boundary {v['F']}, local hit {v['L']}, hit {v['h']}, retention "
+        f"{retention}: the spec's junction is {spec_value}, the implementation's {ours}"])
 
 
 # -- C10: block placement -------------------------------------------------------------
@@ -1286,6 +1327,23 @@ def formula_properties() -> list[FormulaProperty]:
             picture=_picture_keys,
             symbolic_sizes=("h",),
             symbolic_domain="h: the hash mode",
+        ),
+        FormulaProperty(
+            "C12",
+            "junction-rule-exact",
+            "a request registers exactly the spec's shared-prefix junction: the "
+            "full-attention boundary a sparse group cut its hit below, with a retention "
+            "interval",
+            _w("F L h R"),
+            junction_rule_exact,
+            _junction_configs,
+            "every full-attention boundary F, local hit L and hit h >= 0, with a retention "
+            "interval R >= 0 or none",
+            uses=("shared_prefix_junction",),
+            picture=_picture_junction,
+            geometry=junction_geometry_of,
+            symbolic_sizes=("q",),
+            symbolic_domain="q: a retention interval or none",
         ),
         FormulaProperty(
             "C5",

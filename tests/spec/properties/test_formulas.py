@@ -146,6 +146,10 @@ WITNESSES: list[tuple[str, dict[str, int], Implementation | str, dict[int, set[i
     # An EAGLE group under lookahead hashes drops nothing; the mixed lookup still does.
     ("C5/eagle-drop-per-hash-mode", {"x": 1, "h": 1, "T": 1}, "legacy-drop-lookahead-store",
      {}),
+    # FA boundary 16 over a hit of 0, retention 0: the junction is 16; 0.33.0's connector
+    # registers none.
+    ("C12/junction-rule-exact", {"q": 1, "F": 16, "L": 0, "h": 0, "R": 0},
+     "no-shared-prefix-junction", {}),
     # bpc 2, one interior null page before job position 3: 0.33.0 writes it one slot early.
     ("C10/store-blocks-placed", {"bpc": 2, "p": 3, "f": 0, "n": 1}, "first-block-null-offset",
      {}),
