@@ -275,16 +275,10 @@ def _full_horizon_tokens(
     offload_prompt_only: bool,
 ) -> int:
     # The defect: a finished request is stored up to its prompt (or its tokens but the
-    # final sampled slot) whatever it computed.
+    # final sampled slot) whatever it computed: the reference's rule with the computed
+    # tokens never the smaller bound.
     if status == RequestStatus.FINISHED:
-        tokens = num_tokens - 1
-        if tokens < prompt_len:
-            tokens = prompt_len
-        if max_offload_tokens is not None and tokens > max_offload_tokens:
-            tokens = max_offload_tokens
-        if offload_prompt_only and tokens > prompt_len:
-            tokens = prompt_len
-        return tokens
+        num_computed_tokens = max(num_computed_tokens, num_tokens, prompt_len)
     return ref.get_num_offloadable_tokens(status, num_computed_tokens, num_scheduled_tokens,
                                           num_tokens, prompt_len, max_offload_tokens,
                                           offload_prompt_only)

@@ -305,7 +305,7 @@ class OffloadSystem:
         self.impl = config.impl
         self.geometry = config.geometry
         geo = config.geometry
-        self.tph = int(geo.hash_block_size or 1)
+        self.tph = geo.tokens_per_hash
         device = config.device
         self.pools = [
             BlockPool(geo.block_tokens(g), config.layout, device, config.tensor_backed)
