@@ -45,10 +45,11 @@ from kvcontract.tools.commands.live import live
 from kvcontract.tools.commands.merge import merge
 from kvcontract.tools.commands.mutate import mutate
 from kvcontract.tools.commands.prove import prove
+from kvcontract.tools.commands.vllm_tests import vllm_tests
 from kvcontract.vocabulary import EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE
 
 COMMANDS: tuple[click.Command, ...] = (prove, fuzz, gen_tests, explain, audit, list_command,
-                                       mutate, merge, live)
+                                       mutate, merge, live, vllm_tests)
 """Every command of the group, in registration order (help lists them by name)."""
 
 DEBUG_ENV = "KVCONTRACT_DEBUG"

@@ -20,7 +20,15 @@ into each ``GroupOffloadConfig``) must be built inside the block.
   the reference's ``lw(N)`` for a sliding-window group;
 * ``store_jobs`` (the replay boundaries of ``_build_store_jobs``): its mask,
   ``_reachable_store_block_mask``, receives the reference's replay boundaries instead of
-  the ones the builder passes.
+  the ones the builder passes;
+* ``sliding_lookup``: ``OffloadingConnectorScheduler._sliding_window_lookup(self, keys,
+  sliding_window_size, req_context, initial_window_size=None)``, the implementation's
+  right-to-left window scan over the manager's own answers.
+
+``rebound(..., implementation=VARIANTS[name])`` puts another implementation's rule in
+place of the reference's: a historic defect of kvcontract's catalogue driven through
+vLLM's own code (``kvcontract.monitor``'s ``--kvcontract-vllm-variant``).
+:data:`ROLE_OF_FIELD` names the role that carries each bundle field.
 """
 
 from __future__ import annotations
@@ -31,8 +39,10 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from kvcontract.impl.bundle import Implementation
 from kvcontract.impl.variants import REFERENCE
 from kvcontract.live.env import vllm_names
+from kvcontract.vocabulary import LookupResult
 
 
 @dataclass(frozen=True)
@@ -43,7 +53,8 @@ class Replacement:
     module: str
     """Its module in 0.33.0 and later (the binding's location wins when it differs)."""
     qualname: str
-    make: Callable[[Callable[..., Any]], Callable[..., Any]]
+    make: Callable[[Callable[..., Any], Implementation], Callable[..., Any]]
+    """The replacement, from the original and the implementation whose rule it runs."""
     what: str
 
 
@@ -51,12 +62,12 @@ def _sliding_spec() -> Any:
     return vllm_names("vllm.v1.kv_cache_interface", "SlidingWindowSpec")
 
 
-def _window(original: Callable[..., Any]) -> Callable[..., Any]:
+def _window(original: Callable[..., Any], impl: Implementation) -> Callable[..., Any]:
     sliding = _sliding_spec()
 
     def get_sliding_window_size_in_chunks(kv_cache_spec: Any, tokens_per_chunk: int) -> Any:
         if isinstance(kv_cache_spec, sliding):
-            return REFERENCE.get_sliding_window_size_in_chunks(
+            return impl.get_sliding_window_size_in_chunks(
                 kv_cache_spec.sliding_window,
                 getattr(kv_cache_spec, "extra_retained_tokens", 0), tokens_per_chunk)
         return original(kv_cache_spec, tokens_per_chunk)
@@ -64,24 +75,24 @@ def _window(original: Callable[..., Any]) -> Callable[..., Any]:
     return get_sliding_window_size_in_chunks
 
 
-def _skipped(original: Callable[..., Any]) -> Callable[..., Any]:
+def _skipped(original: Callable[..., Any], impl: Implementation) -> Callable[..., Any]:
     del original
 
     def get_num_skipped_tokens(self: Any, num_computed_tokens: int) -> Any:
-        return REFERENCE.get_num_skipped_tokens(
+        return impl.get_num_skipped_tokens(
             num_computed_tokens, self.sliding_window,
             getattr(self, "extra_retained_tokens", 0))
 
     return get_num_skipped_tokens
 
 
-def _load_window(original: Callable[..., Any]) -> Callable[..., Any]:
+def _load_window(original: Callable[..., Any], impl: Implementation) -> Callable[..., Any]:
     sliding = _sliding_spec()
 
     def load_window_size_in_chunks(self: Any, num_tokens: int) -> Any:
         spec = self.kv_cache_spec
         if isinstance(spec, sliding):
-            return REFERENCE.load_window_size_in_chunks(
+            return impl.load_window_size_in_chunks(
                 num_tokens, spec.sliding_window, getattr(spec, "extra_retained_tokens", 0),
                 self.tokens_per_chunk)
         return original(self, num_tokens)
@@ -89,7 +100,8 @@ def _load_window(original: Callable[..., Any]) -> Callable[..., Any]:
     return load_window_size_in_chunks
 
 
-def _replay_boundaries(original: Callable[..., Any]) -> Callable[..., Any]:
+def _replay_boundaries(original: Callable[..., Any], impl: Implementation,
+                       ) -> Callable[..., Any]:
     """``_reachable_store_block_mask`` given the reference's replay boundaries
     (:func:`kvcontract.impl.reference.store_replay_boundaries`) instead of those
     ``_build_store_jobs`` passes: the prompt is read off upstream's own first boundary
@@ -107,11 +119,34 @@ def _replay_boundaries(original: Callable[..., Any]) -> Callable[..., Any]:
             eagle = any(c.is_eagle_group for c in config.kv_group_configs) and \
                 not getattr(self, "use_lookahead_block_hashes", False)
             bound.arguments["reachable_boundaries"] = tuple(
-                REFERENCE.store_replay_boundaries(int(given[0]) + 1, config.alignment_tokens,
-                                                  config.retention_interval, eagle))
+                impl.store_replay_boundaries(int(given[0]) + 1, config.alignment_tokens,
+                                             config.retention_interval, eagle))
         return original(*bound.args, **bound.kwargs)
 
     return reachable_store_block_mask
+
+
+def _sliding_lookup(original: Callable[..., Any], impl: Implementation) -> Callable[..., Any]:
+    """The implementation's window scan over the keys, each answer the manager's own
+    (vLLM's ``LookupResult`` read by name; one the vocabulary lacks is a MISS)."""
+    import inspect
+
+    signature = inspect.signature(original)
+
+    def sliding_window_lookup(self: Any, *args: Any, **kwargs: Any) -> Any:
+        bound = signature.bind(self, *args, **kwargs)
+        keys = bound.arguments["keys"]
+        window = bound.arguments["sliding_window_size"]
+        context = bound.arguments["req_context"]
+        initial = bound.arguments.get("initial_window_size") or window
+
+        def lookup(index: int) -> LookupResult:
+            answer = self.manager.lookup(keys[index], context)
+            return LookupResult.__members__.get(getattr(answer, "name", ""), LookupResult.MISS)
+
+        return impl.sliding_window_lookup(lookup, 0, len(keys), initial, window)
+
+    return sliding_window_lookup
 
 
 OFFLOADING = "vllm.distributed.kv_transfer.kv_connector.v1.offloading"
@@ -130,7 +165,19 @@ REPLACEMENTS: dict[str, Replacement] = {
                               "OffloadingConnectorScheduler._reachable_store_block_mask",
                               _replay_boundaries,
                               "the replay boundaries _build_store_jobs passes to its mask"),
+    "sliding_lookup": Replacement("sliding_lookup", f"{OFFLOADING}.scheduler",
+                                  "OffloadingConnectorScheduler._sliding_window_lookup",
+                                  _sliding_lookup, "the sliding-window scan of the lookup"),
 }
+
+ROLE_OF_FIELD: dict[str, str] = {
+    "get_sliding_window_size_in_chunks": "window",
+    "get_num_skipped_tokens": "skipped",
+    "load_window_size_in_chunks": "load_window",
+    "store_replay_boundaries": "store_jobs",
+    "sliding_window_lookup": "sliding_lookup",
+}
+"""The role whose replacement carries an implementation's bundle field into vLLM."""
 
 
 class RebindError(RuntimeError):
@@ -158,17 +205,18 @@ def _resolve(module_name: str, qualname: str) -> tuple[Any, str, Any]:
 
 
 @contextlib.contextmanager
-def rebound(roles: Sequence[str], modules: dict[str, str] | None = None) -> Iterator[None]:
-    """Inside the block, each role's function is the reference's rule
-    (:data:`REPLACEMENTS`); ``modules`` overrides a role's module (where the audit's
-    binding found it in this release)."""
+def rebound(roles: Sequence[str], modules: dict[str, str] | None = None,
+            implementation: Implementation = REFERENCE) -> Iterator[None]:
+    """Inside the block, each role's function is ``implementation``'s rule (the
+    reference's unless named; :data:`REPLACEMENTS`); ``modules`` overrides a role's
+    module (where the audit's binding found it in this release)."""
     undo: list[Callable[[], None]] = []
     try:
         for role in roles:
             spec = REPLACEMENTS[role]
             module = (modules or {}).get(role, spec.module)
             owner, name, original = _resolve(module, spec.qualname)
-            replacement = spec.make(original)
+            replacement = spec.make(original, implementation)
             holders = [owner] if isinstance(owner, type) else [
                 loaded for loaded in list(sys.modules.values())
                 if loaded is not None and getattr(loaded, "__name__", "").startswith("vllm")
@@ -200,4 +248,5 @@ def module_of(path: str, package: str) -> str | None:
     return ".".join(relative.with_suffix("").parts)
 
 
-__all__ = ["REPLACEMENTS", "RebindError", "Replacement", "module_of", "rebound"]
+__all__ = ["REPLACEMENTS", "ROLE_OF_FIELD", "RebindError", "Replacement", "module_of",
+           "rebound"]

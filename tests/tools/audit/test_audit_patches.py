@@ -117,6 +117,10 @@ def release_findings(release_033: Path) -> dict[str, tuple[str, Any]]:
     return _verdicts(_audit(f"vllm:{release_033}"))
 
 
+# The two audits of a whole restated release (each about 45 s on two cores, over a
+# 70-second audit of the release itself) run with -m slow; the default suite binds
+# patches over a base without auditing them (test_patch_binds_what_it_lacks_from_the_base).
+@pytest.mark.slow
 def test_restatement_reports_the_release_findings(
         tmp_path: Path, release_033: Path,
         release_findings: dict[str, tuple[str, Any]]) -> None:
@@ -159,6 +163,7 @@ def test_a_patch_defining_no_audited_function_is_refused(tmp_path: Path,
     assert all(rb.status == "missing" for rb in alone.roles.values())
 
 
+@pytest.mark.slow
 def test_dropped_e_in_the_window_is_caught(tmp_path: Path, release_033: Path,
                                            release_findings: dict[str, tuple[str, Any]]
                                            ) -> None:

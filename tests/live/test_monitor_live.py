@@ -1,0 +1,202 @@
+"""The runtime monitor on vLLM's own engine (kvcontract.tools.runtime_monitor): vLLM's
+scheduler and connector driven by kvcontract's live session, judged online; a historic
+defect put into vLLM's scanner (kvcontract.live.judge.rebinding) is caught."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from kvcontract.impl.variants import VARIANTS
+from kvcontract.live.judge.rebinding import rebound
+from kvcontract.live.trace import prompt_tokens
+from kvcontract.spec.geometry import Geometry, fa, swa
+from kvcontract.tools.runtime_monitor import RuntimeMonitor
+from tests.live.conftest import needs_vllm
+
+pytestmark = [pytest.mark.live, needs_vllm]
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@contextlib.contextmanager
+def _monitored() -> Iterator[RuntimeMonitor]:
+    monitor = RuntimeMonitor()
+    assert monitor.install(), monitor.report.gaps
+    try:
+        yield monitor
+    finally:
+        monitor.uninstall()
+
+
+def _drive_stale_pending(variant: str | None) -> list[int | None]:
+    """FA4 + SWA4(sw 8), 25 tokens: every FA chunk ready; the SWA group's chunks 0-3
+    ready, 4 absent, 5 being stored. The contract's answer is 16 (the window at chunks
+    2-3; the pending chunk lies right of a miss, outside it). vLLM's hits, per lookup."""
+    from kvcontract.live.session import LiveSession
+
+    context = (rebound(["sliding_lookup"], implementation=VARIANTS[variant]) if variant
+               else contextlib.nullcontext())
+    with context:
+        session = LiveSession.open(Geometry((fa(4), swa(4, 8))))
+        tokens = prompt_tokens(25)
+        for chunk in range(6):
+            session.install_chunk(tokens, 0, chunk, "ready")
+        for chunk in range(4):
+            session.install_chunk(tokens, 1, chunk, "ready")
+        session.install_chunk(tokens, 1, 5, "pending")
+        session.add_request("consumer", tokens, 2)
+        for _ in range(2):
+            session.step(64)
+        observation = session.close()
+    return [m.external for m in observation.matches]
+
+
+def _stale_pending_states(variant: str | None) -> tuple[RuntimeMonitor, list[int | None]]:
+    with _monitored() as monitor:
+        hits = _drive_stale_pending(variant)
+    return monitor, hits
+
+
+def test_vllm_meets_the_contract_on_the_states_it_saw() -> None:
+    monitor, hits = _stale_pending_states(None)
+    report = monitor.report
+    assert hits[0] == 16
+    assert report.violations == [] and report.errors == []
+    # Lookup (C3, C4), load keys and load set (C2), retention (C1), stores (C10).
+    assert {"C1", "C2", "C3", "C4", "C10"} <= set(report.judged)
+    assert report.events["lookup"] >= 1 and report.events["load"] == 1
+
+
+def test_the_stale_pending_defect_in_vllms_scanner_is_a_c3_violation() -> None:
+    monitor, hits = _stale_pending_states("stale-pending")
+    assert hits and hits[0] is None  # vLLM, with the defect, defers
+    found = monitor.report.violations
+    assert [f.clause for f in found] == ["C3"]
+    assert "the contract answers 16" in found[0].message
+    assert found[0].repeats == len(hits)
+    assert found[0].witness is not None and found[0].witness["num_tokens"] == 25
+    assert monitor.report.errors == []
+
+
+def test_a_failed_store_is_judged_unpublished_on_vllm() -> None:
+    from kvcontract.live.session import LiveSession
+    from tests.live.conftest import has
+
+    if not has("failed-transfer-jobs"):
+        pytest.skip("this vLLM's worker reports no failed transfers")
+    with _monitored() as monitor:
+        session = LiveSession.open(Geometry((fa(4),)))
+        session.fail_next_store()
+        session.add_request("producer", prompt_tokens(17), 2)
+        for _ in range(3):
+            session.step(64)
+        session.drain()
+        session.close()
+    report = monitor.report
+    assert report.events["failed store"] == 1
+    assert report.judged["C14"] == 1
+    assert report.violations == [] and report.errors == []
+
+
+def test_the_serving_hook_is_vllms_general_plugin(tmp_path: Path) -> None:
+    """``KVCONTRACT_MONITOR=1``: vLLM's plugin loader installs the monitor in the
+    process; a violation is logged and appended to ``KVCONTRACT_MONITOR_REPORT``."""
+    report = tmp_path / "serve.jsonl"
+    child = (
+        "from vllm.plugins import load_general_plugins\n"
+        "load_general_plugins()\n"
+        "from kvcontract import monitor\n"
+        "assert len(monitor._SERVING) == 1, monitor._SERVING\n"
+        "from tests.live.test_monitor_live import _drive_stale_pending\n"
+        "_drive_stale_pending('stale-pending')\n"
+    )
+    env = {**os.environ, "KVCONTRACT_MONITOR": "1", "KVCONTRACT_MONITOR_REPORT": str(report),
+           "PYTHONPATH": str(ROOT), "VLLM_TARGET_DEVICE": "cpu"}
+    done = subprocess.run([sys.executable, "-c", child], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = [json.loads(line) for line in report.read_text().splitlines()]
+    assert lines and {line["clause"] for line in lines} == {"C3"}
+    assert "kvcontract monitor: C3" in done.stderr
+
+
+def _drive_gpu_hit_inside_the_last_chunk() -> list[tuple[int, int | None]]:
+    """FA4, 3 blocks a chunk, a 13-token request with a 4-token GPU hit and chunk 0
+    ready in the CPU tier: the consumer's ``(local hit, external hit)`` per lookup."""
+    from kvcontract.live.session import LiveSession
+
+    session = LiveSession.open(Geometry((fa(4),), blocks_per_chunk=3))
+    tokens = prompt_tokens(13)
+    session.add_request("warm", tokens[:5], 1)  # puts block 0 in the GPU prefix cache
+    for _ in range(3):
+        session.step(64)
+    session.install_chunk(tokens, 0, 0, "ready")
+    session.add_request("consumer", tokens, 1)
+    for _ in range(2):
+        session.step(64)
+    observation = session.close()
+    return [(m.local_hit, m.external) for m in observation.matches
+            if m.request.startswith("consumer")]
+
+
+def test_a_gpu_hit_inside_the_last_chunk_loses_its_offloaded_remainder() -> None:
+    """Found by the monitor in vLLM's own ``test_offloading_connector``: vLLM's early exit
+    (less than one chunk between the local hit and the cap) answers without a lookup; the
+    contract's answer is 12 (docs/CONTRACT.md, C4)."""
+    with _monitored() as monitor:
+        hits = _drive_gpu_hit_inside_the_last_chunk()
+    assert hits[0] == (4, 0)
+    found = monitor.report.violations
+    assert [(f.clause, f.impact) for f in found] == [("C4", "lost-hit")]
+    assert "the contract answers 12" in found[0].message
+    assert "did not read group 0 chunk 0" in found[0].message
+    # The request's ring: its events up to the violation.
+    assert found[0].recent is not None
+    assert found[0].recent[-1].endswith("lookup at local hit 4: 0 (0 keys asked)")
+
+
+CHILD_TEST = """
+from tests.live.test_monitor_live import _drive_gpu_hit_inside_the_last_chunk
+
+
+def test_resend():
+    assert _drive_gpu_hit_inside_the_last_chunk()[0] == (4, 0)
+"""
+
+
+def test_the_plugin_reports_fails_on_request_and_writes_reproducers(tmp_path: Path) -> None:
+    (tmp_path / "test_child.py").write_text(CHILD_TEST)
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "VLLM_TARGET_DEVICE": "cpu"}
+
+    def pytest_run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                               "-p", "kvcontract.monitor", *args, "test_child.py"],
+                              cwd=tmp_path, env=env, capture_output=True, text=True,
+                              timeout=300, check=False)
+
+    report = tmp_path / "monitor.json"
+    plain = pytest_run("--kvcontract-report", str(report), "--kvcontract-reproducers",
+                       str(tmp_path / "repro"))
+    assert plain.returncode == 0, plain.stdout[-2000:]  # the test keeps its own outcome
+    document = json.loads(report.read_text())
+    (violation,) = document["violations"]
+    assert violation["test"] == "test_child.py::test_resend"
+    assert (violation["clause"], violation["theorem"]) == ("C4", "C4/lookup-is-maximal")
+    reproducer = Path(violation["reproducer"])
+    assert reproducer.exists()
+    # The reproducer runs without vLLM's harness: the reference meets the contract there,
+    # vLLM's engine (installed here) does not.
+    replayed = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                               str(reproducer)], cwd=tmp_path, env=env, capture_output=True,
+                              text=True, timeout=300, check=False)
+    assert "1 failed, 1 passed" in replayed.stdout, replayed.stdout[-2000:]
+    failing = pytest_run("--kvcontract-fail")
+    assert failing.returncode == 1 and "kvcontract monitor:" in failing.stdout

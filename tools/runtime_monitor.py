@@ -1,0 +1,1099 @@
+"""The contract judged inside a running vLLM: every lookup, load and store its offloading
+connector makes, judged as it happens (``kvcontract.monitor`` is the pytest plugin and the
+serving hook over this engine).
+
+Contract: :meth:`RuntimeMonitor.install` wraps methods of the running vLLM's
+``OffloadingConnectorScheduler`` class (found by capability, never by version: the class
+wherever the release defines it, each method only where it exists; what is missing is a
+``gap``) without changing vLLM's files; :meth:`RuntimeMonitor.uninstall` puts them back.
+A wrapper calls vLLM's method unchanged, then reads what it did from vLLM's own objects:
+
+* the connector's geometry from its ``SchedulerOffloadConfig`` (:func:`geometry_of`: the
+  KV-cache spec of each group, ``blocks_per_chunk``, ``tokens_per_hash``, the retention
+  interval, DCP, the EAGLE groups and the engine's ``num_hash_lookahead_tokens``); a
+  connector whose geometry the contract does not describe is watched and not judged,
+  with the reason;
+* each answer of its manager's ``lookup`` (the manager's own ``lookup`` wrapped on that
+  instance; a ``unittest.mock`` manager's on that mock's own class, so what the test
+  configures, asserts and reads back is untouched);
+* ``get_num_new_matched_tokens`` (C2, C3, C4, C5; C15 after a failed load): the hit
+  judged against the contract's answer for the states seen (:func:`judge_states`): the
+  chunks the connector did not ask about are filled once with MISS and once with HIT.
+  Equal answers decide the case (the contract's best boundary only grows as chunks
+  become present). Unequal answers mean vLLM answered without reading chunks its answer
+  depends on: it answers the same in both states, so the one where the contract
+  disagrees is the witness. The judging itself is
+  :class:`kvcontract.tools.monitor.Monitor`'s, the fuzzer's;
+* ``update_state_after_alloc`` (C1, C2, C15): the GPU blocks retained after the hit
+  (``Ret``), each loaded key's last answer (a load of a key the manager answered MISS or
+  HIT_PENDING is upstream's "not found" / "not ready" crash), the chunks loaded against
+  ``Load(N, L)``, and no load at all after a failed one;
+* ``build_connector_meta`` (C10): a store job's chunks hold only tokens computed by the
+  end of the step;
+* ``update_connector_output`` (C14, C15): a store job the worker reports failed is not
+  completed as stored (the manager's ``complete_store`` hooked like its ``lookup``); a
+  request whose load failed is remembered;
+* an exception vLLM raises with upstream's crash messages (C2, ``crash``).
+
+What it does not judge (and counts, by reason, in ``not_judged``, with the first test of
+each): lookups while an asynchronous lookup is in flight (RETRY), while the request has
+transfers in flight or another request loads its chunks (the connector's own deferral
+rules), partial tails and their anchors, requests that skip or may not read the offloaded
+tier, lookups a test replaced on the connector instance, stand-in requests, and states
+that involve chunks vLLM has no offload keys for. A lookup violation has a witness (the
+lookup case, replayable by ``kvcontract.replay`` on the reference and by
+``kvcontract.api.replay_audit`` on vLLM's engine) and, where a reproducer folder is set, a
+pytest file that replays it; every violation carries its request's last connector
+events (a ring of :attr:`MonitorOptions.recent_events`).
+
+A wrapper never changes what vLLM returns or raises: the monitor's own exceptions are
+recorded in ``errors`` and swallowed. Memory is bounded: what is kept per request is
+dropped when it finishes, and at most :attr:`MonitorOptions.max_requests` requests are
+remembered per connector.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import inspect
+import json
+import pprint
+import sys
+import threading
+import weakref
+from collections import Counter, OrderedDict, deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from kvcontract.impl.system.events import AllocationEvent, LookupEvent
+from kvcontract.spec import multigroup
+from kvcontract.spec.geometry import Geometry, GroupSpec
+from kvcontract.spec.properties.lookup import LookupCase
+from kvcontract.tools.monitor import Monitor
+from kvcontract.vocabulary import GroupKind, Impact, LookupResult
+
+MONITOR_REPORT_VERSION = 1
+"""The version of the monitor's report document (``kvcontract_monitor``)."""
+
+SCHEDULER_MODULES = (
+    "vllm.distributed.kv_transfer.kv_connector.v1.offloading.scheduler",
+    "vllm.distributed.kv_transfer.kv_connector.v1.offloading_connector",
+)
+"""Where releases define ``OffloadingConnectorScheduler`` (0.33.0 and later first)."""
+
+WRAPPED = ("__init__", "get_num_new_matched_tokens", "_lookup_complete_chunks",
+           "update_state_after_alloc", "build_connector_meta", "update_connector_output",
+           "request_finished", "reset_cache")
+"""The connector's methods the monitor wraps (each where the release has it)."""
+
+LOOKUP_INTERNALS = ("_lookup", "_lookup_complete_chunks", "_sliding_window_lookup",
+                    "_maximal_prefix_lookup", "_lookup_partial_tail_hit", "_lookup_partial_tail")
+"""The connector's own lookup steps: one a test set on the instance (a mock) answers in
+place of vLLM's, so the lookup is not vLLM's to judge."""
+
+CRASH_MARKERS = ("not found in cache", "not ready for reading", "not found",
+                 "not ready")
+"""Upstream's messages for a load of a chunk the manager does not hold ready (C2)."""
+
+THEOREM_OF_CLAUSE = {"C2": "C2/lookup-loads-only-hit", "C3": "C3/lookup-defers-only-in-scope",
+                     "C4": "C4/lookup-is-maximal", "C5": "C4/lookup-is-maximal"}
+"""The catalogue theorem that replays a lookup violation of each clause."""
+
+
+@dataclass(frozen=True)
+class MonitorOptions:
+    """How the monitor runs (merged once by its front ends)."""
+
+    reproducers: Path | None = None
+    """Where a pytest reproducer is written per violation (None: none written)."""
+    max_requests: int = 4096
+    """Requests remembered per connector (the oldest are dropped first)."""
+    on_violation: Callable[[Finding], None] | None = None
+    """Called with each violation as it is found (the serving hook logs it)."""
+    recent_events: int = 16
+    """The connector events kept per request (a ring), attached to its violations."""
+
+
+@dataclass
+class Finding:
+    """One violation: where (test, connector event), which clause, what it costs."""
+
+    test: str
+    clause: str
+    impact: str
+    kind: str
+    message: str
+    theorem: str | None = None
+    witness: dict[str, Any] | None = None
+    reproducer: str | None = None
+    repeats: int = 1
+    """The times the same test saw the same violation (a deferred request asks again)."""
+    recent: list[str] | None = None
+    """The request's last connector events before the violation (its ring)."""
+
+    def to_json(self) -> dict[str, Any]:
+        return {key: value for key, value in self.__dict__.items()}
+
+
+@dataclass
+class MonitorReport:
+    """What a monitored run saw: the JSON document of ``--kvcontract-report``."""
+
+    vllm: str | None = None
+    tests: int = 0
+    events: Counter[str] = field(default_factory=Counter)
+    judged: Counter[str] = field(default_factory=Counter)
+    not_judged: Counter[str] = field(default_factory=Counter)
+    examples: dict[str, dict[str, str]] = field(default_factory=dict)
+    """Per reason a lookup or load was not judged, the first one seen (test and detail)."""
+    violations: list[Finding] = field(default_factory=list)
+    errors: list[dict[str, str]] = field(default_factory=list)
+    gaps: list[str] = field(default_factory=list)
+    variant: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "kvcontract_monitor": MONITOR_REPORT_VERSION,
+            "vllm": self.vllm,
+            "variant": self.variant,
+            "tests": self.tests,
+            "events": dict(sorted(self.events.items())),
+            "judged": dict(sorted(self.judged.items(), key=lambda kv: _clause_order(kv[0]))),
+            "not_judged": dict(self.not_judged.most_common()),
+            "not_judged_examples": dict(self.examples),
+            "violations": [v.to_json() for v in self.violations],
+            "errors": list(self.errors),
+            "gaps": list(self.gaps),
+        }
+
+    def skip(self, reason: str, test: str, detail: str = "") -> None:
+        """Count what was not judged, by reason, keeping the first example of each."""
+        self.not_judged[reason] += 1
+        self.examples.setdefault(reason, {"test": test, "detail": detail})
+
+    def summary_lines(self) -> list[str]:
+        """The one-screen summary printed at the end of a session."""
+        events = sum(self.events.values())
+        lines = [f"kvcontract monitor: vLLM {self.vllm or '?'}"
+                 + (f", variant {self.variant}" if self.variant else "")
+                 + f": {self.tests} tests, {events} connector events, "
+                 f"{sum(self.judged.values())} judgements, {len(self.violations)} violations, "
+                 f"{len(self.errors)} monitor errors"]
+        if self.judged:
+            lines.append("  judged: " + ", ".join(
+                f"{c} {n}" for c, n in sorted(self.judged.items(),
+                                               key=lambda kv: _clause_order(kv[0]))))
+        for reason, count in self.not_judged.most_common(4):
+            lines.append(f"  not judged ({count}): {reason}")
+        by_clause = Counter(v.clause for v in self.violations)
+        if by_clause:
+            lines.append("  violations: " + ", ".join(
+                f"{c} {n}" for c, n in sorted(by_clause.items(),
+                                               key=lambda kv: _clause_order(kv[0]))))
+        seen: set[tuple[str, str]] = set()
+        for finding in self.violations:
+            key = (finding.clause, finding.kind)
+            if key in seen or len(seen) >= 8:
+                continue
+            seen.add(key)
+            lines.append(f"  {finding.clause} {finding.impact}: {finding.test}")
+            lines.append(f"      {finding.message[:150]}")
+        for error in self.errors[:3]:
+            lines.append(f"  monitor error in {error['where']}: {error['message'][:120]}")
+        for gap in self.gaps[:3]:
+            lines.append(f"  gap: {gap}")
+        return lines
+
+    def write(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(self.to_json(), indent=2, default=str) + "\n")
+
+
+def _clause_order(clause: str) -> int:
+    return int(clause[1:]) if clause[1:].isdigit() else 99
+
+
+# -- the geometry vLLM built ------------------------------------------------------------------
+def geometry_of(config: Any, hash_lookahead: int | None) -> tuple[Geometry | None, str | None]:
+    """The contract's geometry of a connector's ``SchedulerOffloadConfig``, or why it has
+    none (a group kind the contract does not describe, a size that does not add up)."""
+    from kvcontract.live.env import vllm_names
+
+    full, sliding, mamba = vllm_names("vllm.v1.kv_cache_interface", "FullAttentionSpec",
+                                      "SlidingWindowSpec", "MambaSpec")
+    dcp = int(getattr(config, "dcp_world_size", 1) or 1)
+    groups: list[GroupSpec] = []
+    for index, group in enumerate(config.kv_group_configs):
+        spec = group.kv_cache_spec
+        name = type(spec).__name__
+        eagle = bool(getattr(group, "is_eagle_group", False))
+        if isinstance(spec, sliding):
+            groups.append(GroupSpec(GroupKind.SLIDING_WINDOW, int(spec.block_size),
+                                    int(spec.sliding_window),
+                                    int(getattr(spec, "extra_retained_tokens", 0) or 0), eagle))
+        elif isinstance(spec, mamba):
+            if getattr(spec, "mamba_cache_mode", "align") != "align":
+                return None, f"group {index}: a Mamba group outside the 'align' cache mode"
+            groups.append(GroupSpec(GroupKind.MAMBA, int(spec.block_size), eagle=eagle))
+        elif type(spec) is full or name in ("FullAttentionSpec", "MLAAttentionSpec"):
+            groups.append(GroupSpec(GroupKind.FULL, int(spec.block_size), eagle=eagle))
+        else:
+            return None, f"group {index}: {name} is outside the contract"
+    lookahead = int(hash_lookahead or 0) if any(g.eagle for g in groups) else 0
+    try:
+        geometry = Geometry(tuple(groups), int(config.blocks_per_chunk),
+                            hash_block_size=int(config.tokens_per_hash),
+                            retention_interval=getattr(config, "retention_interval", None),
+                            dcp=dcp, hash_lookahead=lookahead)
+    except Exception as exc:  # GeometryError, and a size vLLM allows that kvcontract refuses
+        return None, f"{type(exc).__name__}: {exc}"
+    for index, (group, spec) in enumerate(zip(config.kv_group_configs, geometry.groups,
+                                              strict=True)):
+        if (geometry.block_tokens(spec) != group.tokens_per_block
+                or geometry.chunk_tokens(spec) != group.tokens_per_chunk):
+            return None, (f"group {index}: vLLM's {group.tokens_per_block}-token blocks and "
+                          f"{group.tokens_per_chunk}-token chunks are not the geometry's "
+                          f"{geometry.block_tokens(spec)} and {geometry.chunk_tokens(spec)}")
+    return geometry, None
+
+
+# -- the states seen --------------------------------------------------------------------------
+@dataclass(frozen=True)
+class StatesJudgement:
+    """The contract's lookup cases for the states seen, or why they decide nothing.
+
+    ``cases`` holds one case when the states seen decide the answer. It holds two (the
+    chunks vLLM has keys for but never asked about set MISS, then HIT) when the answer
+    depends on them: vLLM's connector answered without reading them, so it gives the same
+    answer in both states, and the contract's answers there differ: at least one of the
+    two is a state in which vLLM is wrong, and it is the witness."""
+
+    cases: tuple[LookupCase, ...]
+    why_not: str | None = None
+    unasked: tuple[tuple[int, int], ...] = ()
+    """``(group, chunk)`` of the keyed chunks the connector never asked about (two cases)."""
+
+
+def judge_states(geometry: Geometry, num_tokens: int, local_hit: int,
+                 seen: Sequence[Sequence[LookupResult | None]], keyed: Sequence[int],
+                 max_hit_tokens: int | None) -> StatesJudgement:
+    """``seen[g][k]``: the manager's answer for chunk ``k`` of group ``g``, None where the
+    connector did not ask; ``keyed[g]``: the chunks of group ``g`` vLLM has offload keys
+    for (it cannot ask about the others). The contract's best boundary only grows as
+    chunks become present, so filling the unseen chunks all MISS and all HIT bounds every
+    state they could hold: equal answers decide the case. Otherwise the keyless chunks
+    must not matter (else vLLM's block hashes and the geometry differ: nothing is
+    judged), and the keyed chunks vLLM never asked about give the two cases."""
+    def rows(unasked: LookupResult, keyless: LookupResult) -> tuple[tuple[LookupResult, ...],
+                                                                    ...]:
+        out = []
+        for g, group in enumerate(geometry.groups):
+            chunks = num_tokens // geometry.chunk_tokens(group)
+            row = list(seen[g][:chunks]) + [None] * max(0, chunks - len(seen[g]))
+            out.append(tuple(r if r is not None else (unasked if k < keyed[g] else keyless)
+                             for k, r in enumerate(row)))
+        return tuple(out)
+
+    def answer(states: tuple[tuple[LookupResult, ...], ...]) -> multigroup.ContractAnswer:
+        return multigroup.contract_answer(geometry, num_tokens, local_hit,
+                                          dict(enumerate(states)), max_hit_tokens)
+
+    miss, hit = LookupResult.MISS, LookupResult.HIT
+    low, high = rows(miss, miss), rows(hit, hit)
+    if answer(low) == answer(high):
+        return StatesJudgement((LookupCase("vllm", geometry, num_tokens, local_hit, low,
+                                           max_hit_tokens),))
+    if answer(low) != answer(rows(miss, hit)) or answer(rows(hit, miss)) != answer(high):
+        return StatesJudgement((), "the answer depends on chunks vLLM has no offload keys "
+                                   "for (its block hashes and the geometry's differ)")
+    unasked = tuple((g, k) for g, row in enumerate(low)
+                    for k in range(min(len(row), keyed[g], len(seen[g]))) if seen[g][k] is None)
+    return StatesJudgement(
+        tuple(LookupCase("vllm", geometry, num_tokens, local_hit, states, max_hit_tokens)
+              for states in (low, rows(hit, miss))), None, unasked)
+
+
+def _read_unasked(case: LookupCase, unasked: Sequence[tuple[int, int]],
+                  hit: int | None) -> Sequence[tuple[int, int]]:
+    """The unasked chunks that vLLM's hit or the contract's answer reads (all of them
+    when neither reads one)."""
+    from kvcontract.spec.properties.lookup import expected_hit
+
+    geometry = case.geometry
+    read: set[tuple[int, int]] = set()
+    for boundary in {hit, expected_hit(case)} - {None}:
+        assert boundary is not None
+        if boundary <= case.local_hit:
+            continue
+        for g, group in enumerate(geometry.groups):
+            required = multigroup.group_read_requirement(geometry, group, boundary,
+                                                         case.local_hit, case.num_tokens)
+            if required is not None:
+                read.update((g, k) for k in range(*required))
+    named = [chunk for chunk in unasked if chunk in read]
+    return named or list(unasked)
+
+
+def _chunks_named(chunks: Sequence[tuple[int, int]], case: LookupCase) -> str:
+    """``group 1 chunk 3 (MISS here)``, the first few of the chunks vLLM never read."""
+    named = [f"group {g} chunk {k} ({case.states[g][k].name} here)" for g, k in chunks[:4]]
+    return ", ".join(named) + (f" and {len(chunks) - 4} more" if len(chunks) > 4 else "")
+
+
+def _picture(seen: Sequence[Sequence[LookupResult | None]]) -> str:
+    """Per group the answers seen, one letter a chunk (``.``: not asked)."""
+    letters = {LookupResult.HIT: "H", LookupResult.MISS: "M", LookupResult.HIT_PENDING: "P",
+               LookupResult.RETRY: "R", None: "."}
+    return " ".join(f"{g}={''.join(letters[r] for r in row)}" for g, row in enumerate(seen))
+
+
+def _result_of(answer: Any) -> LookupResult | None:
+    """vLLM's ``LookupResult`` by name (a mock's unconfigured answer is none)."""
+    name = getattr(answer, "name", None)
+    return LookupResult.__members__.get(name) if isinstance(name, str) else None
+
+
+# -- one connector ----------------------------------------------------------------------------
+class _ConnectorWatch:
+    """The monitor's view of one connector: its geometry, its judge, the answers its
+    manager gave per request (bounded)."""
+
+    def __init__(self, connector: Any, hash_lookahead: int | None, options: MonitorOptions):
+        self.options = options
+        try:
+            self.geometry, self.why_not = geometry_of(connector.config, hash_lookahead)
+        except Exception as exc:  # a config of another shape (a test's stand-in connector)
+            self.geometry, self.why_not = None, (f"its config is not readable "
+                                                 f"({type(exc).__name__}: {exc})")
+        self.judge = Monitor(self.geometry) if self.geometry is not None else None
+        self.answers: OrderedDict[str, dict[Any, LookupResult | None]] = OrderedDict()
+        self.recording: dict[Any, LookupResult | None] | None = None
+        self.unobserved = False
+        self.complete_hit: list[Any] = []
+        self.judged_requests: set[str] = set()
+        self.seen_jobs: set[int] = set()
+        self.checks_counted: Counter[str] = Counter()
+        """The judge's cumulative checks already added to the report."""
+        self.failed_loads: set[str] = set()
+        """Requests whose load the worker reported failed (C15: never loaded again)."""
+        self.recent: OrderedDict[str, deque[str]] = OrderedDict()
+        """Per request, its last connector events (bounded like ``answers``)."""
+        self.events = 0
+
+    def remember(self, request_id: str, answers: dict[Any, LookupResult | None]) -> None:
+        self.answers[request_id] = answers
+        self.answers.move_to_end(request_id)
+        while len(self.answers) > self.options.max_requests:
+            self.answers.popitem(last=False)
+
+    def note(self, request_id: str, text: str) -> None:
+        """One event of the request's, in its ring."""
+        self.events += 1
+        ring = self.recent.get(request_id)
+        if ring is None:
+            ring = self.recent[request_id] = deque(maxlen=self.options.recent_events)
+            while len(self.recent) > self.options.max_requests:
+                self.recent.popitem(last=False)
+        ring.append(f"#{self.events} {text}")
+
+    def forget(self, request_id: str) -> None:
+        self.recent.pop(request_id, None)
+        self.answers.pop(request_id, None)
+        self.judged_requests.discard(request_id)
+        self.failed_loads.discard(request_id)
+
+
+Sink = Callable[[tuple[Any, ...], dict[str, Any], Any], None]
+"""What a hooked manager method reports: its arguments and its answer."""
+
+
+def hook_manager_method(manager: Any, name: str, sink: Sink) -> bool:
+    """Report each call of ``manager.NAME`` (its arguments and answer) to ``sink``; False
+    where the method cannot be observed without changing it (none, or a plain function
+    put in its place that cannot be wrapped). A mock's method is wrapped on its own class
+    (every ``Mock`` instance has one), so its ``return_value``, ``side_effect`` and call
+    records stay the test's; a real manager's on the instance. A second hook replaces the
+    sink, never stacks a wrapper."""
+    from unittest import mock
+
+    if isinstance(manager, mock.NonCallableMock):
+        child = getattr(manager, name)
+        if not isinstance(child, mock.CallableMixin):
+            return False
+        cls = type(child)
+        holder = getattr(cls.__call__, "_kvcontract_sink", None)
+        if holder is not None:
+            holder[0] = sink
+            return True
+        original = cls.__call__
+        box = [sink]
+
+        def __call__(self: Any, *args: Any, **kwargs: Any) -> Any:
+            result = original(self, *args, **kwargs)
+            _deliver(box[0], args, kwargs, result)
+            return result
+
+        __call__._kvcontract_sink = box  # type: ignore[attr-defined]
+        cls.__call__ = __call__  # type: ignore[method-assign]
+        return True
+    current = getattr(manager, name, None)
+    if current is None or not callable(current):
+        return False
+    holder = getattr(current, "_kvcontract_sink", None)
+    if holder is not None:
+        holder[0] = sink
+        return True
+    box_real = [sink]
+
+    @functools.wraps(current)
+    def method(*args: Any, **kwargs: Any) -> Any:
+        result = current(*args, **kwargs)
+        _deliver(box_real[0], args, kwargs, result)
+        return result
+
+    method._kvcontract_sink = box_real  # type: ignore[attr-defined]
+    try:
+        setattr(manager, name, method)
+    except (AttributeError, TypeError):
+        return False
+    return True
+
+
+def _deliver(sink: Sink, args: tuple[Any, ...], kwargs: dict[str, Any], result: Any) -> None:
+    with contextlib.suppress(Exception):  # the monitor never changes what vLLM sees
+        sink(args, kwargs, result)
+
+
+def _argument(args: tuple[Any, ...], kwargs: dict[str, Any], index: int, name: str,
+              default: Any = None) -> Any:
+    """A hooked call's argument by position or name (the manager's own signature)."""
+    return args[index] if len(args) > index else kwargs.get(name, default)
+
+
+class _Parameters:
+    """A wrapped method's parameter names (``self`` left out)."""
+
+    __slots__ = ("names",)
+
+    def __init__(self, names: tuple[str, ...]) -> None:
+        self.names = names
+
+    def named(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
+        """The call's arguments by name (defaults left out: a hook names its own)."""
+        named = dict(zip(self.names, args, strict=False))
+        named.update(kwargs)
+        return named
+
+
+# -- the monitor ------------------------------------------------------------------------------
+class RuntimeMonitor:
+    """The contract judged on every connector the running vLLM builds (module docstring)."""
+
+    def __init__(self, options: MonitorOptions | None = None) -> None:
+        self.options = options or MonitorOptions()
+        self.report = MonitorReport()
+        self.current_test = "<no test>"
+        self._watches: weakref.WeakKeyDictionary[Any, _ConnectorWatch] = \
+            weakref.WeakKeyDictionary()
+        self._originals: list[tuple[type, str, Any]] = []
+        self._lock = threading.RLock()
+        self._test_violations = 0
+        self._handed_out = 0
+        self._reproducer_count = 0
+        self._about: tuple[_ConnectorWatch, str] | None = None
+        """The connector and request an event handler is judging (for a violation's ring)."""
+
+    # -- installing -------------------------------------------------------------------------
+    def install(self) -> bool:
+        """Wrap the connector scheduler's methods; False (with a gap) where the running
+        vLLM has no such class."""
+        cls = _scheduler_class()
+        if cls is None:
+            self.report.gaps.append("no OffloadingConnectorScheduler in "
+                                    + " or ".join(SCHEDULER_MODULES))
+            return False
+        from importlib import metadata
+
+        try:
+            self.report.vllm = metadata.version("vllm")
+        except metadata.PackageNotFoundError:
+            self.report.vllm = getattr(sys.modules.get("vllm"), "__version__", None)
+        for name in WRAPPED:
+            original = cls.__dict__.get(name)
+            if original is None:
+                self.report.gaps.append(f"OffloadingConnectorScheduler.{name} is not in this "
+                                        "release: what it does is not judged")
+                continue
+            self._originals.append((cls, name, original))
+            setattr(cls, name, self._wrap(name, original))
+        return True
+
+    def uninstall(self) -> None:
+        for cls, name, original in reversed(self._originals):
+            setattr(cls, name, original)
+        self._originals.clear()
+
+    def _wrap(self, name: str, original: Callable[..., Any]) -> Callable[..., Any]:
+        # The parameters' names past ``self``, read once: a hook reads its arguments by
+        # name without ``Signature.bind`` (tens of microseconds a call, every step).
+        signature = _Parameters(tuple(inspect.signature(original).parameters)[1:])
+        before = getattr(self, f"_before_{name.strip('_')}", None)
+        after = getattr(self, f"_after_{name.strip('_')}")
+        monitor = self
+
+        @functools.wraps(original)
+        def wrapper(connector: Any, *args: Any, **kwargs: Any) -> Any:
+            state = None
+            if before is not None:
+                state = monitor._guarded(name, before, connector, signature, args, kwargs)
+            try:
+                result = original(connector, *args, **kwargs)
+            except Exception as exc:
+                monitor._guarded(name, monitor._raised, connector, name, exc)
+                raise
+            monitor._guarded(name, after, connector, signature, args, kwargs, result, state)
+            return result
+
+        wrapper.__kvcontract_original__ = original  # type: ignore[attr-defined]
+        return wrapper
+
+    def _guarded(self, where: str, action: Callable[..., Any], *args: Any) -> Any:
+        try:
+            with self._lock:
+                self._about = None
+                return action(*args)
+        except Exception as exc:
+            self.report.errors.append({"test": self.current_test, "where": where,
+                                       "message": f"{type(exc).__name__}: {exc}"})
+            return None
+
+    def variant(self, name: str) -> contextlib.AbstractContextManager[None]:
+        """A context in which kvcontract variant ``name``'s rules replace vLLM's own
+        functions (:func:`variant_roles`, ``live.judge.rebinding``); the report names the
+        variant and, as a gap, what of it no rebinding role carries."""
+        from kvcontract.errors import UsageError
+        from kvcontract.impl.variants import VARIANTS
+        from kvcontract.live.judge.rebinding import rebound
+
+        if name not in VARIANTS:
+            raise UsageError(f"--kvcontract-vllm-variant {name!r}: no such variant (known: "
+                             f"{', '.join(sorted(VARIANTS))})")
+        roles, left = variant_roles(name)
+        if not roles:
+            raise UsageError(f"--kvcontract-vllm-variant {name!r}: none of what it changes "
+                             f"({', '.join(left)}) can be put into vLLM's code")
+        if left:
+            self.report.gaps.append(f"variant {name}: {', '.join(left)} not put into vLLM "
+                                    "(no rebinding role)")
+        self.report.variant = name
+        return rebound(roles, implementation=VARIANTS[name])
+
+    # -- per test ---------------------------------------------------------------------------
+    def begin_test(self, test_id: str) -> None:
+        self.current_test = test_id
+        self.report.tests += 1
+        self._test_violations = len(self.report.violations)
+
+    def test_violations(self) -> list[Finding]:
+        """The violations found since the current test began."""
+        return self.report.violations[self._test_violations:]
+
+    def unreported_violations(self) -> list[Finding]:
+        """The violations of the current test not yet handed out by this call."""
+        found = self.report.violations[max(self._test_violations, self._handed_out):]
+        self._handed_out = len(self.report.violations)
+        return found
+
+    # -- watches ----------------------------------------------------------------------------
+    def _watch(self, connector: Any) -> _ConnectorWatch | None:
+        watch = self._watches.get(connector)
+        if watch is None and hasattr(connector, "config"):
+            # A connector built without its __init__ (a test's stand-in): no engine config.
+            watch = _ConnectorWatch(connector, None, self.options)
+            with contextlib.suppress(TypeError):  # no weak references: watched this call
+                self._watches[connector] = watch
+            self.report.events["connector"] += 1
+        return watch
+
+    def _after_init(self, connector: Any, signature: _Parameters, args: tuple[Any, ...],
+                    kwargs: dict[str, Any], result: Any, state: Any) -> None:
+        bound = signature.named(args, kwargs)
+        vllm_config = bound.get("vllm_config")
+        lookahead = getattr(vllm_config, "num_hash_lookahead_tokens", 0) if vllm_config else 0
+        self._watches[connector] = _ConnectorWatch(connector, int(lookahead or 0),
+                                                   self.options)
+        self.report.events["connector"] += 1
+
+    # -- lookups ----------------------------------------------------------------------------
+    def _before_get_num_new_matched_tokens(self, connector: Any,
+                                           signature: _Parameters,
+                                           args: tuple[Any, ...],
+                                           kwargs: dict[str, Any]) -> dict[str, Any] | None:
+        watch = self._watch(connector)
+        if watch is None:
+            return None
+        bound = signature.named(args, kwargs)
+        request = bound["request"]
+        status = getattr(connector, "_req_status", {}).get(request.request_id)
+        answers: dict[Any, LookupResult | None] = {}
+        watch.recording = answers
+        watch.complete_hit = []
+
+        def sink(call_args: tuple[Any, ...], call_kwargs: dict[str, Any], result: Any) -> None:
+            if watch.recording is not None:
+                try:
+                    watch.recording[_argument(call_args, call_kwargs, 0, "key")] = \
+                        _result_of(result)
+                except TypeError:  # an unhashable key
+                    watch.unobserved = True
+
+        watch.unobserved = not hook_manager_method(connector.manager, "lookup", sink)
+        being_loaded = getattr(connector, "_chunks_being_loaded", None)
+        return {"in_flight": bool(getattr(status, "transfer_jobs", None)),
+                "being_loaded": frozenset(being_loaded or ()), "answers": answers}
+
+    def _after_lookup_complete_chunks(self, connector: Any, signature: _Parameters,
+                                      args: tuple[Any, ...], kwargs: dict[str, Any],
+                                      result: Any, state: Any) -> None:
+        watch = self._watches.get(connector)
+        if watch is not None:
+            watch.complete_hit.append(result[0] if isinstance(result, tuple) else result)
+
+    def _after_get_num_new_matched_tokens(self, connector: Any,
+                                          signature: _Parameters,
+                                          args: tuple[Any, ...], kwargs: dict[str, Any],
+                                          result: Any, state: dict[str, Any] | None) -> None:
+        watch = self._watches.get(connector)
+        if watch is None or state is None:
+            return
+        watch.recording = None
+        self.report.events["lookup"] += 1
+        bound = signature.named(args, kwargs)
+        request = bound["request"]
+        local = int(bound["num_computed_tokens"])
+        status = connector._req_status.get(request.request_id)
+        answers: dict[Any, LookupResult | None] = state["answers"]
+        watch.remember(request.request_id, answers)
+        hit = result[0] if isinstance(result, tuple) else result
+        watch.note(request.request_id, f"lookup at local hit {local}: {hit} "
+                   f"({len(answers)} keys asked)")
+        self._about = (watch, request.request_id)
+        if request.request_id in watch.failed_loads:
+            self.report.judged["C15"] += 1
+            if hit:  # a deferral (None) or 0 reads nothing from the offloaded tier
+                self._found("C15", "failed-load",
+                            f"request {request.request_id}: its load failed, and the lookup "
+                            f"offers {hit} tokens from the offloaded tier again", None, None,
+                            None)
+            return
+        why = self._lookup_out_of_scope(watch, connector, request, status, state, hit)
+        if why is not None:
+            self.report.skip(why, self.current_test)
+            return
+        assert watch.geometry is not None and watch.judge is not None and status is not None
+        geometry = watch.geometry
+        seen: list[list[LookupResult | None]] = []
+        for group_state in status.group_states:
+            seen.append([answers.get(key) for key in group_state.offload_keys])
+        budget = bound.get("max_num_new_tokens")
+        caps = [local + int(x) for x in (budget, getattr(status, "max_load_tokens", None))
+                if x is not None]
+        states = judge_states(geometry, int(request.num_tokens), local, seen,
+                              [len(gs.offload_keys) for gs in status.group_states],
+                              min(caps) if caps else None)
+        if not states.cases:
+            self.report.skip(str(states.why_not), self.current_test,
+                             f"request {request.request_id}: N={request.num_tokens} L={local} "
+                             f"hit={hit} seen={_picture(seen)}")
+            return
+        absolute = None if hit is None else local + int(hit)
+        watch.judged_requests.add(request.request_id)
+        for case in states.cases:
+            ranges: tuple[tuple[int, tuple[int, int]], ...] = ()
+            if absolute is not None and absolute > local:
+                ranges = tuple((g, multigroup.load_range(geometry, spec, absolute, local))
+                               for g, spec in enumerate(geometry.groups))
+            before = len(watch.judge.violations)
+            watch.judge(LookupEvent(request.request_id, case.num_tokens, local, case.states,
+                                    frozenset(), absolute, ranges))
+            self._count_checks(watch)
+            found = watch.judge.violations[before:]
+            for violation in found:
+                message = violation.message
+                if states.unasked:
+                    message += (" in a state the manager may hold: vLLM's answer did not "
+                                "read " + _chunks_named(
+                                    _read_unasked(case, states.unasked, absolute), case))
+                self._found(violation.clause, violation.kind, message,
+                            THEOREM_OF_CLAUSE.get(violation.clause), case.to_json(),
+                            violation.impact)
+            if found:
+                return
+        if states.unasked:
+            self.report.skip("vLLM did not read chunks the answer depends on, and both "
+                             "states agree with it", self.current_test,
+                             f"request {request.request_id}: hit={hit}")
+
+    def _lookup_out_of_scope(self, watch: _ConnectorWatch, connector: Any, request: Any,
+                             status: Any, state: dict[str, Any], hit: Any) -> str | None:
+        if watch.geometry is None:
+            return f"geometry: {watch.why_not}"
+        if status is None:
+            return "the connector keeps no state for the request"
+        replaced = sorted(set(vars(connector)) & set(LOOKUP_INTERNALS))
+        if replaced:
+            return f"a test replaced the connector's own {replaced[0]} (a mock)"
+        if state["in_flight"]:
+            return "the request had transfers in flight (the connector's own deferral)"
+        if not isinstance(getattr(request, "num_tokens", None), int) or not isinstance(
+                getattr(status, "group_states", None), tuple):
+            return "a stand-in request or request state (a test's mock)"
+        # ``is True``: a flag a release lacks reads False, never a mock's truthy attribute.
+        # 0.33.0 names the request's flag skip_reading_prefix_cache, 0.34.0
+        # skip_reading_external_kv; a failed load sets load_failed (0.34.0).
+        if any(getattr(holder, flag, False) is True for holder, flag in (
+                (request, "skip_reading_external_kv"), (request, "skip_reading_prefix_cache"),
+                (status, "load_failed"))):
+            return "the request may not read the offloaded tier"
+        if watch.unobserved:
+            return "the manager's lookup answers could not be observed"
+        answers = state["answers"]
+        if any(r is None for r in answers.values()):
+            return "a lookup answer that is no LookupResult (an unconfigured mock)"
+        if LookupResult.RETRY in answers.values():
+            return "an asynchronous lookup was in flight (RETRY)"
+        keys = {key for gs in status.group_states for key in gs.offload_keys}
+        if keys & state["being_loaded"]:
+            return "another request was loading the request's chunks (the connector's rule)"
+        if getattr(status, "partial_tail_boundary", None) is not None:
+            return "a partial-tail hit (docs/CONTRACT.md 9.2; not judged online)"
+        complete = watch.complete_hit[-1] if watch.complete_hit else hit
+        if complete != hit:
+            return "a partial tail changed the complete-chunk answer (not judged online)"
+        return None
+
+    def _count_checks(self, watch: _ConnectorWatch) -> None:
+        """Add what the judge checked since the last count (its counts are cumulative)."""
+        assert watch.judge is not None
+        now = Counter(watch.judge.checks)
+        self.report.judged.update(now - watch.checks_counted)
+        watch.checks_counted = now
+
+    # -- loads and retention ----------------------------------------------------------------
+    def _after_update_state_after_alloc(self, connector: Any, signature: _Parameters,
+                                        args: tuple[Any, ...], kwargs: dict[str, Any],
+                                        result: Any, state: Any) -> None:
+        bound = signature.named(args, kwargs)
+        external = int(bound.get("num_external_tokens") or 0)
+        if external <= 0:
+            return
+        watch = self._watch(connector)
+        request = bound["request"]
+        self.report.events["load"] += 1
+        if watch is None or watch.geometry is None or watch.judge is None:
+            self.report.skip(f"load: geometry: {watch.why_not if watch else '?'}",
+                             self.current_test)
+            return
+        if request.request_id in watch.failed_loads:
+            self.report.judged["C15"] += 1
+            self._found("C15", "failed-load",
+                        f"request {request.request_id}: loads {external} tokens from the "
+                        "offloaded tier again after the worker reported its load failed",
+                        None, None, None)
+        if request.request_id not in watch.judged_requests:
+            self.report.skip("load: its lookup was not judged", self.current_test)
+            return
+        status = connector._req_status.get(request.request_id)
+        geometry = watch.geometry
+        local = int(status.num_locally_computed_tokens)
+        watch.note(request.request_id, f"load of {external} tokens past {local}")
+        self._about = (watch, request.request_id)
+        hit = local + external
+        jobs = getattr(connector, "_jobs", {})
+        job_ids = sorted(getattr(status, "transfer_jobs", ()) or ())
+        keys: tuple[Any, ...] = ()
+        if job_ids and job_ids[-1] in jobs:
+            keys = tuple(getattr(jobs[job_ids[-1]], "keys", ()) or ())
+        chunk_of = {key: (g, k) for g, gs in enumerate(status.group_states)
+                    for k, key in enumerate(gs.offload_keys)}
+        answers = watch.answers.get(request.request_id, {})
+        loaded: dict[int, set[int]] = {}
+        for key in keys:
+            where = chunk_of.get(key)
+            if where is None:
+                continue
+            loaded.setdefault(where[0], set()).add(where[1])
+            answer = answers.get(key)
+            self.report.judged["C2"] += 1
+            if answer is not None and answer is not LookupResult.HIT:
+                self._found("C2", "crash",
+                            f"request {request.request_id}: loads chunk {where[1]} of group "
+                            f"{where[0]}, which the manager answered {answer.name} (upstream's "
+                            f"'not {'ready' if answer is LookupResult.HIT_PENDING else 'found'}'"
+                            " crash)", None, None, Impact.CRASH)
+        for g, spec in enumerate(geometry.groups):
+            if spec.kind is GroupKind.MAMBA:
+                continue
+            lo, hi = multigroup.load_range(geometry, spec, hit, local)
+            got = loaded.get(g, set())
+            self.report.judged["C2"] += 1
+            if got and got != set(range(lo, hi)):
+                self._found("C2", "load-set",
+                            f"request {request.request_id} group {g}: loads chunks "
+                            f"{sorted(got)}, the contract's Load(N={hit}, L={local}) is "
+                            f"[{lo}, {hi})", None, None, None)
+        self._judge_retention(watch, connector, request, bound.get("blocks"), hit)
+
+    def _judge_retention(self, watch: _ConnectorWatch, connector: Any, request: Any,
+                         blocks: Any, hit: int) -> None:
+        assert watch.geometry is not None and watch.judge is not None
+        table = getattr(blocks, "blocks", None)
+        if table is None:
+            return
+        before = len(watch.judge.violations)
+        for g, (group, spec) in enumerate(zip(connector.config.kv_group_configs,
+                                              watch.geometry.groups, strict=True)):
+            if spec.kind is GroupKind.FULL:
+                continue
+            end = -(-hit // watch.geometry.block_tokens(spec))
+            row = list(table[group.group_idx])[:end]
+            if len(row) < end:
+                continue
+            watch.judge(AllocationEvent(request.request_id, g, hit,
+                                        tuple(not getattr(b, "is_null", False) for b in row)))
+        self._count_checks(watch)
+        for violation in watch.judge.violations[before:]:
+            self._found(violation.clause, violation.kind, violation.message, None, None,
+                        violation.impact)
+
+    # -- stores -----------------------------------------------------------------------------
+    def _after_build_connector_meta(self, connector: Any, signature: _Parameters,
+                                    args: tuple[Any, ...], kwargs: dict[str, Any],
+                                    result: Any, state: Any) -> None:
+        watch = self._watch(connector)
+        jobs = getattr(connector, "_jobs", None)
+        if watch is None or not isinstance(jobs, dict):
+            return
+        bound = signature.named(args, kwargs)
+        scheduled = getattr(bound.get("scheduler_output"), "num_scheduled_tokens", {}) or {}
+        for job_id, job in list(jobs.items()):
+            if job_id in watch.seen_jobs or not getattr(job, "is_store", False):
+                continue
+            watch.seen_jobs.add(job_id)
+            self.report.events["store"] += 1
+            watch.note(str(job.req_id), f"store job {job_id}: "
+                       f"{len(getattr(job, 'keys', ()) or ())} keys")
+            self._about = (watch, str(job.req_id))
+            if watch.geometry is None:
+                self.report.skip(f"store: geometry: {watch.why_not}", self.current_test)
+                continue
+            status = connector._req_status.get(job.req_id)
+            if status is None:
+                self.report.skip("store: the request's state is gone", self.current_test)
+                continue
+            request = status.req
+            horizon = int(request.num_computed_tokens) + int(scheduled.get(job.req_id, 0))
+            for g, (group_state, spec) in enumerate(zip(status.group_states,
+                                                        watch.geometry.groups, strict=True)):
+                index = {key: k for k, key in enumerate(group_state.offload_keys)}
+                tpc = watch.geometry.chunk_tokens(spec)
+                for key in getattr(job, "keys", ()) or ():
+                    chunk = index.get(key)
+                    if chunk is None:
+                        continue
+                    self.report.judged["C10"] += 1
+                    if (chunk + 1) * tpc > horizon:
+                        self._found("C10", "store",
+                                    f"request {job.req_id} group {g}: store job {job_id} "
+                                    f"holds chunk {chunk} (tokens up to {(chunk + 1) * tpc}) "
+                                    f"past the {horizon} tokens computed by this step",
+                                    None, None, None)
+
+    # -- failed transfers (C14, C15) ---------------------------------------------------------
+    def _before_update_connector_output(self, connector: Any, signature: _Parameters,
+                                        args: tuple[Any, ...],
+                                        kwargs: dict[str, Any]) -> dict[str, Any] | None:
+        output = signature.named(args, kwargs).get("connector_output")
+        meta = getattr(output, "kv_connector_worker_meta", None)
+        failed = getattr(meta, "failed_jobs", None)
+        jobs = getattr(connector, "_jobs", None)
+        if not failed or not isinstance(jobs, dict):
+            return None  # a release whose worker reports no failures (0.33.0) has none
+        reported = {job_id: (bool(jobs[job_id].is_store), tuple(jobs[job_id].keys),
+                             jobs[job_id].req_id)
+                    for job_id in failed if job_id in jobs}
+        if not reported:
+            return None
+        calls: list[tuple[tuple[Any, ...], bool]] = []
+
+        def sink(call_args: tuple[Any, ...], call_kwargs: dict[str, Any], result: Any) -> None:
+            calls.append((tuple(_argument(call_args, call_kwargs, 0, "keys") or ()),
+                          bool(_argument(call_args, call_kwargs, 2, "success", True))))
+
+        observed = hook_manager_method(connector.manager, "complete_store", sink)
+        return {"reported": reported, "calls": calls, "observed": observed}
+
+    def _after_update_connector_output(self, connector: Any, signature: _Parameters,
+                                       args: tuple[Any, ...], kwargs: dict[str, Any],
+                                       result: Any, state: dict[str, Any] | None) -> None:
+        if state is None:
+            return
+        with contextlib.suppress(Exception):
+            hook_manager_method(connector.manager, "complete_store", lambda *_: None)
+        watch = self._watch(connector)
+        for job_id, (is_store, keys, request_id) in state["reported"].items():
+            if job_id in connector._jobs:
+                continue  # another worker has yet to report it
+            self.report.events["failed store" if is_store else "failed load"] += 1
+            if watch is not None:
+                watch.note(str(request_id), f"{'store' if is_store else 'load'} job "
+                           f"{job_id} failed")
+                self._about = (watch, str(request_id))
+            if not is_store:
+                if watch is not None:
+                    watch.failed_loads.add(request_id)
+                continue
+            if not state["observed"]:
+                self.report.skip("a failed store: complete_store not observable", self.current_test)
+                continue
+            self.report.judged["C14"] += 1
+            if any(call_keys == keys and success for call_keys, success in state["calls"]):
+                self._found("C14", "failed-store",
+                            f"request {request_id}: store job {job_id} failed on the worker, "
+                            f"and the connector published its {len(keys)} chunk(s) as stored "
+                            "(complete_store success=True): later hits load bytes never "
+                            "written", None, None, None)
+
+    # -- the end of a request ---------------------------------------------------------------
+    def _after_request_finished(self, connector: Any, signature: _Parameters,
+                                args: tuple[Any, ...], kwargs: dict[str, Any], result: Any,
+                                state: Any) -> None:
+        self.report.events["finish"] += 1
+        watch = self._watches.get(connector)
+        request = signature.named(args, kwargs).get("request")
+        if watch is not None and request is not None:
+            watch.forget(request.request_id)
+
+    def _after_reset_cache(self, connector: Any, signature: _Parameters,
+                           args: tuple[Any, ...], kwargs: dict[str, Any], result: Any,
+                           state: Any) -> None:
+        self.report.events["reset"] += 1
+
+    def _raised(self, connector: Any, where: str, exc: BaseException) -> None:
+        self.report.events["exception"] += 1
+        message = str(exc)
+        if any(marker in message for marker in CRASH_MARKERS[:2]):
+            self._found("C2", "crash", f"{where} raised {type(exc).__name__}: {message}",
+                        None, None, Impact.CRASH)
+
+    # -- findings ---------------------------------------------------------------------------
+    def _found(self, clause: str, kind: str, message: str, theorem: str | None,
+               witness: dict[str, Any] | None, impact: Impact | None) -> None:
+        from kvcontract.spec.clauses import CLAUSE_IMPACT
+
+        grade = impact or CLAUSE_IMPACT.get(clause)
+        message = message.replace("system accepted", "vLLM's connector accepted")
+        for earlier in reversed(self.test_violations()):
+            if (earlier.clause, earlier.kind, earlier.message) == (clause, kind, message):
+                earlier.repeats += 1
+                return
+        finding = Finding(self.current_test, clause,
+                          grade.value if isinstance(grade, Impact) else str(grade), kind,
+                          message, theorem, witness)
+        if self._about is not None:
+            watch, request_id = self._about
+            finding.recent = list(watch.recent.get(request_id, ()))
+        if self.options.reproducers is not None and theorem is not None and witness:
+            finding.reproducer = str(self._write_reproducer(finding))
+        self.report.violations.append(finding)
+        if self.options.on_violation is not None:
+            self.options.on_violation(finding)
+
+    def _write_reproducer(self, finding: Finding) -> Path:
+        assert self.options.reproducers is not None and finding.theorem is not None
+        folder = self.options.reproducers
+        folder.mkdir(parents=True, exist_ok=True)
+        self._reproducer_count += 1
+        path = folder / f"test_monitor_{self._reproducer_count:04d}.py"
+        path.write_text(reproducer_source(finding))
+        return path
+
+
+def reproducer_source(finding: Finding) -> str:
+    """A pytest file that replays a lookup violation without vLLM's test harness: the
+    contract's answer on kvcontract's reference, and vLLM's own engine on the same states
+    (where vLLM is installed)."""
+    assert finding.theorem is not None
+    clause, name = finding.theorem.split("/", 1)
+    upstream = f"{clause}/upstream-{name}"
+    return f'''"""kvcontract monitor: {finding.clause} ({finding.impact}) seen in {finding.test}.
+
+{finding.message}
+
+Generated by kvcontract's runtime monitor. The reference test shows the contract's answer
+for the states the connector saw; the vLLM test replays the same states on the installed
+vLLM's scheduler and connector (kvcontract's live backend) and fails while vLLM violates it.
+"""
+
+import importlib.util
+
+import pytest
+
+import kvcontract
+
+WITNESS = {pprint.pformat(finding.witness, indent=4, sort_dicts=True)}
+
+
+def test_the_contract_holds_on_the_reference():
+    assert kvcontract.replay({finding.theorem!r}, WITNESS, "reference") is None
+
+
+@pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="vLLM is not installed")
+def test_vllm_meets_the_contract():
+    from kvcontract.api import replay_audit
+
+    assert replay_audit("vllm:installed", {upstream!r}, WITNESS) is None
+'''
+
+
+def _scheduler_class() -> type | None:
+    import importlib
+
+    for module_name in SCHEDULER_MODULES:
+        try:
+            module = importlib.import_module(module_name)
+        except Exception:  # an older layout, or a release that does not import here
+            continue
+        cls = getattr(module, "OffloadingConnectorScheduler", None)
+        if isinstance(cls, type):
+            return cls
+    return None
+
+
+def variant_roles(name: str) -> tuple[list[str], list[str]]:
+    """``(roles, left)``: the rebinding roles that carry variant ``name``'s differences
+    from the reference into vLLM, and the bundle fields no role carries."""
+    import dataclasses
+
+    from kvcontract.impl.variants import REFERENCE, VARIANTS
+    from kvcontract.live.judge.rebinding import ROLE_OF_FIELD
+
+    variant = VARIANTS[name]
+    roles: list[str] = []
+    left: list[str] = []
+    for item in dataclasses.fields(REFERENCE):
+        if item.name in ("name", "description", "violates"):
+            continue
+        if getattr(variant, item.name) is getattr(REFERENCE, item.name):
+            continue
+        role = ROLE_OF_FIELD.get(item.name)
+        (roles.append(role) if role else left.append(item.name))
+    return roles, left
+
+
+__all__ = ["CRASH_MARKERS", "Finding", "MonitorOptions", "MonitorReport", "RuntimeMonitor",
+           "StatesJudgement", "geometry_of", "judge_states", "reproducer_source",
+           "variant_roles"]
