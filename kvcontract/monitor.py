@@ -15,6 +15,8 @@ against the contract as it happens (:mod:`kvcontract.tools.runtime_monitor`). Op
   without vLLM's test harness (and on vLLM's engine where vLLM is installed);
 * ``--kvcontract-fail``: a test with a violation fails (otherwise the tests' outcomes
   are their own);
+* ``--kvcontract-deferral-bound D``: C13's bound in scheduler steps (the contract's 4 by
+  default; a deployment states its own);
 * ``--kvcontract-vllm-variant NAME``: a kvcontract variant's rule put in place of vLLM's
   own for the session (``stale-pending``, ``unaligned-hit``, ``mtp-extra-retained``:
   historic defects driven through vLLM's code, to see the monitor catch them).
@@ -30,6 +32,7 @@ pytest is configured with the plugin named.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -61,6 +64,9 @@ def pytest_addoption(parser: Any) -> None:
                     help="fail a test in which the monitor found a violation")
     group.addoption("--kvcontract-vllm-variant", metavar="NAME", default=None,
                     help="put a kvcontract variant's rule in place of vLLM's for the session")
+    group.addoption("--kvcontract-deferral-bound", metavar="D", type=int, default=None,
+                    help="C13's bound: scheduler steps a request may stay deferred "
+                         "(default: the contract's, 4)")
 
 
 def pytest_configure(config: Any) -> None:
@@ -79,7 +85,13 @@ def _configure(config: Any) -> None:
     folder = config.getoption("--kvcontract-reproducers")
     if report is not None:
         _check_writable(Path(report), "--kvcontract-report")
-    monitor = RuntimeMonitor(MonitorOptions(reproducers=Path(folder) if folder else None))
+    bound = config.getoption("--kvcontract-deferral-bound")
+    if bound is not None and bound < 1:
+        raise UsageError(f"--kvcontract-deferral-bound {bound}: a number of steps, at least 1")
+    options = MonitorOptions(reproducers=Path(folder) if folder else None)
+    if bound is not None:
+        options = dataclasses.replace(options, deferral_bound=bound)
+    monitor = RuntimeMonitor(options)
     variant = config.getoption("--kvcontract-vllm-variant")
     undo = _patch_variant(monitor, variant) if variant else None
     monitor.install()
@@ -135,6 +147,7 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: Any)
     monitor = _monitor(config)
     if monitor is None:
         return
+    monitor.flush()  # the last test's open deferrals
     terminalreporter.section("kvcontract monitor")
     for line in monitor.report.summary_lines():
         terminalreporter.write_line(line)
@@ -148,6 +161,7 @@ def pytest_unconfigure(config: Any) -> None:
     if not found:
         return
     monitor, undo = found
+    monitor.flush()
     path = config.getoption("--kvcontract-report")
     if path:
         monitor.report.write(Path(path))

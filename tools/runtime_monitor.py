@@ -29,7 +29,9 @@ A wrapper calls vLLM's method unchanged, then reads what it did from vLLM's own 
   HIT_PENDING is upstream's "not found" / "not ready" crash), the chunks loaded against
   ``Load(N, L)``, and no load at all after a failed one;
 * ``build_connector_meta`` (C10): a store job's chunks hold only tokens computed by the
-  end of the step;
+  end of the step; each call is a scheduler step, the clock of C13: a request deferred
+  at step ``s`` is decided by ``s + D`` (:attr:`MonitorOptions.deferral_bound`), later a
+  ``delay``, never (it ends, or its test or run does, still deferred) a ``stall``;
 * ``update_connector_output`` (C14, C15): a store job the worker reports failed is not
   completed as stored (the manager's ``complete_store`` hooked like its ``lookup``); a
   request whose load failed is remembered;
@@ -71,6 +73,7 @@ from typing import Any
 from kvcontract.impl.system.events import AllocationEvent, LookupEvent
 from kvcontract.spec import multigroup
 from kvcontract.spec.geometry import Geometry, GroupSpec
+from kvcontract.spec.lifecycle import DEFAULT_DEFERRAL_BOUND, deferral_age, within_deferral_bound
 from kvcontract.spec.properties.lookup import LookupCase
 from kvcontract.tools.monitor import Monitor
 from kvcontract.vocabulary import GroupKind, Impact, LookupResult
@@ -115,6 +118,8 @@ class MonitorOptions:
     """Called with each violation as it is found (the serving hook logs it)."""
     recent_events: int = 16
     """The connector events kept per request (a ring), attached to its violations."""
+    deferral_bound: int = DEFAULT_DEFERRAL_BOUND
+    """``D`` of C13: scheduler steps a request may stay deferred (a deployment's own)."""
 
 
 @dataclass
@@ -373,12 +378,17 @@ class _ConnectorWatch:
         self.recording: dict[Any, LookupResult | None] | None = None
         self.unobserved = False
         self.complete_hit: list[Any] = []
-        self.judged_requests: set[str] = set()
+        self.judged_cases: dict[str, LookupCase] = {}
+        """Per request, the lookup case its last judged lookup decided (a load's witness)."""
         self.seen_jobs: set[int] = set()
         self.checks_counted: Counter[str] = Counter()
         """The judge's cumulative checks already added to the report."""
         self.failed_loads: set[str] = set()
         """Requests whose load the worker reported failed (C15: never loaded again)."""
+        self.steps = 0
+        """Scheduler steps seen (``build_connector_meta`` calls): C13's clock."""
+        self.deferred_since: dict[str, int] = {}
+        """Per deferred request, the step of its first deferral in this episode."""
         self.recent: OrderedDict[str, deque[str]] = OrderedDict()
         """Per request, its last connector events (bounded like ``answers``)."""
         self.events = 0
@@ -400,9 +410,10 @@ class _ConnectorWatch:
         ring.append(f"#{self.events} {text}")
 
     def forget(self, request_id: str) -> None:
+        self.deferred_since.pop(request_id, None)
         self.recent.pop(request_id, None)
         self.answers.pop(request_id, None)
-        self.judged_requests.discard(request_id)
+        self.judged_cases.pop(request_id, None)
         self.failed_loads.discard(request_id)
 
 
@@ -593,6 +604,7 @@ class RuntimeMonitor:
 
     # -- per test ---------------------------------------------------------------------------
     def begin_test(self, test_id: str) -> None:
+        self.flush()  # what the previous test left deferred is that test's
         self.current_test = test_id
         self.report.tests += 1
         self._test_violations = len(self.report.violations)
@@ -681,6 +693,7 @@ class RuntimeMonitor:
         watch.note(request.request_id, f"lookup at local hit {local}: {hit} "
                    f"({len(answers)} keys asked)")
         self._about = (watch, request.request_id)
+        self._judge_deferral(watch, request.request_id, hit)
         if request.request_id in watch.failed_loads:
             self.report.judged["C15"] += 1
             if hit:  # a deferral (None) or 0 reads nothing from the offloaded tier
@@ -710,7 +723,7 @@ class RuntimeMonitor:
                              f"hit={hit} seen={_picture(seen)}")
             return
         absolute = None if hit is None else local + int(hit)
-        watch.judged_requests.add(request.request_id)
+        watch.judged_cases[request.request_id] = states.cases[0]
         for case in states.cases:
             ranges: tuple[tuple[int, tuple[int, int]], ...] = ()
             if absolute is not None and absolute > local:
@@ -803,7 +816,8 @@ class RuntimeMonitor:
                         f"request {request.request_id}: loads {external} tokens from the "
                         "offloaded tier again after the worker reported its load failed",
                         None, None, None)
-        if request.request_id not in watch.judged_requests:
+        case = watch.judged_cases.get(request.request_id)
+        if case is None:
             self.report.skip("load: its lookup was not judged", self.current_test)
             return
         status = connector._req_status.get(request.request_id)
@@ -812,6 +826,10 @@ class RuntimeMonitor:
         watch.note(request.request_id, f"load of {external} tokens past {local}")
         self._about = (watch, request.request_id)
         hit = local + external
+        # The witness of a load finding: the lookup case that decided this hit (its
+        # load set is what C2/lookup-loads-only-hit judges, on the reference and on vLLM).
+        theorem, witness = (("C2/lookup-loads-only-hit", case.to_json())
+                            if case.local_hit == local else (None, None))
         jobs = getattr(connector, "_jobs", {})
         job_ids = sorted(getattr(status, "transfer_jobs", ()) or ())
         keys: tuple[Any, ...] = ()
@@ -833,7 +851,7 @@ class RuntimeMonitor:
                             f"request {request.request_id}: loads chunk {where[1]} of group "
                             f"{where[0]}, which the manager answered {answer.name} (upstream's "
                             f"'not {'ready' if answer is LookupResult.HIT_PENDING else 'found'}'"
-                            " crash)", None, None, Impact.CRASH)
+                            " crash)", theorem, witness, Impact.CRASH)
         for g, spec in enumerate(geometry.groups):
             if spec.kind is GroupKind.MAMBA:
                 continue
@@ -844,7 +862,7 @@ class RuntimeMonitor:
                 self._found("C2", "load-set",
                             f"request {request.request_id} group {g}: loads chunks "
                             f"{sorted(got)}, the contract's Load(N={hit}, L={local}) is "
-                            f"[{lo}, {hi})", None, None, None)
+                            f"[{lo}, {hi})", theorem, witness, None)
         self._judge_retention(watch, connector, request, bound.get("blocks"), hit)
 
     def _judge_retention(self, watch: _ConnectorWatch, connector: Any, request: Any,
@@ -874,6 +892,8 @@ class RuntimeMonitor:
                                     args: tuple[Any, ...], kwargs: dict[str, Any],
                                     result: Any, state: Any) -> None:
         watch = self._watch(connector)
+        if watch is not None:
+            watch.steps += 1
         jobs = getattr(connector, "_jobs", None)
         if watch is None or not isinstance(jobs, dict):
             return
@@ -911,6 +931,49 @@ class RuntimeMonitor:
                                     f"holds chunk {chunk} (tokens up to {(chunk + 1) * tpc}) "
                                     f"past the {horizon} tokens computed by this step",
                                     None, None, None)
+
+    # -- the deferral bound (C13) ------------------------------------------------------------
+    def _judge_deferral(self, watch: _ConnectorWatch, request_id: str, hit: Any) -> None:
+        """A deferral (None) opens an episode at this step; a decision closes it, late
+        past ``D`` steps a ``delay`` (``C13/deferral-bounded``, as the lifecycle judge)."""
+        if hit is None:
+            watch.deferred_since.setdefault(request_id, watch.steps)
+            return
+        if request_id in watch.deferred_since:
+            self._end_deferral(watch, request_id, "decided")
+
+    def _end_deferral(self, watch: _ConnectorWatch, request_id: str, how: str) -> None:
+        """Close a request's deferral episode: ``decided`` (a late decision is a delay),
+        ``ended`` (finished or aborted while deferred) or ``unfinished`` (the test or the
+        run ended): past the bound with nothing deciding it, a stall."""
+        first = watch.deferred_since.pop(request_id, None)
+        if first is None:
+            return
+        bound, step = self.options.deferral_bound, watch.steps
+        self.report.judged["C13"] += 1
+        if within_deferral_bound(first, step, bound):
+            return
+        age = deferral_age(first, step)
+        if how == "decided":
+            self._found("C13", "deferral-bounded",
+                        f"request {request_id} first deferred at step {first} was decided at "
+                        f"step {step}: {age} steps, past the bound D = {bound}",
+                        "C13/deferral-bounded", None, Impact.DELAY)
+        else:
+            self._found("C13", "deferral-bounded",
+                        f"request {request_id} deferred from step {first} to step {step} "
+                        f"({age} steps; bound D = {bound}) and never decided"
+                        + (" before it ended" if how == "ended" else ""),
+                        "C13/deferral-bounded", None, Impact.STALL)
+
+    def flush(self) -> None:
+        """Close every open deferral episode (at the end of a test or of a run)."""
+        with self._lock:
+            for watch in list(self._watches.values()):
+                for request_id in list(watch.deferred_since):
+                    self._about = (watch, request_id)
+                    self._end_deferral(watch, request_id, "unfinished")
+            self._about = None
 
     # -- failed transfers (C14, C15) ---------------------------------------------------------
     def _before_update_connector_output(self, connector: Any, signature: _Parameters,
@@ -975,6 +1038,8 @@ class RuntimeMonitor:
         watch = self._watches.get(connector)
         request = signature.named(args, kwargs).get("request")
         if watch is not None and request is not None:
+            self._about = (watch, request.request_id)
+            self._end_deferral(watch, request.request_id, "ended")
             watch.forget(request.request_id)
 
     def _after_reset_cache(self, connector: Any, signature: _Parameters,

@@ -200,3 +200,47 @@ def test_the_plugin_reports_fails_on_request_and_writes_reproducers(tmp_path: Pa
     assert "1 failed, 1 passed" in replayed.stdout, replayed.stdout[-2000:]
     failing = pytest_run("--kvcontract-fail")
     assert failing.returncode == 1 and "kvcontract monitor:" in failing.stdout
+
+
+def _deferred_consumer(monitor: RuntimeMonitor, *, store_delay: int | None) -> None:
+    """FA4, 17 tokens: the producer's store job reported ``store_delay`` steps after it is
+    submitted (None: never), the GPU prefix cache emptied, a consumer of the same tokens
+    asking every step while the producer's chunks are pending."""
+    from kvcontract.live.session import LiveSession
+    from kvcontract.live.worker import Timing
+
+    timing = (Timing("delayed", delay=store_delay, applies_to="store")
+              if store_delay is not None else None)
+    session = LiveSession.open(Geometry((fa(4),)), timing=timing)
+    tokens = prompt_tokens(17)
+    if store_delay is None:
+        session.stall_next_store()
+    session.add_request("producer", tokens, 1)
+    for _ in range(3):
+        session.step(64)
+    session.evict_gpu_cache()
+    session.add_request("consumer", tokens, 1)
+    for _ in range(12):
+        session.step(64)
+    session.close()
+    monitor.flush()
+
+
+def test_a_deferral_past_the_bound_is_c13() -> None:
+    """vLLM defers while a store is pending and has no deadline (the audit's C13 stall):
+    never decided, it is a stall; decided once the store is reported, past D = 4 steps,
+    a delay; within D, nothing."""
+    with _monitored() as monitor:
+        _deferred_consumer(monitor, store_delay=None)
+    found = [f for f in monitor.report.violations if f.clause == "C13"]
+    assert [(f.impact, f.theorem) for f in found] == [("stall", "C13/deferral-bounded")]
+    assert "never decided" in found[0].message and "bound D = 4" in found[0].message
+    with _monitored() as monitor:
+        _deferred_consumer(monitor, store_delay=9)
+    found = [f for f in monitor.report.violations if f.clause == "C13"]
+    assert [f.impact for f in found] == ["delay"], [f.message for f in found]
+    assert "was decided at step" in found[0].message
+    with _monitored() as monitor:
+        _deferred_consumer(monitor, store_delay=3)
+    assert [f for f in monitor.report.violations if f.clause == "C13"] == []
+    assert monitor.report.judged["C13"] >= 1

@@ -994,7 +994,10 @@ def _children(pid: int) -> list[int]:
 def test_ctrl_c_during_a_proof_exits_130() -> None:
     """Ctrl-C reaches the whole process group (the CLI and its prover workers): the
     workers die quietly, the CLI prints one line and exits 130."""
-    proc = subprocess.Popen([sys.executable, "-m", "kvcontract", "prove", "--jobs", "2"],
+    # --no-cache: a warm proof cache (CI's venv check proves first) ends the run before
+    # the interrupt arrives.
+    proc = subprocess.Popen([sys.executable, "-m", "kvcontract", "prove", "--jobs", "2",
+                             "--no-cache"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             start_new_session=True)
     try:
