@@ -97,8 +97,7 @@ LOOKUP_INTERNALS = ("_lookup", "_lookup_complete_chunks", "_sliding_window_looku
 """The connector's own lookup steps: one a test set on the instance (a mock) answers in
 place of vLLM's, so the lookup is not vLLM's to judge."""
 
-CRASH_MARKERS = ("not found in cache", "not ready for reading", "not found",
-                 "not ready")
+CRASH_MARKERS = ("not found in cache", "not ready for reading")
 """Upstream's messages for a load of a chunk the manager does not hold ready (C2)."""
 
 THEOREM_OF_CLAUSE = {"C2": "C2/lookup-loads-only-hit", "C3": "C3/lookup-defers-only-in-scope",
@@ -1050,7 +1049,7 @@ class RuntimeMonitor:
     def _raised(self, connector: Any, where: str, exc: BaseException) -> None:
         self.report.events["exception"] += 1
         message = str(exc)
-        if any(marker in message for marker in CRASH_MARKERS[:2]):
+        if any(marker in message for marker in CRASH_MARKERS):
             self._found("C2", "crash", f"{where} raised {type(exc).__name__}: {message}",
                         None, None, Impact.CRASH)
 

@@ -344,26 +344,23 @@ def test_fetch_0_34_0_for_real_and_run_a_few(tmp_path: Path) -> None:
     if installed != "0.34.0":
         return
     env = {**os.environ, **fetched.environment()}
-    done = subprocess.run(
-        fetched.command(extra=["-q", "-p", "no:cacheprovider", "-k",
-                               "test_offloading_connector or test_request_preemption"],
-                        python=sys.executable),
-        cwd=fetched.root, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-        text=True, check=False, timeout=900)
-    assert done.returncode == 0, done.stdout[-4000:]
-    assert re.search(r"\b6 passed\b", done.stdout), done.stdout[-2000:]
+    selection = ["-k", "test_offloading_connector or test_request_preemption"]
+
+    def run_slice(*options: str) -> str:
+        done = subprocess.run(
+            fetched.command(extra=["-q", "-p", "no:cacheprovider", *options, *selection],
+                            python=sys.executable),
+            cwd=fetched.root, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+            text=True, check=False, timeout=900)
+        assert done.returncode == 0, done.stdout[-4000:]
+        assert re.search(r"\b6 passed\b", done.stdout), done.stdout[-2000:]
+        return done.stdout
+
+    run_slice()
     # The same slice monitored: the same outcome, and the one finding of these tests
     # (docs/vllm-findings.md, 2026-12-06 evening: a GPU hit inside the last chunk).
     report = tmp_path / "monitor.json"
-    monitored = subprocess.run(
-        fetched.command(extra=["-q", "-p", "no:cacheprovider", "-p", "kvcontract.monitor",
-                               "--kvcontract-report", str(report), "-k",
-                               "test_offloading_connector or test_request_preemption"],
-                        python=sys.executable),
-        cwd=fetched.root, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-        text=True, check=False, timeout=900)
-    assert monitored.returncode == 0, monitored.stdout[-4000:]
-    assert re.search(r"\b6 passed\b", monitored.stdout), monitored.stdout[-2000:]
+    run_slice("-p", "kvcontract.monitor", "--kvcontract-report", str(report))
     document = json.loads(report.read_text())
     assert document["errors"] == []
     assert {(v["clause"], v["test"].split("::")[-1]) for v in document["violations"]} == {
