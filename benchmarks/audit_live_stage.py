@@ -15,9 +15,10 @@ from __future__ import annotations
 import argparse
 import json
 import resource
-import sys
 import time
 from typing import Any
+
+from _live import live_backend_missing
 
 
 def _children() -> tuple[float, float]:
@@ -30,12 +31,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("report", help="an audit's JSON report")
     parser.add_argument("--repeat", type=int, default=1, help="runs of the stage (default 1)")
     args = parser.parse_args(argv)
-    from kvcontract.live import env
     from kvcontract.tools.audit.live_stage import confirm_defects
 
-    check = env.check(import_modules=False)
-    if not check.ok:
-        print("\n".join(check.lines()), file=sys.stderr)
+    if live_backend_missing(import_modules=False):
         return 3
     with open(args.report, encoding="utf-8") as handle:
         original: dict[str, Any] = json.load(handle)

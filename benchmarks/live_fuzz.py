@@ -35,15 +35,12 @@ from __future__ import annotations
 import argparse
 import json
 import re
-import resource
 import sys
 import time
 from collections import Counter
 from typing import Any
 
-
-def _rss_mib() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+from _live import live_backend_missing, rss_mib
 
 
 def _extra(geometry: Any) -> int:
@@ -95,30 +92,20 @@ def main(argv: list[str] | None = None) -> int:
                         help="write the live comparison report here")
     args = parser.parse_args(argv)
 
-    from kvcontract.live.env import check
-
     start = time.perf_counter()
-    found = check()
-    if not found.ok:
-        print("\n".join(found.lines()), file=sys.stderr)
+    if live_backend_missing():
         return 3
+    import kvcontract.tools.fuzz as fuzz
     from kvcontract.impl.variants import get_implementation
     from kvcontract.live.differential import LiveComparisonReport
     from kvcontract.live.run import vllm_version
-    from kvcontract.tools.fuzz import (
-        matrix_scenarios,
-        run_fuzz,
-        run_live_scenario,
-        seed_scenarios,
-    )
 
+    run_live_scenario = fuzz.run_live_scenario  # the state machine's recorder wraps it
     impl = get_implementation(args.impl)
     release = vllm_version()
     extra: dict[str, int] = {}
     geometries: dict[str, Any] = {}
     if args.state_machine is not None:
-        import kvcontract.tools.fuzz as fuzz
-
         what = f"state machine ({args.state_machine} programs, seed {args.seed})"
 
         def recorded(impl: Any, scenario: Any) -> Any:
@@ -130,8 +117,8 @@ def main(argv: list[str] | None = None) -> int:
 
         fuzz.run_live_scenario = recorded
         try:
-            fuzzed = run_fuzz(impl.name, examples=args.state_machine, seed=args.seed,
-                              scenarios=[], live=True)
+            fuzzed = fuzz.run_fuzz(impl.name, examples=args.state_machine, seed=args.seed,
+                                   scenarios=[], live=True)
         finally:
             fuzz.run_live_scenario = run_live_scenario
         report = fuzzed.live
@@ -142,8 +129,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"(the state machine stopped on a contract finding: "
                   f"{fuzzed.differences[0].clause} {fuzzed.differences[0].kind})")
     else:
-        scenarios = (seed_scenarios(args.seed) if args.seeds
-                     else list(matrix_scenarios(args.seed, quick=args.quick)))
+        scenarios = (fuzz.seed_scenarios(args.seed) if args.seeds
+                     else list(fuzz.matrix_scenarios(args.seed, quick=args.quick)))
         if args.only is not None:
             pattern = re.compile(args.only)
             scenarios = [s for s in scenarios if pattern.search(s.name)]
@@ -211,7 +198,7 @@ def main(argv: list[str] | None = None) -> int:
     if rest and elapsed:
         print(f"throughput: {rest / elapsed:.2f} programs/s ({rest} in {elapsed:.1f} s; "
               "refused ones cost a build attempt only)")
-    print(f"peak RSS: {_rss_mib():.0f} MiB")
+    print(f"peak RSS: {rss_mib():.0f} MiB")
     if args.json is not None:
         data = {"what": what, "vllm_version": release, "impl": impl.name,
                 "seed": args.seed, "by_extra_retained": split,

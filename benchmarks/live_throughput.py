@@ -19,14 +19,10 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import resource
-import sys
 import time
 import tracemalloc
 
-
-def _rss_mib() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+from _live import live_backend_missing, rss_mib
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -36,12 +32,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--preset", default="command-r7b")
     args = parser.parse_args(argv)
 
-    from kvcontract.live.env import check
-
     start = time.perf_counter()
-    found = check()
-    if not found.ok:
-        print("\n".join(found.lines()), file=sys.stderr)
+    if live_backend_missing():
         return 3
     from kvcontract.live.confirm import confirm, confirm_case
     from kvcontract.spec.models import get_preset
@@ -66,7 +58,7 @@ def main(argv: list[str] | None = None) -> int:
     confirm_case(cases[0], keep_observation=False)
     warm = time.perf_counter() - start
     print(f"warm-up (imports, model config, first engine): {warm:.1f} s, "
-          f"max RSS {_rss_mib():.0f} MiB")
+          f"max RSS {rss_mib():.0f} MiB")
 
     start = time.perf_counter()
     verdicts: dict[str, int] = {}
@@ -81,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
     tracemalloc.stop()
     print(f"small end-to-end cases: {len(cases)} in {seconds:.2f} s = "
           f"{len(cases) / seconds:.1f} scenarios/s ({verdicts}); Python heap peak "
-          f"{heap / 2**20:.1f} MiB; max RSS {_rss_mib():.0f} MiB")
+          f"{heap / 2**20:.1f} MiB; max RSS {rss_mib():.0f} MiB")
 
     if args.lifecycle:
         from kvcontract.live.scenarios import LIFECYCLE, run_scenario
@@ -91,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
         seconds = time.perf_counter() - start
         print(f"lifecycle scenarios: {len(LIFECYCLE)} in {seconds:.2f} s = "
               f"{len(LIFECYCLE) / seconds:.1f} scenarios/s ({ok} with every check "
-              f"holding); max RSS {_rss_mib():.0f} MiB")
+              f"holding); max RSS {rss_mib():.0f} MiB")
 
     geometry = get_preset(args.preset).geometry(1)
     start = time.perf_counter()
@@ -100,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
     seconds = time.perf_counter() - start
     print(f"{args.preset} resends of 4500-4700 tokens: {runs} in {seconds:.2f} s = "
           f"{runs / seconds:.2f} scenarios/s (verdicts "
-          f"{sorted({r.verdict for r in results})}); max RSS {_rss_mib():.0f} MiB")
+          f"{sorted({r.verdict for r in results})}); max RSS {rss_mib():.0f} MiB")
     return 0
 
 

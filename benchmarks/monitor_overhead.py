@@ -29,6 +29,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from _live import live_backend_missing
+
 TEST_FILE = "tests/v1/kv_connector/unit/offloading_connector/test_scheduler.py"
 
 
@@ -118,11 +120,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("-k", dest="select", help="pytest -k selection of the test file")
     parser.add_argument("--steps", type=int, default=40, help="serving rounds (default 40)")
     args = parser.parse_args(argv)
-    from kvcontract.live import env
-
-    check = env.check(import_modules=False)
-    if not check.ok:
-        print("\n".join(check.lines()), file=sys.stderr)
+    if live_backend_missing(import_modules=False):
         return 3
     if args.tests is not None:
         if not (args.tests / TEST_FILE).exists():

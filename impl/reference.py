@@ -5,14 +5,14 @@ results, early returns, per-block masks) and deliberately do not import the form
 :mod:`kvcontract.spec`: the prover checks them against the spec. They are the correct
 design. Where upstream's current release differs, the difference is kept as the
 ``upstream-current`` variant (:mod:`kvcontract.impl.variants`) and explained in
-ARCHITECTURE.md ("departures from upstream"):
+docs/CONTRACT.md (section 12, "Departures from upstream"):
 
 * ``get_sliding_window_size_in_chunks`` uses the exact history ``sw - 1 + e``; upstream
   keeps a lower bound ``cdiv(sw, tpc)`` that, for ``sw = 1 (mod tpc)`` and ``e = 0``,
   demands one chunk that no load needs and no store provides (C4, C7).
 
 Every function here must also run on the symbolic integers of
-:mod:`kvcontract.proofs.symbolic` (so only ``+ - * // %``, comparisons, ``if``,
+:mod:`kvcontract.spec.symbolic` (so only ``+ - * // %``, comparisons, ``if``,
 ``max``/``min`` on numbers; no ``range`` over a symbolic bound in the arithmetic part).
 """
 
@@ -84,6 +84,15 @@ def load_window_size_in_chunks(
 ) -> Any:
     """Chunks a (possibly unaligned) boundary must find, counted back from its last chunk."""
     window = get_sliding_window_size_in_chunks(sliding_window, extra_retained, tokens_per_chunk)
+    return widen_to_boundary(window, boundary, sliding_window, extra_retained, tokens_per_chunk)
+
+
+def widen_to_boundary(
+    window: Any, boundary: Any, sliding_window: Any, extra_retained: Any, tokens_per_chunk: Any
+) -> Any:
+    """``window`` (the chunks a chunk-aligned boundary must find), widened to the chunks
+    the ``sw - 1 + e`` tokens of history span back from an unaligned ``boundary``: its
+    last chunk is only partly before it."""
     padding = (-boundary) % tokens_per_chunk
     padded = _cdiv(sliding_window - 1 + extra_retained + padding, tokens_per_chunk)
     if padded > window:
@@ -314,7 +323,7 @@ def is_block_reachable(
     works in chunks). When a boundary falls inside a chunk, the block after it is in the
     boundary's own chunk, so the first block of the next chunk is marked too: it makes
     the peek chunk stored. (Upstream marks only the block after the boundary; see
-    ARCHITECTURE.md, "Departures from upstream".)
+    docs/CONTRACT.md section 12, "Departures from upstream".)
     """
     if alignment_tokens is None or alignment_tokens % block_tokens != 0:
         return True

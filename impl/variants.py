@@ -77,6 +77,9 @@ shape the defect had upstream:
 from __future__ import annotations
 
 import dataclasses
+import functools
+import inspect
+from collections.abc import Callable
 from typing import Any
 
 from kvcontract.errors import UnknownTargetError
@@ -87,6 +90,17 @@ from kvcontract.vocabulary import LookupResult, RequestStatus
 
 def _cdiv(a: Any, b: Any) -> Any:
     return -(-a // b)
+
+
+@functools.cache
+def _parameters(fn: Callable[..., Any]) -> tuple[str, ...]:
+    return tuple(inspect.signature(fn).parameters)
+
+
+def _reference_with(fn: Callable[..., Any], args: tuple[Any, ...], **defect: Any) -> Any:
+    """The reference function ``fn`` called with a variant's positional arguments
+    ``args``, the ones its defect names (``fn``'s parameters) replaced."""
+    return fn(**{**dict(zip(_parameters(fn), args, strict=False)), **defect})
 
 
 REFERENCE = Implementation(
@@ -149,31 +163,14 @@ def _upstream_load_window(
     boundary: Any, sliding_window: Any, extra_retained: Any, tokens_per_chunk: Any
 ) -> Any:
     window = _upstream_window(sliding_window, extra_retained, tokens_per_chunk)
-    padding = (-boundary) % tokens_per_chunk
-    padded = _cdiv(sliding_window - 1 + extra_retained + padding, tokens_per_chunk)
-    if padded > window:
-        return padded
-    return window
+    return ref.widen_to_boundary(window, boundary, sliding_window, extra_retained,
+                                 tokens_per_chunk)
 
 
-def _upstream_block_reachable(
-    block: Any,
-    alignment_tokens: int | None,
-    block_tokens: int,
-    sliding_window: Any,
-    extra_retained: Any,
-    use_eagle: bool,
-    retention_interval: int | None,
-    final_segment_end_block: Any | None,
-    replay_boundary_blocks: tuple[Any, ...] = (),
-    blocks_per_chunk: int = 1,
-) -> Any:
+def _upstream_block_reachable(*args: Any) -> Any:
     # Upstream's block mask knows no chunks: it marks the block after an EAGLE boundary
     # but not the first block of the chunk the lookup peeks at.
-    return ref.is_block_reachable(
-        block, alignment_tokens, block_tokens, sliding_window, extra_retained, use_eagle,
-        retention_interval, final_segment_end_block, replay_boundary_blocks, 1,
-    )
+    return _reference_with(ref.is_block_reachable, args, blocks_per_chunk=1)
 
 
 def _upstream_replay_boundaries(
@@ -197,24 +194,9 @@ def _mtp_load_window(
     return _upstream_load_window(boundary, sliding_window, 0, tokens_per_chunk)
 
 
-def _mtp_block_reachable(
-    block: Any,
-    alignment_tokens: int | None,
-    block_tokens: int,
-    sliding_window: Any,
-    extra_retained: Any,
-    use_eagle: bool,
-    retention_interval: int | None,
-    final_segment_end_block: Any | None,
-    replay_boundary_blocks: tuple[Any, ...] = (),
-    blocks_per_chunk: int = 1,
-) -> Any:
+def _mtp_block_reachable(*args: Any) -> Any:
     # The defect: the store mask uses the attention window, not the retained history.
-    return ref.is_block_reachable(
-        block, alignment_tokens, block_tokens, sliding_window, 0, use_eagle,
-        retention_interval, final_segment_end_block, replay_boundary_blocks,
-        blocks_per_chunk,
-    )
+    return _reference_with(ref.is_block_reachable, args, extra_retained=0)
 
 
 # -- prefill-horizon ----------------------------------------------------------------
@@ -227,19 +209,14 @@ def _prefill_horizon_final_end(
 
 
 # -- lifecycle (C13, C14) --------------------------------------------------------------
-def _aborted_like_finished_tokens(
-    status: RequestStatus | str, num_computed_tokens: int, num_scheduled_tokens: int,
-    num_tokens: int, prompt_len: int, max_offload_tokens: int | None,
-    offload_prompt_only: bool,
-) -> int:
+def _aborted_like_finished_tokens(status: RequestStatus | str, *args: Any) -> int:
     # The defect: an aborted request is stored up to its prompt, as if finished, whatever
     # it computed (for one never scheduled: nothing, and it has no blocks). A finished
     # request's horizon is the one before vLLM 0.34.0 clamped it to the computed tokens.
+    # ``args``: the other arguments of ``get_num_offloadable_tokens``, passed on as given.
     if status == RequestStatus.ABORTED:
         status = RequestStatus.FINISHED
-    return _full_horizon_tokens(status, num_computed_tokens, num_scheduled_tokens,
-                                num_tokens, prompt_len, max_offload_tokens,
-                                offload_prompt_only)
+    return _full_horizon_tokens(status, *args)
 
 
 def _legacy_eagle_drop(eagle: bool, hash_lookahead: int) -> bool:
@@ -307,25 +284,28 @@ def _first_block_null_offset_slot(position: Any, first_live_page: Any, nulls_bef
     return first_live_page + (position - nulls_before)
 
 
-VARIANTS: dict[str, Implementation] = {
-    "reference": REFERENCE,
-    "stale-pending": dataclasses.replace(
-        REFERENCE,
-        name="stale-pending",
+def _variant(name: str, **changes: Any) -> Implementation:
+    """The reference under another name with ``changes``: its description, the functions
+    its defect lives in and the clauses it violates."""
+    return dataclasses.replace(REFERENCE, name=name, **changes)
+
+
+VARIANTS: dict[str, Implementation] = {impl.name: impl for impl in (
+    REFERENCE,
+    _variant(
+        "stale-pending",
         description="seed 000: a pending flag behind a MISS still defers the ready window",
         sliding_window_lookup=_stale_pending_lookup,
         violates=("C3",),
     ),
-    "unaligned-hit": dataclasses.replace(
-        REFERENCE,
-        name="unaligned-hit",
+    _variant(
+        "unaligned-hit",
         description="seed 001: unaligned boundaries check only W chunks",
         load_window_size_in_chunks=_unaligned_load_window,
         violates=("C2", "C12"),
     ),
-    "mtp-extra-retained": dataclasses.replace(
-        REFERENCE,
-        name="mtp-extra-retained",
+    _variant(
+        "mtp-extra-retained",
         description="seed 003: lookup and store ignore extra_retained_tokens",
         get_sliding_window_size_in_chunks=_mtp_window,
         load_window_size_in_chunks=_mtp_load_window,
@@ -334,16 +314,14 @@ VARIANTS: dict[str, Implementation] = {
         # allocation bound, coverage, maximality, convergence, and the store mask.
         violates=("C1", "C2", "C3", "C4", "C6", "C7", "C9", "C12"),
     ),
-    "prefill-horizon": dataclasses.replace(
-        REFERENCE,
-        name="prefill-horizon",
+    _variant(
+        "prefill-horizon",
         description="seed 004: intermediate prefill frontiers create final tails",
         store_final_segment_end=_prefill_horizon_final_end,
         violates=("C8", "C9", "C12"),  # stores-only-demanded, store-horizon; C12: waste
     ),
-    "upstream-current": dataclasses.replace(
-        REFERENCE,
-        name="upstream-current",
+    _variant(
+        "upstream-current",
         description="upstream's current window formula (cdiv(sw, tpc) lower bound), "
         "block mask (no EAGLE peek chunk), store replay boundary (P - 1 only) and no "
         "deferral deadline",
@@ -361,9 +339,8 @@ VARIANTS: dict[str, Implementation] = {
         # (C9 store-steps, C12 lost hit); a stalled store defers forever (C13 stall).
         violates=("C3", "C4", "C7", "C9", "C12", "C13"),
     ),
-    "abort-unscheduled-crash": dataclasses.replace(
-        REFERENCE,
-        name="abort-unscheduled-crash",
+    _variant(
+        "abort-unscheduled-crash",
         description="vLLM #49118: an aborted request's store job covers its prompt, so "
         "one aborted before scheduling has keys but no blocks (assertion)",
         get_num_offloadable_tokens=_aborted_like_finished_tokens,
@@ -372,25 +349,22 @@ VARIANTS: dict[str, Implementation] = {
         # the lifecycle's abort before scheduling raises the assertion (C14).
         violates=("C8", "C9", "C10", "C12", "C14"),
     ),
-    "resetting-deadline": dataclasses.replace(
-        REFERENCE,
-        name="resetting-deadline",
+    _variant(
+        "resetting-deadline",
         description="vLLM #53087: the deferral deadline restarts at every failed "
         "promotion round and never expires while a write stalls",
         deferral_clock=_resetting_deferral_clock,
         violates=("C13",),
     ),
-    "no-deadline": dataclasses.replace(
-        REFERENCE,
-        name="no-deadline",
+    _variant(
+        "no-deadline",
         description="vLLM #49829: HIT_PENDING defers without a deadline (a stalled write "
         "defers the request until the client gives up)",
         deferral_expired=_never_expires,
         violates=("C13",),
     ),
-    "legacy-drop-lookahead-store": dataclasses.replace(
-        REFERENCE,
-        name="legacy-drop-lookahead-store",
+    _variant(
+        "legacy-drop-lookahead-store",
         description="the lookup keeps the legacy EAGLE drop (peek and pop a chunk) under "
         "lookahead block hashes, while the store path stores as lookahead hashes allow",
         lookup_drops_eagle_block=_legacy_eagle_drop,
@@ -398,9 +372,8 @@ VARIANTS: dict[str, Implementation] = {
         # (C4, C12 lost hit), pops (C5), and defers on a pending peek chunk (C3).
         violates=("C3", "C4", "C5", "C12"),
     ),
-    "legacy-mask-lookahead-lookup": dataclasses.replace(
-        REFERENCE,
-        name="legacy-mask-lookahead-lookup",
+    _variant(
+        "legacy-mask-lookahead-lookup",
         description="the store path keeps the legacy EAGLE mask (peek block, volatile "
         "last chunk, the GPU's EAGLE replay boundaries) under lookahead block hashes, "
         "while the lookup drops nothing",
@@ -409,25 +382,22 @@ VARIANTS: dict[str, Implementation] = {
         # waste).
         violates=("C8", "C9", "C12"),
     ),
-    "minus-one-after-clamps": dataclasses.replace(
-        REFERENCE,
-        name="minus-one-after-clamps",
+    _variant(
+        "minus-one-after-clamps",
         description="vLLM 0.33.0: the SWA lookup subtracts the recomputed last token after "
         "the scheduling budgets, so a budget below the prompt loses a token (and a chunk)",
         initial_lookup_cap=_minus_one_after_clamps,
         violates=("C4",),
     ),
-    "full-horizon-unfinished-prefill": dataclasses.replace(
-        REFERENCE,
-        name="full-horizon-unfinished-prefill",
+    _variant(
+        "full-horizon-unfinished-prefill",
         description="vLLM 0.33.0: a request finished before its prefill completed (an "
         "error finish) is stored up to its prompt, past the tokens it computed",
         get_num_offloadable_tokens=_full_horizon_tokens,
         violates=("C10", "C14"),
     ),
-    "publish-failed-store": dataclasses.replace(
-        REFERENCE,
-        name="publish-failed-store",
+    _variant(
+        "publish-failed-store",
         description="vLLM 0.33.0's scheduler: a store job the worker reports is completed "
         "as stored even when its transfer failed, so a resend loads unwritten chunks",
         store_job_published=_publish_every_store,
@@ -435,18 +405,16 @@ VARIANTS: dict[str, Implementation] = {
         # --clause C15`.
         violates=("C14",),
     ),
-    "first-block-null-offset": dataclasses.replace(
-        REFERENCE,
-        name="first-block-null-offset",
+    _variant(
+        "first-block-null-offset",
         description="vLLM 0.33.0's store jobs: null pages are dropped and only the first "
         "block's offset is kept, so a block after an interior null page lands at the "
         "wrong offset of its CPU chunk",
         store_block_slot=_first_block_null_offset_slot,
         violates=("C10",),
     ),
-    "no-shared-prefix-junction": dataclasses.replace(
-        REFERENCE,
-        name="no-shared-prefix-junction",
+    _variant(
+        "no-shared-prefix-junction",
         description="vLLM 0.33.0's offloading connector: a request whose hit a sparse "
         "group cut below the full-attention boundary registers no junction and stores "
         "nothing for it, so a later request sharing the prefix is cut again",
@@ -454,7 +422,7 @@ VARIANTS: dict[str, Implementation] = {
         # Measured by `kvcontract prove --impl no-shared-prefix-junction`.
         violates=("C12",),
     ),
-}
+)}
 
 
 def get_implementation(name: str) -> Implementation:

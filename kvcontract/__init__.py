@@ -56,7 +56,7 @@ if TYPE_CHECKING:
         replay_fuzz,
     )
 
-__version__ = "0.1.0"
+from kvcontract.vocabulary import VERSION as __version__
 
 __all__ = [  # noqa: RUF022 - the API names first, then the errors
     "ContractViolation",

@@ -38,7 +38,7 @@ import os
 import re
 import sys
 import types
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -57,6 +57,7 @@ from kvcontract.vocabulary import Impact, Verdict
 
 if TYPE_CHECKING:
     from kvcontract.impl.bundle import Implementation
+    from kvcontract.options import ProveOptions
     from kvcontract.proofs.runner import ProveReport
     from kvcontract.proofs.verdicts import TheoremResult
     from kvcontract.spec.geometry import Geometry
@@ -285,16 +286,16 @@ _MODULE_CACHE: dict[tuple[str, int, int], Implementation] = {}
 
 def _module_implementation(spec: str) -> Implementation:
     """``module:FILE.py`` over the reference (see :func:`load_implementation`); the file
-    is read and checked by :func:`kvcontract.tools.mutate.targets.resolve_target`, which
+    is read and checked by :func:`kvcontract.proofs.sources.resolve_sources`, which
     decides which module it stands in for."""
     from kvcontract.impl.bundle import Implementation
     from kvcontract.impl.variants import REFERENCE
-    from kvcontract.tools.mutate.targets import (
+    from kvcontract.proofs.sources import (
         REFERENCE_MODULE,
         CallGraph,
-        _field_functions,
-        _snapshot,
-        resolve_target,
+        field_functions,
+        resolve_sources,
+        snapshot,
     )
 
     raw = spec[len(MODULE_PREFIX):].strip()
@@ -308,9 +309,9 @@ def _module_implementation(spec: str) -> Implementation:
     key = (str(path.resolve()), stat.st_mtime_ns, stat.st_size)
     if key in _MODULE_CACHE:
         return _MODULE_CACHE[key]
-    target = resolve_target(f"{MODULE_PREFIX}{raw}")  # UsageError: unreadable, no role
+    target = resolve_sources(f"{MODULE_PREFIX}{raw}")  # UsageError: unreadable, no role
     source = target.modules[0]
-    fields = {f: where for f, where in _field_functions(REFERENCE).items()}
+    fields = {f: where for f, where in field_functions(REFERENCE).items()}
     if source.name != REFERENCE_MODULE:
         raise UsageError(
             f"{spec}: the file defines functions of impl/scheduler.py; --impl module:FILE.py "
@@ -318,7 +319,7 @@ def _module_implementation(spec: str) -> Implementation:
             f"{', '.join(fields)}); `kvcontract mutate --impl module:FILE.py` takes a "
             "scheduler file")
     defined = _top_level_names(source.source)
-    graph = CallGraph([_snapshot(REFERENCE_MODULE)], fields)
+    graph = CallGraph([snapshot(REFERENCE_MODULE)], fields)
     changed = [f for f, (_, qualname) in fields.items()
                if {q for _, q in graph.closure({(REFERENCE_MODULE, qualname)})} & defined]
     if not changed:
@@ -378,7 +379,7 @@ def _strings(option: str, value: str | Iterable[str] | None) -> tuple[str, ...]:
 
 
 def _fail_on(value: str | Iterable[str | Impact] | None) -> frozenset[Impact]:
-    from kvcontract.tools.commands._common import parse_fail_on
+    from kvcontract.options import parse_fail_on
     from kvcontract.vocabulary import DEFAULT_FAIL_ON
 
     if value is None:
@@ -409,13 +410,9 @@ def _scope(model: str | Iterable[str] | None, geometries: Iterable[GeometryLike]
            retention: int | str | Iterable[int | str | None] | None,
            ) -> list[tuple[str, Any]]:
     """``--model``/``--geometry``/``--bpc``/``--retention`` as ``(label, Geometry)`` pairs,
-    through :func:`kvcontract.tools.commands._common.resolve_geometries`."""
+    through :func:`kvcontract.options.resolve_geometries`."""
+    from kvcontract.options import distinct_labels, load_geometry_file, resolve_geometries
     from kvcontract.spec.geometry import Geometry
-    from kvcontract.tools.commands._common import (
-        distinct_labels,
-        load_geometry_file,
-        resolve_geometries,
-    )
 
     models = _strings("model", model)
     bpcs = tuple(int(_int("bpc", b) or 0) for b in ([] if bpc is None else
@@ -468,21 +465,20 @@ def prove(impl: str | Implementation = "reference",
     ``geometries``. ``jobs`` worker processes (default one per core). The
     :class:`ProveReport` has ``results`` (each a :class:`TheoremResult` with its
     verdict, witness and impact), ``exit_code`` (0, 1 or 3 as the command's, under
-    ``fail_on``) and ``to_json()`` (the ``--json`` report).
+    ``fail_on``) and ``to_json()`` (its rows). The command line runs the same pipeline
+    (:func:`~kvcontract.options.prove_options`, :func:`run_prove`): its ``--json``
+    document is :func:`prove_document` of the report, defects and locations included.
 
     ``cache=True`` reads and writes the command line's proof cache (off by default: a
     library call leaves the user's cache folder alone); ``shard`` (``"I/N"`` or
     ``(I, N)``) proves one shard, as ``--shard``; ``fail_fast`` stops at the first
     counterexample that fails the run, as ``--fail-fast``."""
-    from kvcontract.proofs.cache import ProofCache, cache_dir
-    from kvcontract.proofs.runner import prove as run_prove
+    from kvcontract.options import prove_options
     from kvcontract.proofs.shards import parse_shard
-    from kvcontract.tools.cli import sigint_guard
-    from kvcontract.tools.commands._common import check_clauses, check_jobs
 
     implementation = load_implementation(impl)
-    wanted = check_clauses(_strings("clauses", clauses), prover=True)
-    check_jobs(_int("jobs", jobs))
+    wanted = _strings("clauses", clauses)
+    _int("jobs", jobs)
     failing = _fail_on(fail_on)
     scope = _scope(model, geometries, bpc, retention)
     if isinstance(shard, tuple):
@@ -493,10 +489,80 @@ def prove(impl: str | Implementation = "reference",
     if shard is not None and not isinstance(shard, str):
         raise UsageError(f"shard is 'I/N' or (I, N), not {shard!r}")
     which = parse_shard(shard, "shard")
-    store = ProofCache(cache_dir()) if cache else None
-    with _registered(implementation) as name, sigint_guard():
-        return run_prove(name, wanted or None, jobs=jobs, fail_on=failing, geometries=scope,
-                         cache=store, shard=which, fail_fast=bool(fail_fast))
+    with _registered(implementation) as name:
+        options = prove_options(name, clauses=wanted, jobs=jobs, fail_on=failing,
+                                scope=tuple(scope), cache=bool(cache), shard=which,
+                                fail_fast=bool(fail_fast))
+        return run_prove(options)
+
+
+ROOT_CAUSE_CPU_SECONDS = 600.0
+"""CPU seconds the child that locates the counterexamples' root causes may use (a
+safety net: each is a handful of integer replays)."""
+
+
+def _add_defects(data: dict[str, Any], impl_name: str, report_file: str | None = None) -> None:
+    """A prove report's counterexamples grouped into defects by root cause (the fields
+    whose replacement by the reference removes each: ``tools/audit/root_cause``), and
+    its per-clause summary; located in a sandbox child (the implementation's code runs
+    again), nothing when every theorem holds."""
+    from kvcontract.impl.variants import get_implementation
+    from kvcontract.tools.audit.defects import attach_defects
+    from kvcontract.tools.audit.root_cause import replay_root_cause
+    from kvcontract.tools.audit.sandbox import run_jobs
+
+    rows = [r for r in data["results"] if r["verdict"] == Verdict.COUNTEREXAMPLE.value
+            and r.get("witness")]
+    if not rows:
+        return
+    impl = get_implementation(impl_name)
+
+    def job() -> dict[str, Any]:
+        return {"causes": [replay_root_cause(f"{r['clause']}/{r['theorem']}", r["witness"],
+                                             impl) for r in rows]}
+
+    outcome = run_jobs([("root causes", job)], workers=1, job_timeout=ROOT_CAUSE_CPU_SECONDS,
+                       call_timeout=None)["root causes"]
+    if outcome.ok and outcome.value is not None:
+        for row, cause in zip(rows, outcome.value["causes"], strict=True):
+            if cause is not None:
+                row["root_cause"] = cause
+    attach_defects(data, report_file)
+
+
+def run_prove(options: ProveOptions,
+              on_result: Callable[[TheoremResult, int, int], None] | None = None,
+              ) -> ProveReport:
+    """The prover on validated :class:`~kvcontract.options.ProveOptions` (the one run of
+    ``kvcontract prove`` and :func:`prove`): ``on_result(result, done, total)`` after each
+    theorem. :func:`prove_document` turns the report into the ``--json`` document."""
+    from kvcontract.proofs.cache import ProofCache, cache_dir
+    from kvcontract.proofs.runner import prove as run_prover
+    from kvcontract.tools.interrupts import sigint_guard
+
+    with sigint_guard():
+        return run_prover(options.impl, list(options.clauses) or None, jobs=options.jobs,
+                          on_result=on_result, fail_on=options.fail_on,
+                          geometries=list(options.scope),
+                          cache=ProofCache(cache_dir()) if options.cache else None,
+                          shard=options.shard, fail_fast=options.fail_fast)
+
+
+def prove_document(report: ProveReport, options: ProveOptions) -> dict[str, Any]:
+    """The ``--json`` document of a prove run, the same for the command line and the
+    API: the report's rows, its counterexamples grouped into defects by root cause (with
+    the per-clause summary), the findings baseline applied and written as the options
+    say, the exit code under that gate, and each row's source location and fingerprint
+    (what the ``json`` format writes)."""
+    from kvcontract.tools.reports.gate import finish_gate, gate_exit_code
+    from kvcontract.tools.reports.json_format import json_document
+
+    data = report.to_json()
+    _add_defects(data, options.impl, options.report_file)
+    finish_gate(data, options.findings_baseline, only_new=options.only_new,
+                write_to=options.write_baseline)
+    data["exit_code"] = gate_exit_code(data["results"], options.fail_on, options.only_new)
+    return json_document(data)
 
 
 def assert_contract(impl: str | Implementation = "reference",
@@ -533,25 +599,19 @@ def fuzz(impl: str | Implementation = "reference", *, examples: int = 200, seed:
     Hypothesis programs, through the mocked and the tensor-backed managers in lockstep.
     The :class:`FuzzReport` has ``differences``, ``cases``, ``steps``, ``per_clause``,
     ``exit_code`` and ``to_json()``."""
-    from kvcontract.tools.cli import sigint_guard
-    from kvcontract.tools.commands._common import check_int, check_seed
-    from kvcontract.tools.commands.fuzz import MAX_EXAMPLES
-    from kvcontract.tools.fuzz import _check_device, run_fuzz
+    from kvcontract.options import fuzz_options
+    from kvcontract.tools.fuzz import run_fuzz
+    from kvcontract.tools.interrupts import sigint_guard
 
     implementation = load_implementation(impl)
-    check_int("examples", _int("examples", examples, low=0), high=MAX_EXAMPLES)
-    check_seed(int(_int("seed", seed) or 0), "seed")
-    if device not in ("cpu", "cuda"):
-        raise UsageError(f"device must be cpu or cuda, not {device!r}")
-    _check_device(device)
     failing = _fail_on(fail_on)
-    scope = _scope(model, geometries, bpc, retention)
-    if scope and matrix:
-        raise UsageError("matrix runs the built-in geometry matrix; drop it to fuzz the "
-                         "geometries of model/geometries (or drop those)")
+    scope = tuple(_scope(model, geometries, bpc, retention))
     with _registered(implementation) as name, sigint_guard():
-        return run_fuzz(name, device=device, examples=examples, matrix=bool(matrix),
-                        seed=seed, fail_on=failing, geometries=scope)
+        options = fuzz_options(name, examples=examples, seed=seed, matrix=bool(matrix),
+                               device=device, fail_on=failing, scope=scope)
+        return run_fuzz(options.impl, device=options.device, examples=options.examples,
+                        matrix=options.matrix, seed=options.seed, fail_on=options.fail_on,
+                        geometries=list(options.scope))
 
 
 def audit(target: str, *, baseline: str | None = None,
@@ -573,37 +633,24 @@ def audit(target: str, *, baseline: str | None = None,
     vLLM). Returns the versioned report, the same document as ``--json`` (through the
     one pipeline, :func:`kvcontract.tools.audit.command.produce_report`); prints
     nothing."""
-    from kvcontract.tools.audit.command import (
-        THEOREM_TIMEOUT,
-        AuditRequest,
-        _options,
-        produce_report,
-    )
-    from kvcontract.tools.audit.on_engine import MODES
+    from kvcontract.options import audit_request
+    from kvcontract.tools.audit.command import produce_report
     from kvcontract.tools.audit.targets import AUTO, resolve_target
-    from kvcontract.tools.cli import sigint_guard
-    from kvcontract.tools.commands._common import check_clauses, check_float, check_jobs
+    from kvcontract.tools.interrupts import sigint_guard
 
     if not isinstance(target, str):
         raise UsageError(f"target is a string (vllm:PATH, module:FILE.py, ...), not {target!r}")
-    if judge not in MODES:
-        raise UsageError(f"judge must be one of {', '.join(MODES)}, not {judge!r}")
+    _int("jobs", jobs)
+    request = audit_request(
+        fail_on=_fail_on(fail_on), clauses=_strings("clauses", clauses), timeout=timeout,
+        budget=budget, jobs=jobs, scope=tuple(_scope(model, geometries, bpc, retention)),
+        judge_mode=judge, costs=bool(costs), live=bool(live),
+        require_complete=bool(require_complete))
     resolved = resolve_target(target, base=AUTO if base is None else base)
     resolved_baseline = None
     if baseline is not None:
         resolved_baseline = resolve_target(baseline, base=(
             resolved.base.spec if resolved.base is not None else "none"))
-    wanted = check_clauses(_strings("clauses", clauses))
-    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
-        raise UsageError(f"timeout must be a number of seconds, not {timeout!r}")
-    check_float("timeout", float(timeout), low=0.0, high=THEOREM_TIMEOUT, unit="seconds")
-    _int("budget", budget, low=1)
-    check_jobs(_int("jobs", jobs), "jobs")
-    failing = _fail_on(fail_on)
-    scope = _scope(model, geometries, bpc, retention)
-    options = _options(wanted, float(timeout), budget, jobs, scope, judge_mode=judge)
-    request = AuditRequest(options, failing, costs=bool(costs), live=bool(live),
-                           require_complete=bool(require_complete))
     with sigint_guard():
         report: dict[str, Any] = produce_report(resolved, resolved_baseline, request)
     return report

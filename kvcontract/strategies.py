@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import hypothesis.strategies as st
@@ -35,6 +35,7 @@ from hypothesis import assume
 from kvcontract.errors import GeometryError, UnknownPropertyError
 from kvcontract.spec.geometry import Geometry, GroupSpec, fa, mamba, swa
 from kvcontract.spec.lookup import LookupResult
+from kvcontract.spec.properties.base import Family
 from kvcontract.spec.properties.lookup import LOOKUP_STATES, LookupCase
 from kvcontract.spec.properties.store import StoreCase
 
@@ -253,21 +254,7 @@ def witnesses(theorem_id: str, geometry: Geometry | st.SearchStrategy[Geometry] 
     prop = get_property(theorem_id)
     if not isinstance(prop, CaseProperty):
         return _formula_witnesses(prop)
-    family = prop.family
-    if family == "scan":
-        cases: st.SearchStrategy[Any] = _scan_cases()
-    elif family == "lookup":
-        cases = lookup_cases(geometry)
-    elif family == "store":
-        cases = store_schedules(geometry)
-    elif family == "end-to-end":
-        cases = _end_to_end_cases(geometry)
-    elif family == "lifecycle":
-        cases = _lifecycle_cases()
-    else:  # pragma: no cover - a family added later
-        raise UnknownPropertyError(f"{prop.theorem_id}: no strategy for the {family!r} "
-                                   "family yet")
-    return cases.map(prop.witness)
+    return FAMILY_CASES[Family(prop.family)](geometry).map(prop.witness)
 
 
 def _lifecycle_cases() -> st.SearchStrategy[Any]:
@@ -367,3 +354,16 @@ def _nearest_admissible(prop: Any, fixed: dict[str, int],
     for v, x in variables.items():
         values[v] = model.eval(x, model_completion=True).as_long()
     return values if prop.admissible(values) else None
+
+
+FAMILY_CASES: dict[Family, Callable[[Any], st.SearchStrategy[Any]]] = {
+    Family.SCAN: lambda geometry: _scan_cases(),
+    Family.LOOKUP: lookup_cases,
+    Family.STORE: store_schedules,
+    Family.END_TO_END: _end_to_end_cases,
+    Family.LIFECYCLE: lambda geometry: _lifecycle_cases(),
+}
+"""Each family's case strategy, given the geometry (a Geometry, a strategy of them or
+None; the scan and lifecycle families have their own): what :func:`witnesses` maps a
+property's witness over. Every :class:`Family` has one (tests/kvcontract/
+test_strategies.py)."""

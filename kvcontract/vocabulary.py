@@ -32,6 +32,10 @@ import enum
 from collections.abc import Iterable
 
 # -- exit codes -------------------------------------------------------------------------
+VERSION = "0.1.0"
+"""kvcontract's version (``kvcontract.__version__``; SARIF's tool version): defined here, at
+the bottom layer, so that renderers read it without importing the package's API."""
+
 EXIT_OK = 0
 """Everything checked holds (proved, proved for the domain, tested, passed)."""
 EXIT_COUNTEREXAMPLE = 1

@@ -66,8 +66,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from kvcontract.live.capabilities import field_names, has
-from kvcontract.live.env import require, vllm_names
+from kvcontract.live.capabilities import field_names, has, vllm_names
+from kvcontract.live.env import require
 from kvcontract.spec.geometry import Geometry, GroupKind, GroupSpec
 
 LAYERS_PER_GROUP = 2

@@ -13,7 +13,7 @@ else it selects one of the driver's paths: what the driver does with it and with
 is its ``use``. :func:`capabilities` computes the record once per process (it imports
 vLLM); ``kvcontract live --check`` prints it.
 
-Releases known to work are listed in :data:`kvcontract.live.env.KNOWN_RELEASES` for the
+Releases known to work are listed in :data:`kvcontract.releases.LIVE_RELEASES` for the
 README only.
 """
 
@@ -22,13 +22,25 @@ from __future__ import annotations
 import ast
 import dataclasses
 import functools
+import importlib
 import inspect
 import textwrap
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from kvcontract.live.env import vllm_names
+
+def vllm_names(module: str, *names: str) -> Any:
+    """``getattr(import_module(module), name)`` (or the submodule ``module.name``) for
+    each of ``names`` (one value for one name, a tuple for several). The live backend
+    reaches vLLM only through this: vLLM is typed ``Any`` here, so a type check never
+    walks vLLM's sources (whether or not the wheel is installed) and reads the same
+    either way."""
+    loaded = importlib.import_module(module)
+    values = tuple(getattr(loaded, name) if hasattr(loaded, name)
+                   else importlib.import_module(f"{module}.{name}") for name in names)
+    return values[0] if len(values) == 1 else values
+
 
 OFFLOADING = "vllm.distributed.kv_transfer.kv_connector.v1.offloading"
 CONNECTOR = "vllm.distributed.kv_transfer.kv_connector.v1.offloading_connector"
@@ -214,6 +226,15 @@ def _has_field(module: str, name: str, field_name: str) -> Callable[[], bool]:
     return lambda: field_name in field_names(_name(module, name))
 
 
+def _has_api(name: str, api: str, required: bool, use: str,
+             test: Callable[..., Callable[[], bool]] = _has) -> _Probe:
+    """The probe ``name`` that ``api`` exists: ``test`` on the API's dotted parts (for
+    :func:`_has` the module and the name in it; for :func:`_has_attr` and
+    :func:`_has_field` the module, the class and its member)."""
+    parts = api.rsplit(".", 1 if test is _has else 2)
+    return _Probe(name, api, required, use, test(*parts))
+
+
 def _all(*checks: Callable[[], bool | None]) -> Callable[[], bool]:
     return lambda: all(check() is True for check in checks)
 
@@ -239,8 +260,8 @@ PROBES: tuple[_Probe, ...] = (
            lambda: {"vllm_config", "kv_cache_config", "structured_output_manager",
                     "block_size", "hash_block_size"} <= parameters(
                _name("vllm.v1.core.sched.scheduler", "Scheduler"))),
-    _Probe("offloading-connector", f"{CONNECTOR}.OffloadingConnector", True,
-           "the connector under test", _has(CONNECTOR, "OffloadingConnector")),
+    _has_api("offloading-connector", f"{CONNECTOR}.OffloadingConnector", True,
+             "the connector under test"),
     _Probe("model-runner-output", "vllm.v1.outputs.ModelRunnerOutput(req_ids, "
            "sampled_token_ids, kv_connector_output)", True,
            "the stand-in model output of each step",
@@ -253,9 +274,8 @@ PROBES: tuple[_Probe, ...] = (
     _Probe("worker-metadata", f"{OFFLOADING}.common.OffloadingWorkerMetadata"
            "(completed_jobs)", True, "the completed jobs the host worker reports",
            _has_field(f"{OFFLOADING}.common", "OffloadingWorkerMetadata", "completed_jobs")),
-    _Probe("offload-group-index", "vllm.v1.kv_offload.base.get_offload_group_idx", True,
-           "names the vLLM group of an offload key",
-           _has("vllm.v1.kv_offload.base", "get_offload_group_idx")),
+    _has_api("offload-group-index", "vllm.v1.kv_offload.base.get_offload_group_idx", True,
+             "names the vLLM group of an offload key"),
     _Probe("request-block-hasher", "vllm.v1.request.Request(..., block_hasher=)", True,
            "the driver's requests hash their blocks as the engine's do",
            lambda: "block_hasher" in parameters(_name("vllm.v1.request", "Request"))),
@@ -274,56 +294,49 @@ PROBES: tuple[_Probe, ...] = (
            "yes: the drafter's layer is declared is_draft (vLLM marks its group EAGLE); "
            "no: vLLM finds EAGLE groups by other rules (an EAGLE geometry may be refused)",
            _has_field("vllm.v1.kv_cache_interface", "FullAttentionSpec", "is_draft")),
-    _Probe("cache-hit-alignment",
-           "vllm.v1.core.kv_cache_utils.resolve_cache_hit_alignment_tokens", False,
-           "yes: the hit alignment is resolved as EngineCore resolves it",
-           _has("vllm.v1.core.kv_cache_utils", "resolve_cache_hit_alignment_tokens")),
-    _Probe("prefix-match-unit", "vllm.config.CacheConfig.prefix_match_unit", False,
-           "yes: a hash block finer than the blocks is asked for (partial tails); no: "
-           "such a geometry is planned with vLLM's own hash block (refused if it differs)",
-           _has_field("vllm.config", "CacheConfig", "prefix_match_unit")),
+    _has_api("cache-hit-alignment",
+             "vllm.v1.core.kv_cache_utils.resolve_cache_hit_alignment_tokens", False,
+             "yes: the hit alignment is resolved as EngineCore resolves it"),
+    _has_api("prefix-match-unit", "vllm.config.CacheConfig.prefix_match_unit", False,
+             "yes: a hash block finer than the blocks is asked for (partial tails); no: "
+             "such a geometry is planned with vLLM's own hash block (refused if it differs)",
+             _has_field),
     _Probe("cpu-requires-triton",
            "vllm.platforms.cpu.CpuPlatform.check_and_update_config (raises without "
            "vllm.triton_utils.HAS_TRITON)", False,
            "yes: the build sets HAS_TRITON true around the config construction alone "
            "(the live backend runs no kernel), restored afterwards",
            _cpu_requires_triton),
-    _Probe("hash-lookahead-tokens", "vllm.config.VllmConfig.num_hash_lookahead_tokens",
-           False, "yes: the request block hasher covers the tokens the config says",
-           _has_attr("vllm.config", "VllmConfig", "num_hash_lookahead_tokens")),
-    _Probe("lookahead-block-hashes",
-           f"{CONNECTOR}.OffloadingConnector.supports_lookahead_block_hashes", False,
-           "yes: with a drafter, the connector's default hashes each block with the "
-           "drafter's lookahead tokens and drops no EAGLE block; the build asks for the "
-           "legacy hashes (SpeculativeConfig.disable_lookahead_block_hashes) unless "
-           "BuildOptions.lookahead_block_hashes",
-           _has_attr(CONNECTOR, "OffloadingConnector", "supports_lookahead_block_hashes")),
-    _Probe("lookahead-hash-switch",
-           "vllm.config.SpeculativeConfig.disable_lookahead_block_hashes", False,
-           "yes: the build can ask a drafter's legacy hashes",
-           _has_field("vllm.config", "SpeculativeConfig", "disable_lookahead_block_hashes")),
-    _Probe("eagle-block-drop-switch",
-           "vllm.config.SpeculativeConfig.disable_eagle_block_drop", False,
-           "yes: an MTP geometry without EAGLE groups (e > 0) is built with the trailing-"
-           "block drop off; no: such a geometry is refused",
-           _has_field("vllm.config", "SpeculativeConfig", "disable_eagle_block_drop")),
-    _Probe("multi-module-mtp", "vllm.config.SpeculativeConfig.use_multi_module_mtp", False,
-           "yes: e > 0 is built from an MTP drafter (num_prefill_lookahead_tokens - 1)",
-           _has_attr("vllm.config", "SpeculativeConfig", "use_multi_module_mtp")),
+    _has_api("hash-lookahead-tokens", "vllm.config.VllmConfig.num_hash_lookahead_tokens",
+             False, "yes: the request block hasher covers the tokens the config says", _has_attr),
+    _has_api("lookahead-block-hashes",
+             f"{CONNECTOR}.OffloadingConnector.supports_lookahead_block_hashes", False,
+             "yes: with a drafter, the connector's default hashes each block with the "
+             "drafter's lookahead tokens and drops no EAGLE block; the build asks for the "
+             "legacy hashes (SpeculativeConfig.disable_lookahead_block_hashes) unless "
+             "BuildOptions.lookahead_block_hashes", _has_attr),
+    _has_api("lookahead-hash-switch",
+             "vllm.config.SpeculativeConfig.disable_lookahead_block_hashes", False,
+             "yes: the build can ask a drafter's legacy hashes", _has_field),
+    _has_api("eagle-block-drop-switch",
+             "vllm.config.SpeculativeConfig.disable_eagle_block_drop", False,
+             "yes: an MTP geometry without EAGLE groups (e > 0) is built with the trailing-"
+             "block drop off; no: such a geometry is refused", _has_field),
+    _has_api("multi-module-mtp", "vllm.config.SpeculativeConfig.use_multi_module_mtp", False,
+             "yes: e > 0 is built from an MTP drafter (num_prefill_lookahead_tokens - 1)",
+             _has_attr),
     # -- the driver's calls -----------------------------------------------------------
-    _Probe("model-output-index-map", "vllm.v1.outputs.ModelRunnerOutput.req_id_to_index",
-           False, "yes: the stand-in model output carries the request index map",
-           _has_field("vllm.v1.outputs", "ModelRunnerOutput", "req_id_to_index")),
-    _Probe("failed-recving", "vllm.v1.outputs.KVConnectorOutput.failed_recving", False,
-           "yes: a failed load can be reported to the scheduler (Timing fail); no: "
-           "the fail timing is not replayable",
-           _has_field("vllm.v1.outputs", "KVConnectorOutput", "failed_recving")),
-    _Probe("key-positions", "vllm.v1.kv_offload.base.ReqContext.get_offload_key_position",
-           False, "yes: a key's chunk is its position; no: its index in the request's keys",
-           _has_attr("vllm.v1.kv_offload.base", "ReqContext", "get_offload_key_position")),
-    _Probe("request-offload-state", f"{SCHEDULER_MODULE}.RequestOffloadState", False,
-           "yes: fixtures compute offload keys with vLLM's own RequestOffloadState; no: "
-           "fixtures are not replayable", _has(SCHEDULER_MODULE, "RequestOffloadState")),
+    _has_api("model-output-index-map", "vllm.v1.outputs.ModelRunnerOutput.req_id_to_index",
+             False, "yes: the stand-in model output carries the request index map", _has_field),
+    _has_api("failed-recving", "vllm.v1.outputs.KVConnectorOutput.failed_recving", False,
+             "yes: a failed load can be reported to the scheduler (Timing fail); no: "
+             "the fail timing is not replayable", _has_field),
+    _has_api("key-positions", "vllm.v1.kv_offload.base.ReqContext.get_offload_key_position",
+             False, "yes: a key's chunk is its position; no: its index in the request's keys",
+             _has_attr),
+    _has_api("request-offload-state", f"{SCHEDULER_MODULE}.RequestOffloadState", False,
+             "yes: fixtures compute offload keys with vLLM's own RequestOffloadState; no: "
+             "fixtures are not replayable"),
     _Probe("finish-requests", "vllm.v1.core.sched.scheduler.Scheduler.finish_requests("
            "request_ids, finished_status)", False,
            "yes: aborts and finishes reach the scheduler; no: such a run stops on a driver "
@@ -341,30 +354,24 @@ PROBES: tuple[_Probe, ...] = (
            "on a driver gap",
            lambda: "reset_connector" in parameters(_method(
                "vllm.v1.core.sched.scheduler", "Scheduler", "reset_prefix_cache"))),
-    _Probe("release-worker", f"{OFFLOADING}.worker.OffloadingConnectorWorker.get_finished",
-           False, "yes: a worker-fail transfer is handed to the release's own worker",
-           _has_attr(f"{OFFLOADING}.worker", "OffloadingConnectorWorker", "get_finished")),
+    _has_api("release-worker", f"{OFFLOADING}.worker.OffloadingConnectorWorker.get_finished",
+             False, "yes: a worker-fail transfer is handed to the release's own worker", _has_attr),
     # -- behaviours the tests key on ---------------------------------------------------
-    _Probe("failed-transfer-jobs", f"{OFFLOADING}.common.OffloadingWorkerMetadata."
-           "failed_jobs", False,
-           "yes: the worker reports failed transfers (a failed store is dropped from the "
-           "CPU tier, a failed load marks its request so it never loads again); no: the "
-           "release's worker asserts every transfer succeeded, a failed store is never "
-           "reported (it stays pending)",
-           _has_field(f"{OFFLOADING}.common", "OffloadingWorkerMetadata", "failed_jobs")),
-    _Probe("load-failed-flag", f"{SCHEDULER_MODULE}.RequestOffloadState.load_failed", False,
-           "yes: after a failed load the request skips the offloaded tier",
-           _has_field(SCHEDULER_MODULE, "RequestOffloadState", "load_failed")),
-    _Probe("partial-tails", f"{SCHEDULER_MODULE}.SchedulerOffloadConfig.supports_partial_tail",
-           False, "yes: the connector stores and loads a partial tail at a sub-chunk "
-           "boundary where its planning turns them on",
-           _has_field(SCHEDULER_MODULE, "SchedulerOffloadConfig", "supports_partial_tail")),
-    _Probe("partial-tail-anchor",
-           f"{SCHEDULER_MODULE}.OffloadingConnectorScheduler._lookup_partial_tail_hit",
-           False, "yes: a partial tail is searched from the full-attention hit boundary "
-           "(not only the complete-chunk hit)",
-           _has_attr(SCHEDULER_MODULE, "OffloadingConnectorScheduler",
-                     "_lookup_partial_tail_hit")),
+    _has_api("failed-transfer-jobs", f"{OFFLOADING}.common.OffloadingWorkerMetadata."
+             "failed_jobs", False,
+             "yes: the worker reports failed transfers (a failed store is dropped from the "
+             "CPU tier, a failed load marks its request so it never loads again); no: the "
+             "release's worker asserts every transfer succeeded, a failed store is never "
+             "reported (it stays pending)", _has_field),
+    _has_api("load-failed-flag", f"{SCHEDULER_MODULE}.RequestOffloadState.load_failed", False,
+             "yes: after a failed load the request skips the offloaded tier", _has_field),
+    _has_api("partial-tails", f"{SCHEDULER_MODULE}.SchedulerOffloadConfig.supports_partial_tail",
+             False, "yes: the connector stores and loads a partial tail at a sub-chunk "
+             "boundary where its planning turns them on", _has_field),
+    _has_api("partial-tail-anchor",
+             f"{SCHEDULER_MODULE}.OffloadingConnectorScheduler._lookup_partial_tail_hit",
+             False, "yes: a partial tail is searched from the full-attention hit boundary "
+             "(not only the complete-chunk hit)", _has_attr),
     _Probe("swa-reserve-before-clamps", f"{SCHEDULER_MODULE}.OffloadingConnectorScheduler."
            "_lookup_complete_chunks (max_hit_size_tokens -= 1 before max_num_new_tokens)",
            False, "yes: a load budget (max_load_tokens) is a boundary kept as it is; no: "

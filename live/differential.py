@@ -57,7 +57,7 @@ GAP_CLASSES: dict[str, str] = {
                     "chunks (absent)",
     "gpu-prefix-hit": "the request's GPU prefix hit L differs: the executable system's "
                       "GPU prefix-hit rule and block pool are not vLLM's KV-cache manager "
-                      "(ARCHITECTURE.md lists the rule as a departure), so the hit, the "
+                      "(docs/CONTRACT.md 12 lists the rule as a departure), so the hit, the "
                       "loads and the offers past L differ",
     "mamba-checkpoints": "only Mamba groups' offers differ: vLLM's scheduler (Mamba align "
                          "mode) ends prefill steps on checkpoint boundaries and keeps a "

@@ -21,20 +21,12 @@ import logging
 import os
 import tempfile
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from kvcontract.releases import LIVE_RELEASES, NEWEST_RELEASE
 
 if TYPE_CHECKING:
     from kvcontract.live.capabilities import Capabilities
-
-KNOWN_RELEASES = ("0.30.0", "0.31.0", "0.32.0", "0.33.0", "0.34.0")
-"""Releases the live backend is known to drive (informational, for the README: the check
-never refuses by it). 0.34.0 is the one ``.ci/install-live`` installs. 0.30.0-0.32.0 plan
-the KV cache in one call and mark no drafter layer (an EAGLE geometry is refused there);
-0.30.0's request context has no key positions. 0.28 and 0.29 plan the KV cache another
-way: their planning functions are absent, which the check names."""
-
-NEWEST_RELEASE = KNOWN_RELEASES[-1]
-"""The release the install recipe names."""
 
 INSTALL_RECIPE = (
     "pip install -e '.[live]' && pip install --no-deps xgrammar==0.2.8 && "
@@ -93,7 +85,7 @@ class LiveCheck:
         """The check as text lines: the versions, then what is missing and the install
         recipe, or that the backend can run."""
         found = [f"vllm: {self.vllm_version or 'not installed'} (releases known to work: "
-                 f"{', '.join(KNOWN_RELEASES)}; the driver adapts to the capabilities it "
+                 f"{', '.join(LIVE_RELEASES)}; the driver adapts to the capabilities it "
                  "finds, not to the version)",
                  f"torch: {self.torch_version or 'not installed'}"]
         if self.missing:
@@ -207,13 +199,3 @@ def _full_check() -> LiveCheck:
     return _CHECKED[0]
 
 
-def vllm_names(module: str, *names: str) -> Any:
-    """``getattr(import_module(module), name)`` (or the submodule ``module.name``) for
-    each of ``names`` (one value for one name, a tuple for several). The live backend
-    reaches vLLM only through this: vLLM is typed ``Any`` here, so a type check never
-    walks vLLM's sources (whether or not the wheel is installed) and reads the same
-    either way."""
-    loaded = importlib.import_module(module)
-    values = tuple(getattr(loaded, name) if hasattr(loaded, name)
-                   else importlib.import_module(f"{module}.{name}") for name in names)
-    return values[0] if len(values) == 1 else values

@@ -61,9 +61,9 @@ class LockstepReport:
 def lockstep(cases: Iterable[EndToEndCase], implementation: str = "upstream-current",
              ) -> LockstepReport:
     """Run every case on the model (``implementation``, a registered name) and live."""
-    from kvcontract.api import load_implementation
+    from kvcontract.impl.variants import get_implementation
 
-    impl = load_implementation(implementation)
+    impl = get_implementation(implementation)
     report = LockstepReport(implementation)
     for case in cases:
         if case.consumer.kind == "junction":

@@ -25,8 +25,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kvcontract.live.build import BuildOptions, LiveEngine, Refused, build
+from kvcontract.live.capabilities import vllm_names
 from kvcontract.live.confirm import _traces, end_to_end_case, options_for
-from kvcontract.live.env import vllm_names
 from kvcontract.live.observation import LiveObservation
 from kvcontract.live.run import LiveRun, shutdown
 from kvcontract.live.trace import Phase, Trace, TraceRequest, producer_consumer, prompt_tokens

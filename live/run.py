@@ -18,8 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kvcontract.live.build import BuildOptions, LiveEngine, Refused, build
-from kvcontract.live.capabilities import has
-from kvcontract.live.env import vllm_names
+from kvcontract.live.capabilities import has, vllm_names
 from kvcontract.live.gaps import driver_gap_of
 from kvcontract.live.observation import (
     LiveException,

@@ -61,8 +61,7 @@ from typing import Any
 
 from kvcontract.impl.system.engine import RETRY_STEPS
 from kvcontract.live.build import BuildOptions, LiveEngine, Refused, build
-from kvcontract.live.capabilities import has
-from kvcontract.live.env import vllm_names
+from kvcontract.live.capabilities import has, vllm_names
 from kvcontract.live.observation import LiveObservation
 from kvcontract.live.run import LiveRun, shutdown
 from kvcontract.live.trace import Trace, TraceRequest
@@ -399,13 +398,9 @@ class LiveSession:
                 "drop a stored chunk or make it pending again (eviction is its LRU's)")
         geo = self.engine.geometry
         keys, context = self.offload_keys(tokens)
-        local = self._gpu_hit(tokens)
-        states = {
-            g: [_kv_state(self.manager, keys[(g, k)], context)
-                for k in range(len(tokens) // geo.chunk_tokens(spec))]
-            for g, spec in enumerate(geo.groups)
-        }
-        found = multigroup.left_chunk(geo, len(tokens), local, states)
+        found = multigroup.left_chunk(
+            geo, len(tokens), self._gpu_hit(tokens),
+            lambda g, k: _kv_state(self.manager, keys[(g, k)], context))
         if found is None:
             self.log.append("perturb: no boundary to perturb")
             return

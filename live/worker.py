@@ -28,8 +28,7 @@ import traceback
 from dataclasses import dataclass, field
 from typing import Any
 
-from kvcontract.live.capabilities import has
-from kvcontract.live.env import vllm_names
+from kvcontract.live.capabilities import has, vllm_names
 
 TIMINGS = ("at-once", "delayed", "never", "fail", "worker-fail")
 

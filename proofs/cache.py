@@ -9,11 +9,11 @@ of one theorem hashes
 * the kvcontract version, the Z3 version and the Python version;
 * the whole source of ``spec/`` (presets included) and ``proofs/`` (the statements,
   the domains, the solver's budgets and the prover itself), ``impl/bundle.py``,
-  ``kvcontract/vocabulary.py``, ``kvcontract/errors.py`` and the call-graph code of
-  ``tools/mutate/targets.py`` (which decides what else enters the key);
+  ``kvcontract/vocabulary.py`` and ``kvcontract/errors.py`` (``proofs/sources.py``, the
+  call graph that decides what else enters the key, is among the prover's sources);
 * the scope (``--model``/``--geometry``: every geometry's labels and values);
 * of the implementation: which function each bundle field is, and the source of every
-  function the theorem exercises (:class:`~kvcontract.tools.mutate.targets.CallGraph`
+  function the theorem exercises (:class:`~kvcontract.proofs.sources.CallGraph`
   from the property's ``uses``; a case family reaches the whole scheduler module), plus
   the module-level code (constants, imports, class bodies without their methods) of
   every module those functions live in; for ``module:FILE.py`` the whole file as well.
@@ -146,11 +146,10 @@ def _package_root() -> Path:
 
 
 def _tree_files() -> list[Path]:
-    import kvcontract
+    import kvcontract.errors
     import kvcontract.impl
     import kvcontract.proofs
     import kvcontract.spec
-    import kvcontract.tools.mutate
 
     files: list[Path] = []
     for package in (kvcontract.spec, kvcontract.proofs):
@@ -158,10 +157,9 @@ def _tree_files() -> list[Path]:
         files.extend(p for p in folder.rglob("*") if p.suffix in (".py", ".json")
                      and p.is_file() and "__pycache__" not in p.parts)
     impl = Path(str(kvcontract.impl.__file__)).resolve().parent
-    core = Path(str(kvcontract.__file__)).resolve().parent
-    mutate = Path(str(kvcontract.tools.mutate.__file__)).resolve().parent
-    files += [impl / "bundle.py", core / "vocabulary.py", core / "errors.py",
-              mutate / "targets.py", mutate / "operators.py"]
+    core = Path(str(kvcontract.errors.__file__)).resolve().parent
+    # The call graph the keys are read from is proofs/sources.py (above).
+    files += [impl / "bundle.py", core / "vocabulary.py", core / "errors.py"]
     return sorted(set(files))
 
 
@@ -198,21 +196,21 @@ class _Sources:
     """What an implementation's functions are, read statically (one per run)."""
 
     def __init__(self, impl_name: str) -> None:
-        from kvcontract.tools.mutate.operators import functions
-        from kvcontract.tools.mutate.targets import (
+        from kvcontract.proofs.sources import (
             REFERENCE_MODULE,
             SCHEDULER_MODULE,
             CallGraph,
-            _snapshot,
-            resolve_target,
+            functions,
+            resolve_sources,
+            snapshot,
         )
 
-        target = resolve_target(impl_name)
+        target = resolve_sources(impl_name)
         modules = list(target.modules)
         names = {m.name for m in modules}
         for extra in (REFERENCE_MODULE, SCHEDULER_MODULE):
             if extra not in names:  # a module: file stands for one; the other is read too
-                modules.append(_snapshot(extra))
+                modules.append(snapshot(extra))
         self.fields = dict(target.field_functions)
         self.graph = CallGraph(modules, self.fields)
         self.scheduler = SCHEDULER_MODULE
@@ -252,7 +250,7 @@ class _Sources:
 def _overlaid(source: str, base_source: str | None) -> ast.Module:
     """The module's tree; for an overlay (``module:FILE.py``), the base's definitions
     the file does not replace followed by the file's (as
-    :class:`~kvcontract.tools.mutate.targets.CallGraph` reads it)."""
+    :class:`~kvcontract.proofs.sources.CallGraph` reads it)."""
     tree = ast.parse(source)
     if base_source is None:
         return tree

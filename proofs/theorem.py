@@ -5,7 +5,7 @@
   the solver cannot decide it within its budget, it is case-split over the property's
   configurations (verdict PROVED-FOR-DOMAIN, the configurations printed). Operational
   implementation functions enter the statement through :meth:`SymbolicEnv.call`, which
-  lifts them to terms (:mod:`kvcontract.proofs.symbolic`).
+  lifts them to terms (:mod:`kvcontract.spec.symbolic`).
 * a :class:`~kvcontract.spec.properties.base.CaseProperty` (:func:`run_family`) is
   judged on every case of its finite space (lookup-state sequences, multi-group chunk
   states, store schedules), enumerated in increasing size so the first failure is a
@@ -14,6 +14,31 @@
 A counterexample is always re-executed on plain Python ints (the same statement, the
 implementation called directly) before it is reported; one that does not reproduce is
 reported as UNKNOWN, never as a pass.
+
+How the prover stays fast, and why each device is sound (each is checked against the
+plain form it replaces in ``tests/proofs/test_engine.py``):
+
+* **Decision-tree lifting** (:mod:`kvcontract.spec.symbolic`): a lifted function is the
+  ``If`` tree of the decisions its runs took, each branch condition once, not a chain of
+  whole path conditions (which repeats every prefix). Z3 decides the tree form 10-100x
+  faster on the C7 mask theorems.
+* **Generalized lifts** (``SymbolicEnv.call(..., generalize=...)``): the sizes of a case
+  split are lifted as placeholders and substituted per configuration, so the block mask
+  is lifted once per kind instead of once per size pair; a function that needs the size
+  concrete falls back to the concrete lift.
+* **Boundary residues** (``spec/properties/formulas._boundary_residues``): boundaries
+  ``k * step`` are split by ``k mod L``, ``L = tpc / gcd(step, tpc)`` (a complete case
+  split), which makes the chunk arithmetic linear in the quotient.
+* **Solver portfolio** (``proofs/solver.ATTEMPTS``): small deterministic budgets with
+  both arithmetic engines and several seeds before the full budget; solving times are
+  heavy-tailed, restarts cut the tail. Still rlimit-only: results do not depend on load.
+* **Families and shards** (:func:`run_family`, :func:`finish_family`; ``proofs/runner``,
+  ``FAMILY_SHARDS``): the exhaustive theorems over one case set (scanners, multi-group
+  lookup, store schedules) are checked in one pass, in shards across workers; the
+  implementation's lookup and the spec's answer are memoized per case, and the spec's
+  state-independent read ranges per geometry (``spec/multigroup._requirements``). The
+  first counterexample over all shards (smallest case index) is the one reported, as in
+  a single pass.
 """
 
 from __future__ import annotations
@@ -27,7 +52,6 @@ import z3
 
 from kvcontract.impl.bundle import Implementation
 from kvcontract.proofs import solver as z3driver
-from kvcontract.proofs.symbolic import LiftError, PathExplorer, has_symbolic
 from kvcontract.proofs.verdicts import TheoremResult, Verdict
 from kvcontract.spec.arith import Bool, Num
 from kvcontract.spec.lemmas import GeneralLemma
@@ -40,6 +64,7 @@ from kvcontract.spec.properties.base import (
     raised,
 )
 from kvcontract.spec.properties.unbounded import InductiveProperty, NotAFold
+from kvcontract.spec.symbolic import LiftError, PathExplorer, has_symbolic
 
 
 class SymbolicEnv(Env):

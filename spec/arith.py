@@ -7,8 +7,8 @@ floor ``//`` and ``%`` even for negative dividends, so the two readings agree (t
 theorems carry ``divisor > 0`` in their hypotheses).
 
 While :func:`recording_branches` is active, every symbolic case distinction built by
-``ite``/``max_``/``min_`` is recorded; :mod:`kvcontract.proofs.boundaries` enumerates
-the satisfiable combinations of those conditions ("boundary classes").
+``ite``/``max_``/``min_`` is recorded (the case distinctions a formula makes, for its
+tests).
 """
 
 from __future__ import annotations

@@ -39,10 +39,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from kvcontract.errors import GeometryError
+from kvcontract.releases import PLANNING_RELEASE
 from kvcontract.spec.geometry import Geometry, GroupKind, GroupSpec, group_kind
-
-VLLM_VERSION = "0.33.0"
-"""The vLLM release whose planning rules this module restates."""
 
 DEFAULT_BASE_BLOCK_SIZE = 16
 """``CacheConfig.DEFAULT_BLOCK_SIZE`` (vllm/config/cache.py, 0.33.0)."""
@@ -306,7 +304,7 @@ def blocks_per_chunk_for(tokens_per_block: list[int], offloaded_block_size: int)
     if len(sizes) != 1:
         raise GeometryError(
             "offloaded_block_size", offloaded_block_size,
-            f"the groups have different block sizes {sorted(sizes)}; vLLM {VLLM_VERSION} "
+            f"the groups have different block sizes {sorted(sizes)}; vLLM {PLANNING_RELEASE} "
             "accepts an offloaded block_size only when all groups share one "
             "(offloading/config.py build_offloading_config); use blocks_per_chunk",
         )
@@ -315,7 +313,7 @@ def blocks_per_chunk_for(tokens_per_block: list[int], offloaded_block_size: int)
         raise GeometryError(
             "offloaded_block_size", offloaded_block_size,
             f"must be a multiple of the GPU block size {tpb} "
-            f"(offloading/config.py build_offloading_config, vLLM {VLLM_VERSION})",
+            f"(offloading/config.py build_offloading_config, vLLM {PLANNING_RELEASE})",
         )
     return offloaded_block_size // tpb
 
@@ -342,14 +340,14 @@ def check_retention_interval(
         raise GeometryError(
             "retention_interval", retention_interval,
             "a positive interval needs a sliding-window or Mamba group (vLLM "
-            f"{VLLM_VERSION} kv_cache_coordinator._validate_prefix_cache_retention_interval)",
+            f"{PLANNING_RELEASE} kv_cache_coordinator._validate_prefix_cache_retention_interval)",
         )
     scheduler_block = math.lcm(*tokens_per_block)
     if retention_interval % scheduler_block:
         raise GeometryError(
             "retention_interval", retention_interval,
             f"must be a multiple of the scheduler block size {scheduler_block} (LCM of the "
-            f"group block sizes; vLLM {VLLM_VERSION} "
+            f"group block sizes; vLLM {PLANNING_RELEASE} "
             "kv_cache_coordinator._validate_prefix_cache_retention_interval)",
         )
     for g, tpb in zip(groups, tokens_per_block, strict=True):
@@ -358,7 +356,7 @@ def check_retention_interval(
             raise GeometryError(
                 "retention_interval", retention_interval,
                 f"must be a multiple of the {g.describe()} group's tpc {tpc} (vLLM "
-                f"{VLLM_VERSION} offloading/scheduler.py SchedulerOffloadConfig.from_spec)",
+                f"{PLANNING_RELEASE} offloading/scheduler.py SchedulerOffloadConfig.from_spec)",
             )
 
 
@@ -402,7 +400,7 @@ def build_geometry(
             raise GeometryError(
                 "offloaded_block_size", offloaded_block_size,
                 "give blocks_per_chunk or offloaded_block_size, not both (vLLM "
-                f"{VLLM_VERSION} offloading/config.py build_offloading_config)",
+                f"{PLANNING_RELEASE} offloading/config.py build_offloading_config)",
             )
     speculator = _speculator(model, mtp_tokens, drafter)
     k = model.kernel_block_alignment
@@ -411,13 +409,13 @@ def build_geometry(
             "base_block_size", base_block_size,
             f"must be a multiple of the attention backend's kernel block alignment {k} "
             f"(MultipleOf({k}); Attention.get_kv_cache_spec and the backend's "
-            f"supports_block_size, vLLM {VLLM_VERSION})",
+            f"supports_block_size, vLLM {PLANNING_RELEASE})",
         )
     if model.is_hybrid and dcp > 1:
         raise GeometryError(
             "dcp", dcp,
             "vLLM does not scale Mamba blocks by DCP (kv_cache_utils.py "
-            f"resolve_dcp_kv_block_size: MambaSpec.dcp_sharded is False, vLLM {VLLM_VERSION}), "
+            f"resolve_dcp_kv_block_size: MambaSpec.dcp_sharded is False, vLLM {PLANNING_RELEASE}), "
             "while Geometry.block_tokens scales every group",
         )
 
@@ -464,7 +462,7 @@ def build_geometry(
         hash_lookahead=lookahead,
         extra={
             "model": model.name,
-            "vllm_version": VLLM_VERSION,
+            "vllm_version": PLANNING_RELEASE,
             "base_block_size": base,
             "group_counts": list(folded.values()),
             "speculator": speculator.name if speculator else None,
@@ -500,7 +498,7 @@ def _base_block_size(model: ModelSpec, base_block_size: int) -> int:
         raise GeometryError(
             "layers", [k.name for k in model.layers],
             "a hybrid Mamba model needs an attention kind with bytes_per_token to size the "
-            f"base block (Platform._align_hybrid_block_size, vLLM {VLLM_VERSION})",
+            f"base block (Platform._align_hybrid_block_size, vLLM {PLANNING_RELEASE})",
         )
     mamba_page = max(k.state_bytes or 0 for k in model.layers if k.kind is GroupKind.MAMBA)
     return hybrid_base_block_size(
@@ -573,7 +571,7 @@ def buildable(geometry: Geometry) -> tuple[bool, str]:
         if g.block_size % smallest:
             return False, (
                 f"{g.describe()}: block size {g.block_size} is not an integer multiple of the "
-                f"smallest block size {smallest}; vLLM {VLLM_VERSION} derives every block size "
+                f"smallest block size {smallest}; vLLM {PLANNING_RELEASE} derives every block size "
                 "from the base block size by integer page ratios "
                 "(kv_cache_planning.py unify_kv_cache_spec_page_size)"
             )
@@ -581,25 +579,25 @@ def buildable(geometry: Geometry) -> tuple[bool, str]:
             return False, (
                 f"{g.describe()}: a Mamba group in align mode has the base block size, and no "
                 f"attention group is smaller; here an attention block is {smallest} "
-                f"(platforms/interface.py _align_hybrid_block_size, vLLM {VLLM_VERSION})"
+                f"(platforms/interface.py _align_hybrid_block_size, vLLM {PLANNING_RELEASE})"
             )
     if geometry.dcp > 1 and any(g.kind is GroupKind.MAMBA for g in groups):
         return False, (
             f"dcp={geometry.dcp} with a Mamba group: vLLM does not scale Mamba blocks by DCP "
-            f"(kv_cache_utils.py resolve_dcp_kv_block_size, vLLM {VLLM_VERSION})"
+            f"(kv_cache_utils.py resolve_dcp_kv_block_size, vLLM {PLANNING_RELEASE})"
         )
     extras = {g.extra_retained_tokens for g in groups if g.is_swa}
     if len(extras) > 1:
         return False, (
             f"sliding-window groups with different e {sorted(extras)}: vLLM tags every "
             "sliding-window spec with one extra_retained_tokens "
-            f"(kv_cache_planning.py get_global_kv_cache_groups, vLLM {VLLM_VERSION})"
+            f"(kv_cache_planning.py get_global_kv_cache_groups, vLLM {PLANNING_RELEASE})"
         )
     if len(groups) == 1 and geometry.hash_block_size != groups[0].block_size:
         return False, (
             f"hash block {geometry.hash_block_size} with a single group of block size "
             f"{groups[0].block_size}: vLLM hashes single-group models by the block "
-            f"(kv_cache_utils.py resolve_kv_cache_block_sizes, vLLM {VLLM_VERSION})"
+            f"(kv_cache_utils.py resolve_kv_cache_block_sizes, vLLM {PLANNING_RELEASE})"
         )
     try:
         check_retention_interval(
@@ -608,4 +606,4 @@ def buildable(geometry: Geometry) -> tuple[bool, str]:
         )
     except GeometryError as exc:
         return False, f"retention_interval={geometry.retention_interval}: {exc.rule}"
-    return True, f"consistent with vLLM {VLLM_VERSION}'s KV-cache planning"
+    return True, f"consistent with vLLM {PLANNING_RELEASE}'s KV-cache planning"

@@ -60,7 +60,8 @@ C15 load-failure recovery
 
 Reachable boundaries (C7, C8): the A-aligned boundaries up to the store horizon, the
 replay boundaries of a retention interval, and the final horizon of a finished or
-aborted request. This is the set upstream's mask is built for; ARCHITECTURE.md states it.
+aborted request. This is the set upstream's mask is built for; docs/CONTRACT.md section 13
+states it.
 """
 
 from __future__ import annotations

@@ -40,7 +40,7 @@ class GroupSpec:
                     "sliding_window", None, "a sliding-window group needs a window size"
                 )
             # A window of 1 attends no history: nothing would ever be loaded, and the
-            # lookup window would be empty (see ARCHITECTURE.md, "narrowed domains").
+            # lookup window would be empty (docs/CONTRACT.md section 13, "Narrowed domains").
             _require_int("sliding_window", self.sliding_window, minimum=2)
         else:
             if self.sliding_window is not None:

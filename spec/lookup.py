@@ -51,7 +51,7 @@ def window_chunks(sliding_window: Num, extra_retained: Num, chunk_tokens: Num) -
     The next token attends ``sw - 1`` earlier tokens and MTP retains ``e`` more, so the
     history is ``sw - 1 + e`` tokens. Upstream adds a lower bound ``cdiv(sw, tpc)``; the
     reference does not, because that bound demands a chunk that no load needs and no
-    store provides when ``sw = 1 (mod tpc)`` and ``e = 0`` (ARCHITECTURE.md, "departures").
+    store provides when ``sw = 1 (mod tpc)`` and ``e = 0`` (docs/CONTRACT.md section 12).
     """
     return cdiv(sliding_window - 1 + extra_retained, chunk_tokens)
 

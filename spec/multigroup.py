@@ -206,11 +206,18 @@ def group_visit_order(geometry: Geometry, windows: Mapping[int, int]) -> list[in
 
 
 def left_chunk(geometry: Geometry, num_tokens: int, local_hit: int,
-               states: Mapping[int, Sequence[LookupResult]]) -> tuple[int, int, int] | None:
+               chunk_state: Callable[[int, int], LookupResult]
+               ) -> tuple[int, int, int] | None:
     """``(boundary, group, chunk)``: the leftmost chunk the contract would read at the
     boundary it accepts now (docs/CONTRACT.md 10, "left chunk"): the first of the load
     range of the SWA group with the widest range (the first group without one), at
-    :func:`contract_answer`'s ``best_present``; None when no boundary is served."""
+    :func:`contract_answer`'s ``best_present``; None when no boundary is served.
+    ``chunk_state(group, chunk)``: the state of each complete chunk of the request, asked
+    group by group in chunk order."""
+    states = {
+        g: [chunk_state(g, k) for k in range(num_tokens // geometry.chunk_tokens(spec))]
+        for g, spec in enumerate(geometry.groups)
+    }
     best = contract_answer(geometry, num_tokens, local_hit, states).best_present
     if best is None:
         return None

@@ -109,9 +109,9 @@ SUBRANGES = {
 """``(path, range)`` statements of part of the catalogue on purpose."""
 
 PROVE_SUMMARY = re.compile(
-    r"reference: (\d+) theorems over (\d+) clauses in \.\.\.: (\d+) PROVED, "
-    r"(\d+) PROVED-FOR-DOMAIN")
-"""The README's example of ``kvcontract prove``'s last line."""
+    r"`reference: N theorems over M clauses in \.\.\.: \.\.\. PROVED, \.\.\. PROVED-FOR-DOMAIN`")
+"""The README's example of ``kvcontract prove``'s last line: its shape, not its counts
+(a new clause or theorem changes no document but the contract's)."""
 
 
 def test_every_stated_clause_range_is_the_catalogues() -> None:
@@ -131,15 +131,14 @@ def test_every_stated_clause_range_is_the_catalogues() -> None:
                        f"{clause_range()}:\n" + "\n".join(stale))
 
 
-def test_the_readmes_prove_summary_counts_the_catalogue() -> None:
-    """The README's example summary line counts the reference's theorems and the clauses
-    the prover checks; its verdict split adds up to the theorems."""
-    from kvcontract.spec.properties import properties
-
-    found = PROVE_SUMMARY.search((ROOT / "README.md").read_text(encoding="utf-8"))
-    assert found is not None, "README.md lost the example summary line of kvcontract prove"
-    theorems, clauses, proved, for_domain = (int(g) for g in found.groups())
-    assert theorems == len(properties()), "README.md: the number of theorems"
-    assert clauses == sum(c.proved_by == "prover" for c in CLAUSES), \
-        "README.md: the number of clauses the prover checks"
-    assert proved + for_domain == theorems, "README.md: the verdict split"
+def test_the_readmes_prove_summary_states_no_counts() -> None:
+    """The README shows the shape of ``kvcontract prove``'s last line; no document states
+    how many theorems or clauses the catalogue has (``kvcontract list`` says it), so adding
+    one edits no document but the contract."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert PROVE_SUMMARY.search(readme), "README.md lost the example summary line"
+    counted = re.compile(r"\b\d+ theorems over \d+ clauses\b")
+    stated = [f"{path.relative_to(ROOT).as_posix()}: {found.group(0)}"
+              for path in _tracked_files() if path.suffix == ".md"
+              for found in counted.finditer(path.read_text(encoding="utf-8"))]
+    assert stated == []

@@ -26,7 +26,6 @@ import contextlib
 import os
 import signal
 import sys
-import threading
 import traceback
 from collections.abc import Iterator, Sequence
 from concurrent.futures.process import BrokenProcessPool
@@ -46,6 +45,7 @@ from kvcontract.tools.commands.merge import merge
 from kvcontract.tools.commands.mutate import mutate
 from kvcontract.tools.commands.prove import prove
 from kvcontract.tools.commands.vllm_tests import vllm_tests
+from kvcontract.tools.interrupts import SIGNALS, install_signal_handling
 from kvcontract.vocabulary import EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE
 
 COMMANDS: tuple[click.Command, ...] = (prove, fuzz, gen_tests, explain, audit, list_command,
@@ -94,71 +94,6 @@ def cli() -> None:
 
 for _command in COMMANDS:
     cli.add_command(_command)
-
-
-def _sigint(_signum: int, _frame: Any) -> None:
-    SESSION.interrupted = True
-    _stop_children()
-    raise KeyboardInterrupt
-
-
-def _stop_children() -> None:
-    """Pass the interrupt on to the worker processes (prover pool, audit sandbox): a
-    SIGINT sent to this process alone (``kill -INT``, a CI runner cancelling a job) must
-    not leave the pool running the rest of its queue while the parent waits for it. The
-    workers die of it quietly (:func:`_quiet_child_sigint`)."""
-    try:
-        import multiprocessing
-
-        children = multiprocessing.active_children()
-    except Exception:  # never let the handler itself fail
-        return
-    for child in children:
-        with contextlib.suppress(OSError, TypeError, ValueError):
-            if child.pid is not None:
-                os.kill(child.pid, signal.SIGINT)
-
-
-def _quiet_child_sigint() -> None:
-    """In a forked worker (prover pool, audit sandbox): Ctrl-C reaches the whole process
-    group, and the parent reports it; the child dies of the signal without a traceback."""
-    if signal.getsignal(signal.SIGINT) is _sigint:
-        signal.signal(signal.SIGINT, signal.SIG_DFL)
-
-
-_FORK_HOOK: list[bool] = []
-
-
-def _install_signal_handling() -> Any:
-    """SIGINT sets :data:`SESSION.interrupted` (a worker killed by the same Ctrl-C is then
-    an interruption, not an internal error); returns the previous handler."""
-    if threading.current_thread() is not threading.main_thread():
-        return None
-    if signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
-        return None  # ignored (a background job) or handled by an embedding program
-    if not _FORK_HOOK and hasattr(os, "register_at_fork"):
-        os.register_at_fork(after_in_child=_quiet_child_sigint)
-        _FORK_HOOK.append(True)
-    return signal.signal(signal.SIGINT, _sigint)
-
-
-@contextlib.contextmanager
-def sigint_guard() -> Iterator[None]:
-    """Ctrl-C during a run through the Python API (:mod:`kvcontract.api`): the worker
-    processes stop quietly and the caller gets :class:`KeyboardInterrupt`, never a
-    ``BrokenProcessPool`` of the workers that died of the same signal. A handler the
-    embedding program installed is left alone (and so is any thread but the main one)."""
-    SESSION.interrupted = False
-    previous = _install_signal_handling()
-    try:
-        yield
-    except BrokenProcessPool:
-        if SESSION.interrupted:
-            raise KeyboardInterrupt from None
-        raise
-    finally:
-        if previous is not None:
-            signal.signal(signal.SIGINT, previous)
 
 
 class _PipeSafe:
@@ -236,8 +171,8 @@ def _run(group: click.Group, args: Sequence[str] | None, prog_name: str | None,
          complete_var: str | None = None, windows_expand_args: bool = True,
          **extra: Any) -> int:
     SESSION.debug = os.environ.get(DEBUG_ENV, "") not in ("", "0")
-    SESSION.interrupted = False
-    previous = _install_signal_handling()
+    SIGNALS.interrupted = False
+    previous = install_signal_handling()
     try:
         result = click.Group.main(
             group, args=list(args) if args is not None else None, prog_name=prog_name,
@@ -264,7 +199,7 @@ def _run(group: click.Group, args: Sequence[str] | None, prog_name: str | None,
         code = getattr(exc, "exit_code", EXIT_USAGE)
         return code if isinstance(code, int) and not isinstance(code, bool) else EXIT_USAGE
     except Exception as exc:  # a bug, a killed worker, a pickling error: never a verdict
-        if SESSION.interrupted and isinstance(exc, BrokenProcessPool):
+        if SIGNALS.interrupted and isinstance(exc, BrokenProcessPool):
             return _interrupted()  # the workers died of the same Ctrl-C
         return int(internal_error(exc))
     finally:

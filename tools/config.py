@@ -75,7 +75,7 @@ def _flag(key: str, value: Any) -> bool:
 
 
 def _keys() -> dict[str, tuple[str, _Check]]:
-    from kvcontract.tools.commands._common import MAX_JOBS
+    from kvcontract.options import MAX_JOBS
 
     return {
         # key: (the click parameter it sets, its check)
@@ -172,7 +172,7 @@ def load_config(start: Path | None = None) -> ProjectConfig:
         if key == "baseline-file":
             checked = str(path.parent / Path(checked).expanduser())
         if key == "fail-on":
-            from kvcontract.tools.commands._common import parse_gate_fail_on
+            from kvcontract.options import parse_gate_fail_on
 
             try:
                 parse_gate_fail_on(checked)

@@ -33,7 +33,6 @@ sandbox child under the audit's limits (``tools/audit/sandbox``).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -41,6 +40,7 @@ from typing import Any
 
 from kvcontract.errors import InputFileError, UsageError
 from kvcontract.impl.bundle import Implementation
+from kvcontract.inputs import parse_json, read_text_file
 from kvcontract.spec import multigroup
 from kvcontract.spec import reachability as spec_reach
 from kvcontract.spec import retention as spec_ret
@@ -591,8 +591,7 @@ def draw(scene: Scene, paths: Sequence[str | Path]) -> list[Path]:
         ax.set_xlim(lo, hi)
         ax.set_ylim(-0.9, len(rows) - 0.3)
         ax.set_xlabel("token")
-        title = scene.title if len(scene.title) <= 140 else scene.title[:139] + "…"
-        ax.set_title(title, fontsize=9, loc="left")
+        _set_title(ax, scene)
         legend = [
             Patch(facecolor=_FACE[HIT], edgecolor="#555555", label="HIT"),
             Patch(facecolor=_FACE[HIT_PENDING], edgecolor="#555555", label="pending"),
@@ -609,15 +608,22 @@ def draw(scene: Scene, paths: Sequence[str | Path]) -> list[Path]:
         ax.legend(handles=legend, loc="upper center",
                   bbox_to_anchor=(0.5, -0.25 - 0.05 / len(rows)), ncol=5, fontsize=7,
                   frameon=False)
-        if scene.notes:
-            fig.text(0.01, 0.005, "\n".join(scene.notes)[:600], fontsize=7, va="bottom")
-        fig.tight_layout()
-        return _save(fig, paths)
+        return _save(fig, scene, paths)
     finally:
         plt.close(fig)
 
 
-def _save(fig: Any, paths: Sequence[str | Path]) -> list[Path]:
+def _set_title(ax: Any, scene: Scene) -> None:
+    title = scene.title if len(scene.title) <= 140 else scene.title[:139] + "…"
+    ax.set_title(title, fontsize=9, loc="left")
+
+
+def _save(fig: Any, scene: Scene, paths: Sequence[str | Path]) -> list[Path]:
+    """The figure of ``scene``, its notes at the foot, laid out and written to every
+    path (SVG or PNG by the suffix)."""
+    if scene.notes:
+        fig.text(0.01, 0.005, "\n".join(scene.notes)[:600], fontsize=7, va="bottom")
+    fig.tight_layout()
     written = []
     for path in paths:
         target = Path(path)
@@ -670,12 +676,8 @@ def _draw_timeline(scene: Scene, paths: Sequence[str | Path]) -> list[Path]:
         ax.set_xlim(min(steps, default=0) - 0.6, max(steps, default=0) + 1.6)
         ax.set_ylim(-0.7, len(requests) - 0.2)
         ax.set_xlabel("scheduler step")
-        title = scene.title if len(scene.title) <= 140 else scene.title[:139] + "…"
-        ax.set_title(title, fontsize=9, loc="left")
-        if scene.notes:
-            fig.text(0.01, 0.005, "\n".join(scene.notes)[:600], fontsize=7, va="bottom")
-        fig.tight_layout()
-        return _save(fig, paths)
+        _set_title(ax, scene)
+        return _save(fig, scene, paths)
     finally:
         plt.close(fig)
 
@@ -687,18 +689,8 @@ def parse_geometry(text: str) -> Geometry:
     source = "--geometry"
     if not stripped.startswith("{"):
         source = text
-        try:
-            stripped = Path(text).read_text(encoding="utf-8")
-        except OSError as exc:
-            raise InputFileError(text, f"cannot read it ({exc.strerror or exc})") from None
-    try:
-        data = json.loads(stripped)
-    except json.JSONDecodeError as exc:
-        raise InputFileError(source, f"not valid JSON: {exc.msg} (line {exc.lineno})") from None
-    except RecursionError:
-        raise InputFileError(source, "its JSON is nested too deeply (not a geometry)") from None
-    except ValueError as exc:  # e.g. an integer of more than 4300 digits
-        raise InputFileError(source, f"not a geometry: {exc}") from None
+        stripped = read_text_file(text, "a geometry")
+    data = parse_json(stripped, source, "a geometry")
     if isinstance(data, dict) and "geometry" in data and "groups" not in data:
         data = data["geometry"]
     if not isinstance(data, dict):

@@ -500,7 +500,7 @@ def seed_scenarios(salt: int = 0) -> list[Scenario]:
         ("step", 1000),
     ]
     scenarios.append(Scenario("seed004-prefill-horizon", geo, ops))
-    # Window bound (ARCHITECTURE.md, departures): sw = 1 (mod tpc), e = 0; the store
+    # Window bound (docs/CONTRACT.md 12, departures): sw = 1 (mod tpc), e = 0; the store
     # mask supplies cdiv(sw - 1, tpc) chunks, upstream's lookup demands one more.
     geo = Geometry((fa(16), swa(4, 9)))
     toks = _tokens(49, salt)

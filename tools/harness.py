@@ -78,13 +78,8 @@ class SystemHarness:
         system = self.system
         geo = system.geometry
         keys = system.chunk_keys_for(tokens)
-        local = system.local_hit_for(tokens)
-        states = {
-            g: [system.manager.lookup(keys[(g, k)])
-                for k in range(len(tokens) // geo.chunk_tokens(s))]
-            for g, s in enumerate(geo.groups)
-        }
-        found = multigroup.left_chunk(geo, len(tokens), local, states)
+        found = multigroup.left_chunk(geo, len(tokens), system.local_hit_for(tokens),
+                                      lambda g, k: system.manager.lookup(keys[(g, k)]))
         if found is None:
             system.log.append("perturb: no boundary to perturb")
             return

@@ -70,7 +70,11 @@ from kvcontract.spec import multigroup, retention
 from kvcontract.spec.clauses import CatalogueError
 from kvcontract.spec.geometry import Geometry
 from kvcontract.spec.lifecycle import LifecycleTrace
-from kvcontract.spec.properties.base import CaseProperty, Observer
+from kvcontract.spec.properties.base import (
+    CaseProperty,
+    Family,
+    Observer,
+)
 from kvcontract.spec.properties.base import Violation as PropertyViolation
 from kvcontract.spec.properties.catalog import observed_by
 from kvcontract.spec.properties.lifecycle import LifecycleCase
@@ -109,12 +113,6 @@ ATTRIBUTED = frozenset({"C2/lookup-loads-only-hit", "C3/lookup-defers-only-in-sc
 larger than the contract's answer is C2, not C4; a defer the system's loading rule asks
 for is none): each must be a catalogue property that declares ``Observer.MONITOR``."""
 
-MONITORED_FAMILIES = frozenset({"lookup", "lifecycle"})
-"""The case families the monitor gives a case and an observation of: a lookup event is
-a lookup case; a program's lifecycle trace (:meth:`Monitor.judge_lifecycle`, from the
-system's lifecycle events) is a lifecycle case's observation."""
-
-
 def monitored_properties() -> tuple[list[CaseProperty], list[CaseProperty]]:
     """``(attributed, judged)``: the catalogue's properties that declare
     ``Observer.MONITOR``, split into those :data:`ATTRIBUTED` names and those judged by
@@ -122,11 +120,11 @@ def monitored_properties() -> tuple[list[CaseProperty], list[CaseProperty]]:
     id the catalogue does not monitor, is the catalogue's error, named."""
     declared = observed_by(Observer.MONITOR)
     for prop in declared:
-        if prop.family not in MONITORED_FAMILIES:
+        if prop.family not in Observer.MONITOR.families:
             raise CatalogueError(
                 f"property {prop.theorem_id} declares the monitor, but no system event "
                 f"gives a {prop.family} case (the monitor observes: "
-                f"{', '.join(sorted(MONITORED_FAMILIES))})")
+                f"{', '.join(sorted(Observer.MONITOR.families))})")
     ids = {p.theorem_id for p in declared}
     stale = sorted(ATTRIBUTED - ids)
     if stale:
@@ -146,8 +144,8 @@ class Monitor:
         self.checks: Counter[str] = Counter()
         self._eagle = any(geometry.drops_eagle_block(group) for group in geometry.groups)
         _, judged = monitored_properties()
-        self._judged = [p for p in judged if p.family == "lookup"]
-        self._lifecycle = [p for p in judged if p.family == "lifecycle"]
+        self._judged = [p for p in judged if p.family == Family.LOOKUP]
+        self._lifecycle = [p for p in judged if p.family == Family.LIFECYCLE]
         self._handlers: dict[type, Callable[[Any], None]] = {
             LookupEvent: self._lookup,
             LoadEvent: self._load,
@@ -348,21 +346,23 @@ class Monitor:
 
     # -- data (C11) -------------------------------------------------------------------------
     def _restore(self, event: RestoreEvent) -> None:
-        self.checks["C11"] += 1
-        if not event.positions_match:
-            self._violate(
-                "C11", "bytes",
-                f"request {event.request} group {event.group}: restored KV differs from the "
-                f"producer's at position {event.first_bad} (hit {event.hit})",
-                request=event.request, group=event.group, position=event.first_bad,
-            )
+        self._restored(event, event.positions_match, "bytes",
+                       f"restored KV differs from the producer's at position {event.first_bad}",
+                       position=event.first_bad)
 
     def _attention(self, event: AttentionEvent) -> None:
+        self._restored(event, event.outputs_match, "attention",
+                       "decode attention over the restored cache differs from a recomputed "
+                       "cache")
+
+    def _restored(self, event: RestoreEvent | AttentionEvent, holds: bool, kind: str,
+                  differs: str, **witness: object) -> None:
+        """One C11 check of the cache a hit restored: a ``kind`` violation saying what
+        ``differs`` when it does not hold."""
         self.checks["C11"] += 1
-        if not event.outputs_match:
+        if not holds:
             self._violate(
-                "C11", "attention",
-                f"request {event.request} group {event.group}: decode attention over the "
-                f"restored cache differs from a recomputed cache (hit {event.hit})",
-                request=event.request, group=event.group,
+                "C11", kind,
+                f"request {event.request} group {event.group}: {differs} (hit {event.hit})",
+                request=event.request, group=event.group, **witness,
             )

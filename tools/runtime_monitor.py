@@ -224,7 +224,7 @@ def _clause_order(clause: str) -> int:
 def geometry_of(config: Any, hash_lookahead: int | None) -> tuple[Geometry | None, str | None]:
     """The contract's geometry of a connector's ``SchedulerOffloadConfig``, or why it has
     none (a group kind the contract does not describe, a size that does not add up)."""
-    from kvcontract.live.env import vllm_names
+    from kvcontract.live.capabilities import vllm_names
 
     full, sliding, mamba = vllm_names("vllm.v1.kv_cache_interface", "FullAttentionSpec",
                                       "SlidingWindowSpec", "MambaSpec")

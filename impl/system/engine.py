@@ -1056,16 +1056,22 @@ class OffloadSystem:
             req.registered[g] = max(req.registered[g], full)
 
     # -- oracles ----------------------------------------------------------------------------
-    def _positions_kv(self, g: int, req: Request, lo: int, hi: int) -> torch.Tensor:
+    def _gather_blocks(self, g: int, req: Request, lo: int, hi: int
+                       ) -> tuple[torch.Tensor, torch.Tensor, int]:
+        """The whole blocks of group ``g`` that hold ``req``'s positions ``[lo, hi)``,
+        gathered at once: ``(block ids, their contents position by position, the first
+        block's first position)``."""
         pool = self.pools[g]
         assert pool.blocks is not None
         bs = pool.block_shape[0]
         first, last = lo // bs, -(-hi // bs)
         device = pool.blocks.device
         ids = torch.tensor(req.tables[g][first:last], dtype=torch.int64, device=device)
-        # Whole blocks gathered at once, then trimmed to [lo, hi).
-        flat = pool.blocks.index_select(0, ids).flatten(0, 1)
-        return flat[lo - first * bs : hi - first * bs]
+        return ids, pool.blocks.index_select(0, ids).flatten(0, 1), first * bs
+
+    def _positions_kv(self, g: int, req: Request, lo: int, hi: int) -> torch.Tensor:
+        _, flat, start = self._gather_blocks(g, req, lo, hi)
+        return flat[lo - start : hi - start]
 
     def _compare_restored(self, req: Request) -> None:
         """Compare the KV a hit left in every group with the producer's; report it."""
@@ -1130,17 +1136,11 @@ class OffloadSystem:
         self._allocate(req, before, after)
         if self.tensor_backed:
             for g, pool in enumerate(self.pools):
-                assert pool.blocks is not None
-                bs = pool.block_shape[0]
-                first, last = before // bs, -(-after // bs)
-                device = pool.blocks.device
-                ids = torch.tensor(req.tables[g][first:last], dtype=torch.int64, device=device)
                 # Write whole blocks: keep what the blocks already hold outside
                 # [before, after), so a partially filled block is extended, not clobbered.
-                view = pool.blocks.index_select(0, ids).flatten(0, 1)
-                view[before - first * bs : after - first * bs] = self._expected(
-                    req, g, before, after
-                )
+                ids, view, start = self._gather_blocks(g, req, before, after)
+                view[before - start : after - start] = self._expected(req, g, before, after)
+                assert pool.blocks is not None
                 pool.blocks.index_copy_(0, ids, view.view(len(ids), *pool.block_shape))
         req.num_computed = after
         status = RequestStatus.PREFILLING if before < req.prompt_len else RequestStatus.DECODING

@@ -17,7 +17,7 @@ what the first one stored), so a program's chunks name the same keys across requ
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
 from kvcontract.errors import UsageError
@@ -233,6 +233,23 @@ def run_program(geometry: Geometry, impl: Implementation, program: Sequence[str]
     return recorder.trace(system, fatal=fatal)
 
 
+_REQUEST_VERBS: dict[str, Callable[[OffloadSystem, str], None]] = {
+    "abort": OffloadSystem.abort,
+    "preempt": OffloadSystem.preempt,
+    "finish": OffloadSystem.finish,
+    "error": OffloadSystem.finish_with_error,
+}
+"""The verbs on one named request: the system's method each calls."""
+_SYSTEM_VERBS: dict[str, Callable[[OffloadSystem], None]] = {
+    "stall-store": OffloadSystem.stall_next_store,
+    "fail-store": OffloadSystem.inject_store_failure,
+    "fail-load": OffloadSystem.fail_next_load,
+    "reset-cache": OffloadSystem.reset_prefix_cache,
+    "retry-lookups": OffloadSystem.retry_lookups,
+}
+"""The verbs on the system itself: the method each calls."""
+
+
 def _apply(system: OffloadSystem, verb: str, name: str | None, tokens: list[int],
            config: ProgramConfig) -> None:
     if verb == "step":
@@ -241,25 +258,8 @@ def _apply(system: OffloadSystem, verb: str, name: str | None, tokens: list[int]
         assert name is not None
         if name not in system.requests:
             system.add_request(name, tokens, config.max_new_tokens)
-    elif verb == "abort":
+    elif verb in _REQUEST_VERBS:
         assert name is not None
-        system.abort(name)
-    elif verb == "preempt":
-        assert name is not None
-        system.preempt(name)
-    elif verb == "finish":
-        assert name is not None
-        system.finish(name)
-    elif verb == "error":
-        assert name is not None
-        system.finish_with_error(name)
-    elif verb == "stall-store":
-        system.stall_next_store()
-    elif verb == "fail-store":
-        system.inject_store_failure()
-    elif verb == "fail-load":
-        system.fail_next_load()
-    elif verb == "reset-cache":
-        system.reset_prefix_cache()
-    elif verb == "retry-lookups":
-        system.retry_lookups()
+        _REQUEST_VERBS[verb](system, name)
+    elif verb in _SYSTEM_VERBS:
+        _SYSTEM_VERBS[verb](system)

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kvcontract.live.build import BuildOptions, LiveEngine, Refused, build
-from kvcontract.live.env import vllm_names
+from kvcontract.live.capabilities import vllm_names
 from kvcontract.live.run import vllm_version
 from kvcontract.live.session import LiveSession
 from kvcontract.spec.geometry import Geometry

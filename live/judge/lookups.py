@@ -139,7 +139,7 @@ class _KeyAnswers:
 
 
 def _vllm_lookup_result() -> Any:
-    from kvcontract.live.env import vllm_names
+    from kvcontract.live.capabilities import vllm_names
 
     return vllm_names("vllm.v1.kv_offload.base", "LookupResult")
 

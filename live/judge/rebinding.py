@@ -41,7 +41,7 @@ from typing import Any
 
 from kvcontract.impl.bundle import Implementation
 from kvcontract.impl.variants import REFERENCE
-from kvcontract.live.env import vllm_names
+from kvcontract.live.capabilities import vllm_names
 from kvcontract.vocabulary import LookupResult
 
 

@@ -219,7 +219,7 @@ class DataTrace:
             keys = order
         chunks: dict[int, list[tuple[int, int]]] = {}
         group_of = self.judge.engine.group_of
-        from kvcontract.live.env import vllm_names
+        from kvcontract.live.capabilities import vllm_names
 
         get_offload_group_idx = vllm_names("vllm.v1.kv_offload.base", "get_offload_group_idx")
         for key in keys:
@@ -486,7 +486,7 @@ def _unfilled(case: StoreCase, trace: DataTrace,
 
 
 def _vllm_status() -> Any:
-    from kvcontract.live.env import vllm_names
+    from kvcontract.live.capabilities import vllm_names
 
     return vllm_names("vllm.v1.request", "RequestStatus")
 

@@ -22,9 +22,9 @@ nothing but the spec and the implementation.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from enum import Enum
-from typing import Any, ClassVar, Generic, TypeVar
+from typing import Any, ClassVar, Generic, TypeGuard, TypeVar
 
 from kvcontract.errors import KvContractError, WitnessError
 from kvcontract.impl.bundle import Implementation
@@ -35,6 +35,25 @@ from kvcontract.spec.geometry import Geometry
 from kvcontract.spec.lemmas import GeneralLemma
 from kvcontract.spec.lookup import LookupResult
 from kvcontract.vocabulary import Impact
+
+
+class Family(str, Enum):
+    """The case families: a family is the properties of one :class:`CaseSpace`, checked
+    in one pass over its cases. The one registry of family names: every per-family part
+    elsewhere (scoped cases, observers, the audit's costs, witness strategies) is keyed
+    by a member, and each consumer's test checks it covers the members it must. A
+    ``str`` enum, so reports and JSON keep the plain name."""
+
+    SCAN = "scan"
+    LOOKUP = "lookup"
+    STORE = "store"
+    END_TO_END = "end-to-end"
+    LIFECYCLE = "lifecycle"
+
+    def __str__(self) -> str:
+        # Messages and derived names (f"upstream-{family}") read the plain name; an
+        # f-string of a str enum would otherwise print "Family.LOOKUP" (Python 3.11+).
+        return self.value
 
 
 class Observer(Enum):
@@ -56,6 +75,23 @@ class Observer(Enum):
     """The fuzzer's monitor of the executable system's events (:mod:`kvcontract.tools.
     monitor`): a lookup event is the lookup family's case and observation (the accepted
     hit and the load ranges; no lookup log, no trace of the loop)."""
+
+    @property
+    def families(self) -> frozenset[Family]:
+        """The families whose cases this observer can give a property of."""
+        return OBSERVED_FAMILIES[self]
+
+
+OBSERVED_FAMILIES: dict[Observer, frozenset[Family]] = {
+    Observer.UPSTREAM_LOOP: frozenset({Family.LOOKUP, Family.END_TO_END}),
+    Observer.UPSTREAM_STORE_PATH: frozenset({Family.STORE, Family.END_TO_END}),
+    Observer.MONITOR: frozenset({Family.LOOKUP, Family.LIFECYCLE}),
+}
+"""Which families each observer observes: upstream's loop the lookup family (and, with
+the store path as producer, the end-to-end family), upstream's store path the store
+family; the monitor a lookup event as a lookup case and a program's lifecycle trace
+(:meth:`kvcontract.tools.monitor.Monitor.judge_lifecycle`) as a lifecycle case. A
+property that declares an observer of another family is a ``CatalogueError``."""
 
 
 class Violation(str):
@@ -229,12 +265,23 @@ the implementation, so constant stand-ins yield them cheaply, concrete or symbol
 
 
 @dataclass(frozen=True)
-class FormulaProperty:
-    """A statement over unbounded integers (its sizes case-split when Z3 needs it)."""
+class _Theorem:
+    """What a property of either kind is: the theorem ``clause/name`` of the catalogue,
+    stated in words by ``description`` (its own fields follow these)."""
 
     clause: str
     name: str
     description: str
+
+    @property
+    def theorem_id(self) -> str:
+        return f"{self.clause}/{self.name}"
+
+
+@dataclass(frozen=True)
+class FormulaProperty(_Theorem):
+    """A statement over unbounded integers (its sizes case-split when Z3 needs it)."""
+
     variables: tuple[str, ...]
     """Unbounded integer variables (always symbolic in a proof)."""
     statement: Statement
@@ -270,6 +317,11 @@ class FormulaProperty:
     """The geometry a witness's values describe, when they describe one that vLLM may or
     may not build (the multi-group store masks); ``None``: every witness is buildable
     (one group of any block size)."""
+    reads_gpu_retention: bool = False
+    """The statement reads what the GPU manager retains (the spec's ``Ret``/``Load``
+    with ``e``) next to the window functions it calls: an audit that has not bound
+    upstream's manager (``get_num_skipped_tokens``) leaves it unchecked rather than
+    present the spec's retention as upstream's."""
     kind: ClassVar[str] = "arith"
 
     def impact_of(self, message: str) -> Impact:
@@ -286,10 +338,6 @@ class FormulaProperty:
     def grade(self, values: Mapping[str, int], message: str) -> GradedFinding:
         """The graded finding of a violation at ``values`` (:func:`grade`)."""
         return grade(self, message, self.geometry_of(values))
-
-    @property
-    def theorem_id(self) -> str:
-        return f"{self.clause}/{self.name}"
 
     def admissible(self, values: Mapping[str, int]) -> bool:
         """Whether the hypotheses hold for ``values`` (no implementation call)."""
@@ -348,6 +396,39 @@ class FormulaProperty:
         return self.picture(self.decode(witness), impl)
 
 
+# -- a case's fields in a witness ---------------------------------------------------------
+def fields_set(case: Any, *names: str) -> dict[str, Any]:
+    """The fields ``names`` of the dataclass ``case`` that differ from their defaults, in
+    that order: what a witness holds of them (only when set, so the witnesses written
+    before a field existed stay valid)."""
+    defaults = {f.name: f.default for f in fields(case)}
+    return {name: getattr(case, name) for name in names
+            if getattr(case, name) != defaults[name]}
+
+
+def is_count(value: Any, least: int = 0) -> TypeGuard[int]:
+    """Whether ``value`` is an integer (a bool is not one) of at least ``least``."""
+    return isinstance(value, int) and not isinstance(value, bool) and value >= least
+
+
+def count_field(key: str, value: Any) -> int:
+    """``value``, the field ``key`` of a case read back: ValueError unless an integer
+    >= 0."""
+    if not is_count(value):
+        raise ValueError(f"{key} must be an integer >= 0, not {value!r}")
+    return value
+
+
+def optional_count_field(key: str, value: Any) -> int | None:
+    """``value``, the field ``key`` of a case read back: ValueError unless None or an
+    integer >= 0."""
+    if value is None:
+        return None
+    if not is_count(value):
+        raise ValueError(f"{key} must be None or an integer >= 0, not {value!r}")
+    return value
+
+
 CaseT = TypeVar("CaseT")
 ObservationT = TypeVar("ObservationT")
 
@@ -363,6 +444,9 @@ class CaseSpace(Generic[CaseT, ObservationT]):
     """
 
     family: str
+    """A :class:`Family` for the catalogue's spaces; a space the audit derives from one
+    to observe upstream's code is named after it (``upstream-lookup``,
+    ``engine-store``)."""
     cases: Callable[[], Iterable[CaseT]]
     describe: Callable[[], str]
     to_json: Callable[[CaseT], dict[str, Any]]
@@ -378,6 +462,10 @@ class CaseSpace(Generic[CaseT, ObservationT]):
     """The functions of :mod:`kvcontract.impl.scheduler` ``observe`` calls (qualnames,
     ``Class.*`` for every method): with the properties' ``uses``, what a property
     exercises (``kvcontract mutate`` maps mutants to the theorems that reach them)."""
+    shares: tuple[CaseSpace[Any, Any], Callable[[Any], bool]] | None = None
+    """``(base space, accepts)`` for a space derived from another's cases (the audit's
+    ``upstream-*`` spaces): its cases are the base space's that ``accepts`` keeps, in
+    the base's order, so the audit walks both families over the same cases once."""
     not_on_bound_code: str = ""
     """Why the space's cases say nothing about a target whose functions are bound into
     ``driver`` (its driver is kvcontract's, and the clause is about the target's own
@@ -400,12 +488,9 @@ Judge = Callable[[Any, Any], "str | None"]
 
 
 @dataclass(frozen=True)
-class CaseProperty:
+class CaseProperty(_Theorem):
     """A judgement of every case of a finite space."""
 
-    clause: str
-    name: str
-    description: str
     space: CaseSpace[Any, Any]
     judge: Judge
     uses: tuple[str, ...]
@@ -434,10 +519,6 @@ class CaseProperty:
 
     def impact_of(self, message: str) -> Impact:
         return _impact_of(self, message)
-
-    @property
-    def theorem_id(self) -> str:
-        return f"{self.clause}/{self.name}"
 
     @property
     def family(self) -> str:

@@ -46,10 +46,12 @@ from kvcontract.spec.lookup import HIT, MISS, LookupResult, hashed_tokens
 from kvcontract.spec.properties.base import (
     CaseProperty,
     CaseSpace,
+    Family,
     LastCase,
     Observer,
     Picture,
     Violation,
+    is_count,
 )
 from kvcontract.spec.properties.lookup import LOOKUP_FUNCTIONS, crash_of
 from kvcontract.spec.properties.store import (
@@ -434,7 +436,7 @@ class Consumer:
             raise ValueError(f"consumer kind must be one of {CONSUMER_KINDS}, not {kind!r}")
         values = (data["num_tokens"], data["shared_tokens"])
         for value in values:
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            if not is_count(value, 1):
                 raise ValueError(f"consumer token counts must be integers >= 1, not {value!r}")
         if values[1] > values[0]:
             raise ValueError(f"the shared prefix {values[1]} exceeds the consumer's "
@@ -774,7 +776,7 @@ def resend_promises(case: EndToEndCase) -> tuple[int, int]:
 
 
 END_TO_END_SPACE: CaseSpace[EndToEndCase, EndToEndObservation] = CaseSpace(
-    family="end-to-end", cases=end_to_end_cases, describe=end_to_end_domain,
+    family=Family.END_TO_END, cases=end_to_end_cases, describe=end_to_end_domain,
     to_json=EndToEndCase.to_json, from_json=EndToEndCase.from_json, observe=run_end_to_end,
     geometry_of=lambda case: case.producer.geometry,
     driver=("kvcontract's StoreTracker, then its multi-group lookup, over the bound "

@@ -48,7 +48,13 @@ from kvcontract.spec.lemmas import (
 from kvcontract.spec.lookup import load_window_chunks
 from kvcontract.spec.models import list_presets, preset_geometries
 from kvcontract.spec.properties import domains
-from kvcontract.spec.properties.base import Config, Env, FormulaProperty, Picture
+from kvcontract.spec.properties.base import (
+    Config,
+    Env,
+    FormulaProperty,
+    Picture,
+    Statement,
+)
 from kvcontract.spec.reachability import (
     demanded_chunk_range,
     final_tail_block,
@@ -723,7 +729,7 @@ def stored_blocks_demanded(env: Env, impl: Implementation) -> tuple[list[Bool], 
     hyps: list[Bool] = [*size_hyps, sw >= 2, e >= 0, horizon_chunks >= 1, i >= 0,
                         i < horizon_chunks * bpc]
     if eagle or retention is not None:
-        hyps.append(False)  # domain: non-EAGLE, segments of A (see ARCHITECTURE.md)
+        hyps.append(False)  # domain: non-EAGLE, segments of A (docs/CONTRACT.md 13)
     env.assume(hyps)
     marked = env.call(
         impl.is_block_reachable,
@@ -863,7 +869,7 @@ def _passes_replay_boundary(
     if not isinstance(prompt_len, int) and getattr(store_replay_boundaries, "__closure__",
                                                    None) and \
             not getattr(store_replay_boundaries, "stateless", False):
-        from kvcontract.proofs.symbolic import LiftError
+        from kvcontract.spec.symbolic import LiftError
 
         raise LiftError("the store path's replay boundaries keep state between calls (a "
                         "closure): run on plain ints only")
@@ -1086,13 +1092,19 @@ def _picture_allocation(v: Mapping[str, int], impl: Implementation) -> Picture:
     return _swa_picture(v, set(range(lo, hi)), "the fresh blocks of this hit exceed W * bpc + 1")
 
 
+def _checked_window(impl: Implementation, load_window: bool, hit: int, sw: int, e: int,
+                    tpc: int) -> int:
+    """The chunks the implementation checks back from boundary ``hit``: its load window
+    (``load_window``, the first run's) or ``W`` (a later run's)."""
+    if load_window:
+        return int(impl.load_window_size_in_chunks(hit, sw, e, tpc))
+    return int(impl.get_sliding_window_size_in_chunks(sw, e, tpc))
+
+
 def _picture_covers(first_run: bool) -> Callable[[Mapping[str, int], Implementation], Picture]:
     def picture(v: Mapping[str, int], impl: Implementation) -> Picture:
         _, hit, local, bs, bpc, sw, e, tpc = _swa_scene(v)
-        if first_run:
-            window = int(impl.load_window_size_in_chunks(hit, sw, e, tpc))
-        else:
-            window = int(impl.get_sliding_window_size_in_chunks(sw, e, tpc))
+        window = _checked_window(impl, first_run, hit, sw, e, tpc)
         end = int(cdiv(hit, tpc))
         checked_from = max(local // tpc, end - window)
         lo, hi = (int(x) for x in impl.load_chunk_range(hit, local, bs, bpc, sw, e))
@@ -1106,10 +1118,7 @@ def _picture_covers(first_run: bool) -> Callable[[Mapping[str, int], Implementat
 def _picture_window(load_window: bool) -> Callable[[Mapping[str, int], Implementation], Picture]:
     def picture(v: Mapping[str, int], impl: Implementation) -> Picture:
         _, hit, _, bs, bpc, sw, e, tpc = _swa_scene(v)
-        if load_window:
-            window = int(impl.load_window_size_in_chunks(hit, sw, e, tpc))
-        else:
-            window = int(impl.get_sliding_window_size_in_chunks(sw, e, tpc))
+        window = _checked_window(impl, load_window, hit, sw, e, tpc)
         lo, hi = (int(x) for x in spec_ret.load_chunk_range(hit, 0, bs, bpc, sw, e))
         return _swa_picture(v, set(range(hi - window, lo)),
                             f"the implementation demands {window} chunks ending at chunk "
@@ -1199,8 +1208,59 @@ SWA_LOAD = ("load_chunk_range",)
 MASK = ("is_block_reachable",)
 
 
+def _chunk_property(
+    clause: str, name: str, description: str, variables: str, statement: Statement,
+    uses: tuple[str, ...], picture: Callable[[Mapping[str, int], Implementation], Picture],
+    reads_gpu_retention: bool = False,
+) -> FormulaProperty:
+    """A theorem of one sliding-window group over the chunk case split (block size and
+    blocks per chunk, both tried symbolically first)."""
+    return FormulaProperty(clause, name, description, _w(variables), statement,
+                           domains.chunk_configs, domains.CHUNK_DOMAIN, uses=uses,
+                           picture=picture, symbolic_sizes=("bs", "bpc"),
+                           reads_gpu_retention=reads_gpu_retention)
+
+
+def _mask_tag(eagle: bool, retention: str) -> str:
+    return f"{'eagle' if eagle else 'plain'}-{retention}"
+
+
+def _mask_property(
+    clause: str, name: str, description: str, variables: str, statement: Statement,
+    eagle: bool, retention: str,
+    picture: Callable[[Mapping[str, int], Implementation], Picture],
+    configs: Callable[[], list[Config]] | None = None, **options: Any,
+) -> FormulaProperty:
+    """A theorem of the store mask for an EAGLE group or another and one kind of
+    retention, every size tried symbolically first (:func:`_all_sizes`, ``options``
+    override its fields); its case split is ``configs``, the mask's configurations of
+    that kind when None."""
+    return FormulaProperty(
+        clause, name, description, _w(variables), statement,
+        configs or functools.partial(_mask_configs, eagle, retention),
+        MASK_DOMAIN + f", eagle={eagle}, retention={retention}",
+        uses=MASK, picture=picture, geometry=mask_geometry,
+        **{**_all_sizes(retention, eagle), **options},
+    )
+
+
+def _boundary_supplied(
+    name: str, description: str, variables: str, statement: Statement,
+    retentions: tuple[str, ...], step_tokens: Callable[[Mapping[str, int]], int],
+) -> list[FormulaProperty]:
+    """The C7 mask theorem ``name`` for an EAGLE group and another and each of
+    ``retentions``, split by the residue of its boundaries ``k * step_tokens``
+    (:func:`_residue_configs`)."""
+    return [
+        _mask_property(
+            "C7", f"{name}[{_mask_tag(eagle, retention)}]", description, variables,
+            statement, eagle, retention, _picture_mask,
+            functools.partial(_residue_configs, eagle, retention, step_tokens))
+        for eagle in (False, True) for retention in retentions
+    ]
+
+
 def formula_properties() -> list[FormulaProperty]:
-    chunk = domains.chunk_configs
     properties = [
         FormulaProperty(
             "C1",
@@ -1214,78 +1274,33 @@ def formula_properties() -> list[FormulaProperty]:
             picture=_picture_retained,
             symbolic_sizes=("bs",),
         ),
-        FormulaProperty(
-            "C1",
-            "load-set-exact",
-            "Load(N, L) holds exactly the chunks with a fresh retained block",
-            _w("N Lb c sw e"),
-            load_set_exact,
-            chunk,
-            domains.CHUNK_DOMAIN,
-            uses=SWA_LOAD,
-            picture=_picture_load_set,
-            symbolic_sizes=("bs", "bpc"),
-        ),
-        FormulaProperty(
-            "C1",
-            "allocation-bound",
-            "fresh blocks of a hit never exceed W * bpc + 1",
-            _w("N Lb sw e"),
-            allocation_bound,
-            chunk,
-            domains.CHUNK_DOMAIN,
-            uses=("get_sliding_window_size_in_chunks",),
-            picture=_picture_allocation,
-            symbolic_sizes=("bs", "bpc"),
-        ),
-        FormulaProperty(
-            "C2",
-            "first-run-covers-load",
-            "the window checked for a candidate boundary N covers Load(N, L)",
-            _w("N Lb sw e"),
-            first_run_covers_load,
-            chunk,
-            domains.CHUNK_DOMAIN,
-            uses=("load_window_size_in_chunks", "load_chunk_range"),
-            picture=_picture_covers(first_run=True),
-            symbolic_sizes=("bs", "bpc"),
-        ),
-        FormulaProperty(
-            "C2",
-            "later-run-covers-load",
-            "a W-window ending at chunk j covers Load(j * tpc, L)",
-            _w("j Lb sw e"),
-            later_run_covers_load,
-            chunk,
-            domains.CHUNK_DOMAIN,
-            uses=("get_sliding_window_size_in_chunks", "load_chunk_range"),
-            picture=_picture_covers(first_run=False),
-            symbolic_sizes=("bs", "bpc"),
-        ),
-        FormulaProperty(
-            "C4",
-            "load-window-exact",
-            "lw(N) demands no chunk outside Load(N, 0) once history is skipped",
-            _w("N sw e"),
-            load_window_not_over_demanding,
-            chunk,
-            domains.CHUNK_DOMAIN,
-            uses=("load_window_size_in_chunks",),
-            picture=_picture_window(load_window=True),
-            symbolic_sizes=("bs", "bpc"),
-        ),
-        FormulaProperty(
-            "C4",
-            "window-exact",
-            "W demands no chunk outside the load set of an aligned boundary",
-            _w("j sw e"),
-            window_not_over_demanding,
-            chunk,
-            domains.CHUNK_DOMAIN,
-            uses=("get_sliding_window_size_in_chunks",),
-            picture=_picture_window(load_window=False),
-            symbolic_sizes=("bs", "bpc"),
-        ),
+        _chunk_property("C1", "load-set-exact",
+                        "Load(N, L) holds exactly the chunks with a fresh retained block",
+                        "N Lb c sw e", load_set_exact, SWA_LOAD, _picture_load_set),
+        _chunk_property("C1", "allocation-bound",
+                        "fresh blocks of a hit never exceed W * bpc + 1",
+                        "N Lb sw e", allocation_bound, ("get_sliding_window_size_in_chunks",),
+                        _picture_allocation, reads_gpu_retention=True),
+        _chunk_property("C2", "first-run-covers-load",
+                        "the window checked for a candidate boundary N covers Load(N, L)",
+                        "N Lb sw e", first_run_covers_load,
+                        ("load_window_size_in_chunks", "load_chunk_range"),
+                        _picture_covers(first_run=True)),
+        _chunk_property("C2", "later-run-covers-load",
+                        "a W-window ending at chunk j covers Load(j * tpc, L)",
+                        "j Lb sw e", later_run_covers_load,
+                        ("get_sliding_window_size_in_chunks", "load_chunk_range"),
+                        _picture_covers(first_run=False)),
+        _chunk_property("C4", "load-window-exact",
+                        "lw(N) demands no chunk outside Load(N, 0) once history is skipped",
+                        "N sw e", load_window_not_over_demanding,
+                        ("load_window_size_in_chunks",), _picture_window(load_window=True),
+                        reads_gpu_retention=True),
+        _chunk_property("C4", "window-exact",
+                        "W demands no chunk outside the load set of an aligned boundary",
+                        "j sw e", window_not_over_demanding,
+                        ("get_sliding_window_size_in_chunks",),
+                        _picture_window(load_window=False), reads_gpu_retention=True),
         FormulaProperty(
             "C10",
             "store-blocks-placed",
@@ -1362,77 +1377,26 @@ def formula_properties() -> list[FormulaProperty]:
             symbolic_domain="x: an EAGLE group or not, h: the hash mode",
         ),
     ]
-    for eagle in (False, True):
-        for retention in ("none", "interval"):
-            tag = f"{'eagle' if eagle else 'plain'}-{retention}"
-            properties.append(
-                FormulaProperty(
-                    "C7",
-                    f"segment-boundaries-supplied[{tag}]",
-                    "every chunk a segment boundary demands is stored",
-                    _w("k Hc c sw e q"),
-                    segment_boundaries_supplied,
-                    functools.partial(_residue_configs, eagle, retention, _segment_tokens),
-                    MASK_DOMAIN + f", eagle={eagle}, retention={retention}",
-                    uses=MASK,
-                    picture=_picture_mask,
-                    geometry=mask_geometry,
-                    **_all_sizes(retention, eagle),
-                )
-            )
+    properties += _boundary_supplied(
+        "segment-boundaries-supplied", "every chunk a segment boundary demands is stored",
+        "k Hc c sw e q", segment_boundaries_supplied, ("none", "interval"), _segment_tokens)
     # Only dense retention keeps a final tail (``reachability.keeps_final_tail``): under
     # an interval the final partial segment is served at its replay boundaries alone.
     for retention in ("none",):
-        properties.append(
-            FormulaProperty(
-                "C7",
-                f"final-boundary-supplied[{retention}]",
-                "every chunk the final horizon demands is stored",
-                _w("Hc c sw e"),
-                final_boundary_supplied,
-                functools.partial(_mask_configs, False, retention),
-                MASK_DOMAIN + f", eagle=False, retention={retention}",
-                uses=MASK,
-                picture=_picture_mask,
-                geometry=mask_geometry,
-                **_all_sizes(retention, False),
-            )
-        )
-    for eagle in (False, True):
-        for retention in ("zero", "interval"):
-            properties.append(
-                FormulaProperty(
-                    "C7",
-                    f"replay-boundary-supplied[{'eagle' if eagle else 'plain'}-{retention}]",
-                    "every chunk the replay boundary demands is stored",
-                    _w("r Hc c sw e q"),
-                    replay_boundary_supplied,
-                    functools.partial(_residue_configs, eagle, retention, _alignment_tokens),
-                    MASK_DOMAIN + f", eagle={eagle}, retention={retention}",
-                    uses=MASK,
-                    picture=_picture_mask,
-                    geometry=mask_geometry,
-                    **_all_sizes(retention, eagle),
-                )
-            )
+        properties.append(_mask_property(
+            "C7", f"final-boundary-supplied[{retention}]",
+            "every chunk the final horizon demands is stored", "Hc c sw e",
+            final_boundary_supplied, False, retention, _picture_mask))
+    properties += _boundary_supplied(
+        "replay-boundary-supplied", "every chunk the replay boundary demands is stored",
+        "r Hc c sw e q", replay_boundary_supplied, ("zero", "interval"), _alignment_tokens)
     # Once unknown on 33-block periods even at 400M rlimit (with the path-chain lift);
     # with the decision-tree lift and the solver portfolio every configuration is
     # decided within 2.1M (measured: 21M over the 131 configurations, 9 s).
-    properties.append(
-        FormulaProperty(
-            "C8",
-            "stored-blocks-demanded",
-            "every block the mask marks below the horizon is demanded by a reachable boundary",
-            _w("i Hc sw e"),
-            stored_blocks_demanded,
-            lambda: _mask_configs(False, "none"),
-            MASK_DOMAIN + ", eagle=False, retention=none",
-            uses=MASK,
-            picture=_picture_mask,
-            geometry=mask_geometry,
-            **_all_sizes("none", False),
-        )
-    )
+    properties.append(_mask_property(
+        "C8", "stored-blocks-demanded",
+        "every block the mask marks below the horizon is demanded by a reachable boundary",
+        "i Hc sw e", stored_blocks_demanded, False, "none", _picture_mask))
     # Issue 30: the final partial segment's tail and the store path's replay boundaries,
     # exactly (what kvcontract mutate showed the one-sided theorems above leave open).
     for clause, name, description, statement in (
@@ -1444,21 +1408,9 @@ def formula_properties() -> list[FormulaProperty]:
          "contract does not mark",
          final_tail_exact),
     ):
-        properties.append(
-            FormulaProperty(
-                clause,
-                name,
-                description,
-                _w("i F sw e"),
-                statement,
-                lambda: _mask_configs(False, "none"),
-                MASK_DOMAIN + ", eagle=False, retention=none",
-                uses=MASK,
-                picture=_picture_final_tail,
-                geometry=mask_geometry,
-                **{**_all_sizes("none", False), "refine_sizes": ()},
-            )
-        )
+        properties.append(_mask_property(
+            clause, name, description, "i F sw e", statement, False, "none",
+            _picture_final_tail, refine_sizes=()))
     for clause, name, description, statement, retentions in (
         ("C7", "replay-tail-supplied",
          "every block the contract marks for a replay boundary is marked",
@@ -1469,22 +1421,10 @@ def formula_properties() -> list[FormulaProperty]:
     ):
         for eagle in (False, True):
             for retention in retentions:
-                tag = f"{'eagle' if eagle else 'plain'}-{retention}"
-                properties.append(
-                    FormulaProperty(
-                        clause,
-                        f"{name}[{tag}]",
-                        description,
-                        _w("i k sw e"),
-                        statement,
-                        functools.partial(_mask_configs, eagle, retention),
-                        MASK_DOMAIN + f", eagle={eagle}, retention={retention}",
-                        uses=MASK,
-                        picture=_picture_replay_tail,
-                        geometry=mask_geometry,
-                        **{**_all_sizes(retention, eagle), "refine_sizes": ()},
-                    )
-                )
+                properties.append(_mask_property(
+                    clause, f"{name}[{_mask_tag(eagle, retention)}]", description,
+                    "i k sw e", statement, eagle, retention, _picture_replay_tail,
+                    refine_sizes=()))
     properties.append(
         FormulaProperty(
             "C7",

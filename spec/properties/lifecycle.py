@@ -52,6 +52,7 @@ from kvcontract.spec.properties.base import (
     CaseSpace,
     Config,
     Env,
+    Family,
     FormulaProperty,
     LastCase,
     Observer,
@@ -769,7 +770,7 @@ def _observe(case: LifecycleCase, impl: Implementation) -> LifecycleTrace:
 observe_lifecycle: LastCase[LifecycleCase, LifecycleTrace] = LastCase(_observe)
 
 LIFECYCLE_SPACE: CaseSpace[LifecycleCase, LifecycleTrace] = CaseSpace(
-    family="lifecycle", cases=lifecycle_cases, describe=lifecycle_domain,
+    family=Family.LIFECYCLE, cases=lifecycle_cases, describe=lifecycle_domain,
     to_json=LifecycleCase.to_json, from_json=LifecycleCase.from_json,
     observe=observe_lifecycle, geometry_of=lambda case: case.geometry,
     driver="kvcontract's executable system (impl/system) over the bound primitives",

@@ -26,10 +26,14 @@ from kvcontract.spec.lookup import HIT, HIT_PENDING, LookupResult
 from kvcontract.spec.properties.base import (
     CaseProperty,
     CaseSpace,
+    Family,
     LastCase,
     Observer,
     Picture,
     Violation,
+    count_field,
+    fields_set,
+    optional_count_field,
 )
 from kvcontract.vocabulary import Impact
 
@@ -48,31 +52,24 @@ class LookupCase:
     within it."""
 
     def to_json(self) -> dict[str, Any]:
-        data: dict[str, Any] = {
+        return {
             "geometry_name": self.geometry_name,
             "geometry": self.geometry.to_dict(),
             "num_tokens": self.num_tokens,
             "local_hit": self.local_hit,
             "states": {str(g): [s.name for s in seq] for g, seq in enumerate(self.states)},
+            **fields_set(self, "max_hit_tokens"),
         }
-        if self.max_hit_tokens is not None:
-            # Only when set: the witnesses written before the field existed stay valid.
-            data["max_hit_tokens"] = self.max_hit_tokens
-        return data
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> LookupCase:
         geometry = Geometry.from_dict(dict(data["geometry"]))
         num_tokens, local_hit = data["num_tokens"], data["local_hit"]
         for key, value in (("num_tokens", num_tokens), ("local_hit", local_hit)):
-            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-                raise ValueError(f"{key} must be an integer >= 0, not {value!r}")
+            count_field(key, value)
         if local_hit > num_tokens:
             raise ValueError(f"local_hit {local_hit} exceeds num_tokens {num_tokens}")
-        budget = data.get("max_hit_tokens")
-        if budget is not None and (not isinstance(budget, int) or isinstance(budget, bool)
-                                   or budget < 0):
-            raise ValueError(f"max_hit_tokens must be None or an integer >= 0, not {budget!r}")
+        budget = optional_count_field("max_hit_tokens", data.get("max_hit_tokens"))
         states = data["states"]
         rows = []
         for g, group in enumerate(geometry.groups):
@@ -253,7 +250,7 @@ contract_answer: LastCase[LookupCase, multigroup.ContractAnswer] = LastCase(
 
 
 LOOKUP_SPACE: CaseSpace[LookupCase, LookupObservation] = CaseSpace(
-    family="lookup", cases=lookup_cases, describe=lookup_domain,
+    family=Family.LOOKUP, cases=lookup_cases, describe=lookup_domain,
     to_json=LookupCase.to_json, from_json=LookupCase.from_json, observe=run_lookup,
     geometry_of=lambda case: case.geometry,
     driver="kvcontract's multi-group lookup over the bound primitives",

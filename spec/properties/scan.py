@@ -20,7 +20,14 @@ from kvcontract.spec.lookup import (
     ScanAnswer,
     sliding_window_answer,
 )
-from kvcontract.spec.properties.base import CaseProperty, CaseSpace, LastCase, Picture
+from kvcontract.spec.properties.base import (
+    CaseProperty,
+    CaseSpace,
+    Family,
+    LastCase,
+    Picture,
+    is_count,
+)
 
 SCAN_MAX_LENGTH = 6
 SCAN_WINDOWS = (1, 2, 3)
@@ -48,7 +55,7 @@ class ScanCase:
 
 def _positive(data: Mapping[str, Any], key: str) -> int:
     value = data[key]
-    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+    if not is_count(value, 1):
         raise ValueError(f"{key} must be a positive integer, not {value!r}")
     return value
 
@@ -89,7 +96,7 @@ scan_answer: LastCase[ScanCase, ScanAnswer] = LastCase(_scan_answer)
 
 
 SCAN_SPACE: CaseSpace[ScanCase, int | None] = CaseSpace(
-    family="scan", cases=scan_cases, describe=scan_domain, to_json=ScanCase.to_json,
+    family=Family.SCAN, cases=scan_cases, describe=scan_domain, to_json=ScanCase.to_json,
     from_json=ScanCase.from_json, observe=run_scan,
 )
 

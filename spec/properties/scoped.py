@@ -46,7 +46,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 from kvcontract.spec import multigroup
@@ -56,6 +56,7 @@ from kvcontract.spec.properties.base import (
     CaseProperty,
     CaseSpace,
     Config,
+    Family,
     FormulaProperty,
     Property,
 )
@@ -382,19 +383,23 @@ def _lifecycle_domain(scope: Scope) -> str:
     return scoped_domain(scope)
 
 
-_CASES = {"store": (store_cases, _store_domain),
-          "end-to-end": (end_to_end_cases, _end_to_end_domain),
-          "lookup": (lookup_cases, _lookup_domain),
-          "lifecycle": (_lifecycle_cases, _lifecycle_domain)}
-"""The families whose cases are replaced: ``family -> (cases(scope), domain(scope))``."""
-KEPT_FAMILIES = ("scan",)
-"""Families without a geometry, run as in the full catalogue."""
+SCOPED_CASES: dict[Family, tuple[Callable[[Scope], Any], Callable[[Scope], str]] | None] = {
+    Family.STORE: (store_cases, _store_domain),
+    Family.END_TO_END: (end_to_end_cases, _end_to_end_domain),
+    Family.LOOKUP: (lookup_cases, _lookup_domain),
+    Family.LIFECYCLE: (_lifecycle_cases, _lifecycle_domain),
+    Family.SCAN: None,
+}
+"""Every family: ``(cases(scope), domain(scope))`` of its cases on the scope's
+geometries, or None for a family without a geometry (run as in the full catalogue)."""
 
 
 def scoped_space(space: CaseSpace[Any, Any], scope: Scope) -> CaseSpace[Any, Any]:
     """``space`` with the cases of ``scope`` instead of its catalogue (same codec, same
     observation: the judges and the audit's observation swaps still apply)."""
-    cases, domain = _CASES[space.family]
+    scoped = SCOPED_CASES[Family(space.family)]
+    assert scoped is not None, f"the {space.family} family has no geometry to scope"
+    cases, domain = scoped
     text = functools.cache(lambda: domain(scope))
     return dataclasses.replace(space, cases=lambda: cases(scope), describe=text)
 
@@ -527,7 +532,7 @@ def _scoped(scope: Scope) -> tuple[tuple[Property, ...], tuple[str, ...]]:
     spec_only: list[str] = []
     for prop in properties():
         if isinstance(prop, CaseProperty):
-            if prop.space.family in KEPT_FAMILIES or prop.space.family not in _CASES:
+            if SCOPED_CASES.get(Family(prop.space.family)) is None:
                 kept.append(prop)
                 continue
             space = spaces.setdefault(id(prop.space), scoped_space(prop.space, scope))
@@ -547,7 +552,8 @@ def _scoped(scope: Scope) -> tuple[tuple[Property, ...], tuple[str, ...]]:
     if dropped:
         notes.append("not applicable (no SWA group of the given geometries has that shape: "
                      f"EAGLE flag, retention kind, a store mask): {', '.join(dropped)}")
-    notes.append(f"as in the full catalogue (no geometry): the {', '.join(KEPT_FAMILIES)} "
+    notes.append("as in the full catalogue (no geometry): the "
+                 f"{', '.join(f.value for f, cases in SCOPED_CASES.items() if cases is None)} "
                  "family (state sequences up to 6 keys, W in {1, 2, 3})")
     return tuple(kept), tuple(notes)
 

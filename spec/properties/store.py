@@ -17,10 +17,15 @@ from kvcontract.spec.lookup import hashed_tokens
 from kvcontract.spec.properties.base import (
     CaseProperty,
     CaseSpace,
+    Family,
     LastCase,
     Observer,
     Picture,
     Violation,
+    count_field,
+    fields_set,
+    is_count,
+    optional_count_field,
 )
 from kvcontract.spec.reachability import (
     RequestStatus,
@@ -65,21 +70,15 @@ class StoreCase:
         return boundaries
 
     def to_json(self) -> dict[str, Any]:
-        data = {
+        return {
             "geometry_name": self.geometry_name,
             "geometry": self.geometry.to_dict(),
             "prompt_len": self.prompt_len,
             "steps": list(self.steps),
             "ending": self.ending,
             "decode": self.decode,
+            **fields_set(self, "prompt_only", "start_hit", "max_offload_tokens"),
         }
-        if not self.prompt_only:
-            data["prompt_only"] = False
-        if self.start_hit:
-            data["start_hit"] = self.start_hit
-        if self.max_offload_tokens is not None:
-            data["max_offload_tokens"] = self.max_offload_tokens
-        return data
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> StoreCase:
@@ -89,19 +88,15 @@ class StoreCase:
         decode = data.get("decode", 0)
         for key, value in [("prompt_len", prompt_len), ("decode", decode),
                            *(("steps", s) for s in steps)]:
-            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+            if not is_count(value):
                 raise ValueError(f"{key} must hold integers >= 0, not {value!r}")
         if data["ending"] not in ENDINGS:
             raise ValueError(f"ending must be one of {ENDINGS}, not {data['ending']!r}")
         prompt_only = data.get("prompt_only", True)
         if not isinstance(prompt_only, bool):
             raise ValueError(f"prompt_only must be true or false, not {prompt_only!r}")
-        start_hit = data.get("start_hit", 0)
-        if not isinstance(start_hit, int) or isinstance(start_hit, bool) or start_hit < 0:
-            raise ValueError(f"start_hit must be an integer >= 0, not {start_hit!r}")
-        cap = data.get("max_offload_tokens")
-        if cap is not None and (not isinstance(cap, int) or isinstance(cap, bool) or cap < 0):
-            raise ValueError(f"max_offload_tokens must be None or an integer >= 0, not {cap!r}")
+        start_hit = count_field("start_hit", data.get("start_hit", 0))
+        cap = optional_count_field("max_offload_tokens", data.get("max_offload_tokens"))
         if start_hit + sum(steps) > prompt_len:
             raise ValueError(f"the hit {start_hit} and the prefill steps {steps} exceed the "
                              f"prompt of {prompt_len}")
@@ -300,7 +295,7 @@ run_store = LastCase(simulate_store_case)
 
 
 STORE_SPACE: CaseSpace[StoreCase, StoreRun] = CaseSpace(
-    family="store", cases=store_cases, describe=store_domain,
+    family=Family.STORE, cases=store_cases, describe=store_domain,
     to_json=StoreCase.to_json, from_json=StoreCase.from_json, observe=run_store,
     geometry_of=lambda case: case.geometry,
     driver="kvcontract's StoreTracker over the bound mask and horizon",

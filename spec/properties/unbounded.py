@@ -12,7 +12,7 @@ folds"). Two kinds of theorem cover every sequence length and every window:
 * **the implementation's refinement** (``*-refines-spec``): the implementation's own
   step function (:func:`kvcontract.impl.reference.sliding_window_step`,
   :func:`~kvcontract.impl.reference.prefix_step`), lifted by
-  :mod:`kvcontract.proofs.symbolic` with a symbolic state and a symbolic lookup result,
+  :mod:`kvcontract.spec.symbolic` with a symbolic state and a symbolic lookup result,
   keeps the abstraction relation to the spec's state for one step from every reachable
   spec state, and reads the same answer when it stops. By induction over the keys the
   implementation's scan answers the spec's fold on every sequence.
@@ -322,33 +322,50 @@ def _window_reachable(env: Env, state: WindowScanState) -> list[Bool]:
     ]
 
 
+def _step_refines(
+    env: Env, impl: Implementation, hyps: list[Bool],
+    observed: Callable[[Mapping[str, int], Implementation], bool],
+    scanner: Callable[..., Any], driver: Callable[..., Any], step_name: str,
+    goal: Callable[[Callable[..., Any]], Bool],
+) -> tuple[list[Bool], Bool]:
+    """A statement that one step of the implementation's scan refines the spec's: on
+    ints, what ``observed`` sees of whole scans; symbolically, under ``hyps``, the
+    ``goal`` of the step function ``scanner`` folds (it must run the trusted loop
+    ``driver``: :func:`fold_step`)."""
+    if not env.symbolic:
+        return hyps, observed(env.values, impl)
+    if impl is HYPOTHESES_ONLY:
+        return hyps, True
+    env.assume(hyps)
+    return hyps, goal(fold_step(scanner, driver, step_name))
+
+
 def window_scan_refines(env: Env, impl: Implementation) -> tuple[list[Bool], Bool]:
     """One step of the implementation's scan keeps it the abstraction of the spec's."""
     window, initial, result = env["W"], env["I"], env["r"]
     flag_doms, state = _window_state(env)
     hyps: list[Bool] = [*_window_sizes(env), *flag_doms, _result_domain(result),
                         *_window_reachable(env, state)]
-    if not env.symbolic:
-        return hyps, _window_scan_observed(env.values, impl)
-    if impl is HYPOTHESES_ONLY:
-        return hyps, True
-    env.assume(hyps)
-    step = fold_step(impl.sliding_window_lookup, SLIDING_WINDOW_DRIVER, "sliding_window_step")
-    required = window_required(state, initial, window)
-    consecutive, next_required, defer, pending, complete = env.call(
-        step, state.run, required, state.retry_seen, state.pending_in_run, result, window)
-    after, spec_complete = sliding_window_spec_step(state, result, initial, window)
-    spec_deferred = or_(after.retry_seen, after.pending_in_run)
-    # The driver returns None on defer or pending, else position + consecutive: the
-    # spec's window_fold_answer of the same position.
-    answers_agree = and_(or_(defer, pending) == spec_deferred,
-                         or_(spec_deferred, consecutive == after.run))
-    still_abstraction = and_(consecutive == after.run,
-                             next_required == window_required(after, initial, window),
-                             defer == after.retry_seen, pending == after.pending_in_run)
-    return hyps, and_(complete == spec_complete,
-                      implies(spec_complete, answers_agree),
-                      implies(not_(spec_complete), still_abstraction))
+
+    def goal(step: Callable[..., Any]) -> Bool:
+        required = window_required(state, initial, window)
+        consecutive, next_required, defer, pending, complete = env.call(
+            step, state.run, required, state.retry_seen, state.pending_in_run, result, window)
+        after, spec_complete = sliding_window_spec_step(state, result, initial, window)
+        spec_deferred = or_(after.retry_seen, after.pending_in_run)
+        # The driver returns None on defer or pending, else position + consecutive: the
+        # spec's window_fold_answer of the same position.
+        answers_agree = and_(or_(defer, pending) == spec_deferred,
+                             or_(spec_deferred, consecutive == after.run))
+        still_abstraction = and_(consecutive == after.run,
+                                 next_required == window_required(after, initial, window),
+                                 defer == after.retry_seen, pending == after.pending_in_run)
+        return and_(complete == spec_complete,
+                    implies(spec_complete, answers_agree),
+                    implies(not_(spec_complete), still_abstraction))
+
+    return _step_refines(env, impl, hyps, _window_scan_observed, impl.sliding_window_lookup,
+                         SLIDING_WINDOW_DRIVER, "sliding_window_step", goal)
 
 
 def _window_scan_difference(
@@ -484,16 +501,15 @@ def prefix_scan_refines(env: Env, impl: Implementation) -> tuple[list[Bool], Boo
                         in_range(count, 0, state.end + 1),
                         implies(state.deferred, state.end >= 1),
                         implies(not_(state.deferred), count == state.end)]
-    if not env.symbolic:
-        return hyps, _prefix_scan_observed(env.values, impl)
-    if impl is HYPOTHESES_ONLY:
-        return hyps, True
-    env.assume(hyps)
-    step = fold_step(impl.prefix_lookup, PREFIX_DRIVER, "prefix_step")
-    next_count, defer, stop = env.call(step, count, state.deferred, result)
-    after = prefix_spec_step(state, result)
-    related = and_(defer == after.deferred, or_(after.deferred, next_count == after.end))
-    return hyps, and_(stop == after.stopped, related)
+
+    def goal(step: Callable[..., Any]) -> Bool:
+        next_count, defer, stop = env.call(step, count, state.deferred, result)
+        after = prefix_spec_step(state, result)
+        related = and_(defer == after.deferred, or_(after.deferred, next_count == after.end))
+        return and_(stop == after.stopped, related)
+
+    return _step_refines(env, impl, hyps, _prefix_scan_observed, impl.prefix_lookup,
+                         PREFIX_DRIVER, "prefix_step", goal)
 
 
 def _prefix_scan_difference(

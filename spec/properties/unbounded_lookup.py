@@ -190,7 +190,7 @@ the prover before each of them (:meth:`Env.requires`)."""
 def _purifying_chunk(atoms: _Atoms) -> Any:
     """``tpc`` as the lift's symbolic integer whose products, quotients and remainders
     are the atoms of ``atoms`` (a subclass, so Python asks it first: ``q * tpc``)."""
-    from kvcontract.proofs.symbolic import SymInt  # the prover's own integers
+    from kvcontract.spec.symbolic import SymInt  # the prover's own integers
 
     def operand(value: Any) -> Any:
         import z3
@@ -256,7 +256,7 @@ class _Turn:
             # Enumerated here, not lifted through env.call: its lifts stand placeholders
             # for the arguments (the atoms' facts must name the statement's variables),
             # and a goal per path is what keeps the query small.
-            from kvcontract.proofs.symbolic import PathExplorer
+            from kvcontract.spec.symbolic import PathExplorer
 
             chunk = self.tpc
             if not isinstance(self.tpc, int):

@@ -14,7 +14,7 @@ to at least ``h``). Each theorem is one Z3 query about one step of any status
 (prefilling, decoding, finished, aborted), any token counts, chunk size and stored index,
 from any state that satisfies the invariant; the step is ``StoreTracker.step``'s
 composition of the implementation's own pure functions, lifted by
-:mod:`kvcontract.proofs.symbolic`: ``store_step_bounds`` and ``store_chunk_offered``
+:mod:`kvcontract.spec.symbolic`: ``store_step_bounds`` and ``store_chunk_offered``
 (every theorem), ``store_final_segment_end`` (the refinement) and
 ``get_num_offloadable_tokens`` (well-formedness; the others take the offloadable tokens
 as any value). What ``StoreTracker.step`` adds is taken as written:

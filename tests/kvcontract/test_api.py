@@ -403,3 +403,25 @@ def test_the_api_and_the_cli_give_the_same_audit_document(tmp_path: Path) -> Non
             defect.pop("reproduce", None)
     assert comparable(api) == comparable(cli)
     assert api["exit_code"] == cli["exit_code"] == 1
+
+
+def test_the_api_and_the_cli_give_the_same_prove_document(tmp_path: Path) -> None:
+    """One pipeline (api.run_prove, api.prove_document): ``kvcontract prove --json``
+    and the API's document agree, defects and their root causes included, timing aside."""
+    from kvcontract.api import prove_document, run_prove
+    from kvcontract.options import prove_options
+    from kvcontract.tools.cli import main
+    from kvcontract.tools.reports.merge import comparable
+
+    out = tmp_path / "cli.json"
+    with pytest.raises(SystemExit):
+        main(["prove", "--impl", "unaligned-hit", "--clause", "C2", "--jobs", "1",
+              "--no-cache", "--quiet", "--json", str(out)])
+    cli = json.loads(out.read_text())
+    options = prove_options("unaligned-hit", clauses=("C2",), jobs=1,
+                            fail_on=kvcontract.prove("reference", "C1", jobs=1).fail_on,
+                            report_file=str(out))
+    api = prove_document(run_prove(options), options)
+    assert api["defects"] and api["defects"] == cli["defects"]
+    assert comparable(api) == comparable(cli)
+    assert api["exit_code"] == cli["exit_code"] == 1

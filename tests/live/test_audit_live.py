@@ -115,11 +115,12 @@ def test_another_release_than_the_installed_one_is_not_replayable() -> None:
 @needs_vllm
 @pytest.mark.slow
 def test_a_patch_that_breaks_the_window_is_confirmed_by_a_live_audit(tmp_path: Path) -> None:
+    from kvcontract.options import audit_request
     from kvcontract.tools.audit.command import run_audit_command
 
     patch = window_patch(tmp_path / "window.py", "break")
-    report = run_audit_command(target=f"module:{patch}{base_mark()}", clauses=["C12"],
-                               quiet=True, live=True)
+    report = run_audit_command(f"module:{patch}{base_mark()}", audit_request(
+        clauses=("C12",), timeout=2.0, live=True), quiet=True)
     lost = [d for d in report["defects"] if d["impact"] == "lost-hit" and not d["latent"]]
     assert lost, report["defects"]
     assert all(d["live"]["status"] == "confirmed" for d in lost), [d["live"] for d in lost]

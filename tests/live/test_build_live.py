@@ -18,8 +18,8 @@ from kvcontract.live.build import (
     extra_retained,
     unsupported,
 )
+from kvcontract.live.capabilities import vllm_names
 from kvcontract.live.confirm import confirm
-from kvcontract.live.env import vllm_names
 from kvcontract.spec.geometry import Geometry, fa, swa
 from kvcontract.spec.reachability import group_stored_chunks
 from tests.live.conftest import has, needs_vllm

@@ -11,6 +11,7 @@ import sys
 import pytest
 
 from kvcontract.live import capabilities, env
+from kvcontract.releases import LIVE_RELEASES, NEWEST_RELEASE
 from tests.live.conftest import _FOUND, needs_vllm
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -25,7 +26,7 @@ def test_check_names_what_is_missing_and_how_to_install(monkeypatch: pytest.Monk
     assert "no-such-distribution" in found.missing
     text = "\n".join(found.lines())
     assert "missing: " in text and "no-such-distribution" in text
-    assert f"pip install --no-deps vllm=={env.NEWEST_RELEASE}" in text
+    assert f"pip install --no-deps vllm=={NEWEST_RELEASE}" in text
     assert "pip install --no-deps xgrammar==0.2.8" in text
     with pytest.raises(env.LiveUnavailable, match="no-such-distribution"):
         env.require()
@@ -38,7 +39,7 @@ def test_no_release_is_refused_by_its_version(monkeypatch: pytest.MonkeyPatch) -
                         lambda d: "9.99.0" if d == "vllm" else "2.13.0+cpu")
     found = env.check(import_modules=False)
     assert found.ok, found.lines()
-    assert "9.99.0" not in env.KNOWN_RELEASES
+    assert "9.99.0" not in LIVE_RELEASES
     assert "9.99.0" in found.lines()[0]
 
 

@@ -10,11 +10,11 @@ import pytest
 
 from kvcontract.impl.variants import REFERENCE, VARIANTS
 from kvcontract.proofs import cache as proof_cache
+from kvcontract.proofs import sources
 from kvcontract.proofs.cache import ProofCache, cache_dir, group_key, theorem_keys
 from kvcontract.proofs.runner import _groups, catalog, prove, select
 from kvcontract.proofs.verdicts import TheoremResult, Verdict
 from kvcontract.spec.properties import CaseProperty
-from kvcontract.tools.mutate import targets
 
 
 def _all_keys(impl_name: str = "reference") -> dict[str, str | None]:
@@ -28,16 +28,16 @@ def _patched_snapshot(monkeypatch: pytest.MonkeyPatch, module: str, old: str,
                       new: str) -> None:
     """The module's source as the key reads it, with ``old`` replaced by ``new`` (the
     file on disk is not touched)."""
-    real = targets._snapshot
+    real = sources.snapshot
 
-    def snapshot(name: str) -> targets.ModuleSource:
+    def snapshot(name: str) -> sources.ModuleSource:
         found = real(name)
         if name != module:
             return found
         assert old in found.source, f"{old!r} not in {name}: update the test"
         return dataclasses.replace(found, source=found.source.replace(old, new, 1))
 
-    monkeypatch.setattr(targets, "_snapshot", snapshot)
+    monkeypatch.setattr(sources, "snapshot", snapshot)
 
 
 def _text_callers(source: str, name: str) -> set[str]:
@@ -59,26 +59,26 @@ def test_changing_one_function_invalidates_exactly_its_theorems(
         monkeypatch: pytest.MonkeyPatch) -> None:
     before = _all_keys()
     assert all(key is not None for key in before.values())
-    _patched_snapshot(monkeypatch, targets.REFERENCE_MODULE,
+    _patched_snapshot(monkeypatch, sources.REFERENCE_MODULE,
                       "def retained_block_range(",
                       "def retained_block_range(  # edited\n")
     # A comment alone does not change the function: the key reads the code (ast).
     assert _all_keys() == before
     monkeypatch.undo()
     body = "def retained_block_range("
-    _patched_snapshot(monkeypatch, targets.REFERENCE_MODULE, body,
+    _patched_snapshot(monkeypatch, sources.REFERENCE_MODULE, body,
                       "def _new_helper() -> int:\n    return 1\n\n\n" + body)
     # A new function nothing calls changes no theorem's key.
     assert _all_keys() == before
     monkeypatch.undo()
-    _patched_snapshot(monkeypatch, targets.REFERENCE_MODULE,
+    _patched_snapshot(monkeypatch, sources.REFERENCE_MODULE,
                       "return skipped // block_size,", "return skipped // block_size + 0,")
     after = _all_keys()
     changed = {t for t in before if before[t] != after[t]}
     # Those that use it: the theorems whose `uses` name it or a reference function
     # that calls it (found here by reading the text, not by the key's call graph), and
     # the case families, which drive the scheduler (it calls impl.load_chunk_range).
-    callers = _text_callers(targets._snapshot(targets.REFERENCE_MODULE).source,
+    callers = _text_callers(sources.snapshot(sources.REFERENCE_MODULE).source,
                             "retained_block_range")
     assert callers == {"retained_block_range", "load_chunk_range"}
     users = {t.theorem_id for t in catalog()
@@ -92,7 +92,7 @@ def test_changing_one_function_invalidates_exactly_its_theorems(
 def test_a_module_constant_reaches_every_function_of_the_module(
         monkeypatch: pytest.MonkeyPatch) -> None:
     before = _all_keys()
-    _patched_snapshot(monkeypatch, targets.REFERENCE_MODULE, "from __future__ import annotations",
+    _patched_snapshot(monkeypatch, sources.REFERENCE_MODULE, "from __future__ import annotations",
                       "from __future__ import annotations\nLIMIT = 3")
     after = _all_keys()
     changed = {t for t in before if before[t] != after[t]}

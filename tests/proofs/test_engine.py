@@ -15,12 +15,12 @@ import z3
 
 from kvcontract.impl import get_implementation
 from kvcontract.impl.reference import is_block_reachable, load_chunk_range
-from kvcontract.proofs.symbolic import PathExplorer
 from kvcontract.proofs.theorem import SymbolicEnv, finish_family, run_family, run_property
 from kvcontract.proofs.verdicts import Verdict
 from kvcontract.spec.properties import CaseProperty, get_property, properties
 from kvcontract.spec.properties.domains import mask_configs
 from kvcontract.spec.properties.formulas import _boundary_residues, _segment_tokens
+from kvcontract.spec.symbolic import PathExplorer
 
 
 def _equivalent(a: z3.ExprRef, b: z3.ExprRef) -> bool:

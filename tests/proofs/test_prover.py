@@ -11,10 +11,10 @@ import pytest
 from kvcontract.errors import UnknownClauseError, UsageError
 from kvcontract.impl import get_implementation
 from kvcontract.proofs.runner import prove, select
-from kvcontract.proofs.symbolic import LiftError, PathExplorer
 from kvcontract.proofs.theorem import run_property
 from kvcontract.proofs.verdicts import Verdict
 from kvcontract.spec.properties import get_property
+from kvcontract.spec.symbolic import LiftError, PathExplorer
 
 # (variant, clause to check, theorem expected to fail)
 CAUGHT = [

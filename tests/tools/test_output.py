@@ -18,7 +18,8 @@ from rich.console import Console
 
 from kvcontract.proofs.runner import catalog
 from kvcontract.proofs.verdicts import TheoremResult, Verdict
-from kvcontract.tools.commands._common import PIPE_WIDTH, console_width, results_table
+from kvcontract.tools.commands._common import results_table
+from kvcontract.tools.reports.console import PIPE_WIDTH, console_width
 
 MTP_PATCH = '''"""Ignores MTP's extra retained tokens when freeing (the shape of seed 003)."""
 

@@ -35,8 +35,8 @@ import z3
 
 from kvcontract.errors import InputFileError, UsageError
 from kvcontract.impl.bundle import Implementation
-from kvcontract.proofs.symbolic import LiftError, PathExplorer
 from kvcontract.spec.properties.domains import BLOCK_SIZES, BLOCKS_PER_CHUNK
+from kvcontract.spec.symbolic import LiftError, PathExplorer
 from kvcontract.tools.audit.binding import Binding, UpstreamError
 from kvcontract.tools.audit.engine import THEOREM_FIELDS, AuditOptions, AuditRun, clause_summary
 from kvcontract.tools.audit.sandbox import run_jobs

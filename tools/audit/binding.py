@@ -16,6 +16,11 @@ a finding, not a crash of the audit) and, inside a sandbox child, bounds each ca
 time (:func:`set_call_timeout`).
 
 Line numbers are preserved: a traceback or a SARIF location points at the upstream file.
+
+What :mod:`.lookup` and :mod:`.store` share with the adapters sits below all three:
+:mod:`.roles` (what is looked for, the :class:`Binding` record), :mod:`.stand_ins` and
+:mod:`.upstream_calls` (guarded calls, the time limit, :func:`stand_in_gap`); their public
+names are importable from here too (``__all__``).
 """
 
 from __future__ import annotations
@@ -23,764 +28,59 @@ import __future__
 
 import ast
 import copy
-import dataclasses
-import enum
-import functools
 import inspect
-import itertools
-import logging
-import mmap
-import os
-import re
-import signal
-import sys
-import threading
 import types
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
 from kvcontract.errors import InputFileError
 from kvcontract.impl.bundle import Implementation
 from kvcontract.impl.variants import REFERENCE, VARIANTS
-from kvcontract.proofs import symbolic
-from kvcontract.tools.audit.targets import MANAGER, OFFLOAD_CONFIG, SCHEDULER, Target
-from kvcontract.vocabulary import LookupResult
-
-SCHED_CLS = "OffloadingConnectorScheduler"
-SWM_CLS = "SlidingWindowManager"
-
-
-@dataclass(frozen=True)
-class RoleSpec:
-    """One upstream function the audit looks for."""
-
-    role: str
-    qualnames: tuple[str, ...]
-    """Qualified names, preferred first (a class method is ``Class.method``)."""
-    files: tuple[str, ...]
-    """Files relative to the vllm package, in search order (0.33 first where it moved)."""
-    what: str
-
-
-ROLES: tuple[RoleSpec, ...] = (
-    RoleSpec("skipped", (f"{SWM_CLS}.get_num_skipped_tokens",), (MANAGER,),
-             "tokens skipped below the window (allocation retention)"),
-    RoleSpec("window", ("get_sliding_window_size_in_chunks",), (OFFLOAD_CONFIG, SCHEDULER),
-             "window size W in chunks"),
-    RoleSpec("load_window", ("GroupOffloadConfig.load_window_size_in_chunks",), (SCHEDULER,),
-             "load window lw(N) for an unaligned boundary"),
-    RoleSpec("sw_scan", (f"{SCHED_CLS}._sliding_window_lookup",), (SCHEDULER,),
-             "sliding-window scanner"),
-    RoleSpec("prefix_scan", (f"{SCHED_CLS}._maximal_prefix_lookup",), (SCHEDULER,),
-             "full-attention prefix scanner"),
-    RoleSpec("store_mask", (f"{SCHED_CLS}._reachable_store_block_mask",), (SCHEDULER,),
-             "store reachability mask (scheduler side, MTP widening)"),
-    RoleSpec("block_mask", (f"{SWM_CLS}.reachable_block_mask",), (MANAGER,),
-             "reachability block mask"),
-    RoleSpec("contiguous_blocks", (f"{SWM_CLS}._contiguous_blocks_for_hit",), (MANAGER,),
-             "blocks a hit needs (used by the block mask)"),
-    RoleSpec("store_predicate", ("is_store_reachable_swa_chunk",), (SCHEDULER,),
-             "chunk-level store reachability predicate (0.28/0.29 shape)"),
-    RoleSpec("multi_group_lookup", (f"{SCHED_CLS}._lookup_complete_chunks",), (SCHEDULER,),
-             "multi-group lookup with convergence"),
-    RoleSpec("store_jobs", (f"{SCHED_CLS}._build_store_jobs",), (SCHEDULER,),
-             "store-job builder (executed by the upstream store path, tools/audit/store.py; "
-             "never read for a modelled horizon)"),
-    RoleSpec("mamba_align", ("resolve_mamba_align_size",), (SCHEDULER,),
-             "the Mamba alignment of the hit window (align cache mode)"),
-    # What upstream's store path (_build_store_jobs) calls; executed by tools/audit/store.py.
-    RoleSpec("offloadable_tokens", (f"{SCHED_CLS}._calc_num_offloadable_tokens",), (SCHEDULER,),
-             "tokens a store job may cover (max_offload_tokens, offload_prompt_only)"),
-    RoleSpec("storable_chunks", ("RequestOffloadState.storable_chunks",), (SCHEDULER,),
-             "storable chunks of a group (EAGLE volatile chunk, allocated and keyed chunks)"),
-    RoleSpec("advance_stored_idx", ("RequestOffloadState.advance_stored_idx",), (SCHEDULER,),
-             "stored-chunk index advance of a step that stores nothing"),
-    RoleSpec("final_swa_alignment", (f"{SCHED_CLS}._final_swa_alignment_blocks",),
-             (SCHEDULER,), "final-tail alignment in blocks of a non-EAGLE SWA group"),
-    RoleSpec("base_block_mask", ("SingleTypeKVCacheManager.reachable_block_mask",), (MANAGER,),
-             "the default (dense) block mask of the managers that keep every block (FA)"),
+from kvcontract.spec import symbolic
+from kvcontract.tools.audit import store
+from kvcontract.tools.audit.audited_files import OFFLOAD_CONFIG
+from kvcontract.tools.audit.roles import (
+    FIELD_ROLES,
+    ROLE_BY_NAME,
+    ROLES,
+    Binding,
+    RoleBinding,
+    RoleSpec,
+    _where,
+    has_lookahead_hashes,
 )
-ROLE_BY_NAME = {r.role: r for r in ROLES}
-
-FIELD_ROLES: dict[str, tuple[str, ...]] = {
-    "get_num_skipped_tokens": ("skipped",),
-    "retained_block_range": ("skipped",),
-    "load_chunk_range": ("skipped",),
-    "get_sliding_window_size_in_chunks": ("window",),
-    "load_window_size_in_chunks": ("load_window",),
-    "sliding_window_lookup": ("sw_scan",),
-    "prefix_lookup": ("prefix_scan",),
-    "is_block_reachable": ("reachability",),
-    "store_final_segment_end": ("store_horizon",),
-    "store_replay_boundaries": ("store_jobs",),
-}
-"""Implementation field -> the binding roles it is built from (pseudo-roles
-``reachability`` and ``store_horizon`` are resolved from several upstream shapes)."""
-
-
-# -- errors the adapters raise (findings, never audit crashes) -------------------------
-class UpstreamError(Exception):
-    """The upstream function raised, hung or returned garbage for concrete inputs."""
-
-
-class UpstreamTimeout(UpstreamError):
-    """An upstream call exceeded the per-case time limit."""
-
-
-class StandInGap(UpstreamError):
-    """Upstream's code read something a kvcontract stand-in lacks, or kvcontract called
-    upstream with a calling convention it does not take (:func:`stand_in_gap`): the
-    tool's gap, never the code's defect. The theorem is UNKNOWN, naming the piece."""
-
-
-class MissingRole(Exception):
-    """A role the theorem needs was not bound (the engine skips such theorems)."""
-
-
-_SIGNATURE_ERROR = re.compile(
-    r"(takes \d+ positional arguments? but \d+ (were|was) given|takes from \d+ to \d+ "
-    r"positional|missing \d+ required (positional|keyword-only) arguments?|got an unexpected "
-    r"keyword argument|got multiple values for argument|takes no arguments|"
-    r"got some positional-only arguments passed as keyword)")
-_NAMED_TYPE = re.compile(r"^(?:type object )?'(?P<type>[\w.]+)' object|^type object "
-                         r"'(?P<cls>[\w.]+)'|^(?P<fn>[\w.]+)\(\) ")
-
-
-def _is_kvcontract_module(name: object) -> bool:
-    return isinstance(name, str) and (name == "kvcontract" or name.startswith("kvcontract."))
-
-
-def _is_stand_in(obj: Any) -> bool:
-    """A kvcontract stand-in: a ``types.SimpleNamespace`` (the fake ``self``, configs,
-    request states), an instance of a class kvcontract defines (``GroupConfig``, the spec
-    classes, the store path's request, manager and records, ``LookupResult``), or such a
-    class itself (the manager classes the audit builds)."""
-    if isinstance(obj, types.SimpleNamespace):
-        return True
-    cls = obj if isinstance(obj, type) else type(obj)
-    return cls is not type and _is_kvcontract_module(getattr(cls, "__module__", None))
-
-
-def _stand_in_names() -> set[str]:
-    """Names of the stand-in classes and functions an error message may name."""
-    names = {"SimpleNamespace", "types.SimpleNamespace", SWM_CLS, "FullAttentionManager"}
-    from kvcontract.tools.audit import lookup, store
-
-    for module in (__import__(__name__, fromlist=["_"]), store, lookup):
-        for name, value in vars(module).items():
-            if isinstance(value, type) and _is_kvcontract_module(value.__module__):
-                names.add(name)
-                names.add(value.__qualname__)
-    return names - {"UpstreamError", "UpstreamTimeout", "StandInGap", "MissingRole"}
-
-
-def _innermost_frame(exc: BaseException) -> types.FrameType | None:
-    tb = exc.__traceback__
-    frame = None
-    while tb is not None:
-        frame, tb = tb.tb_frame, tb.tb_next
-    return frame
-
-
-@functools.lru_cache(maxsize=64)
-def _module_definitions(path: str) -> tuple[frozenset[str], dict[str, frozenset[int]]]:
-    """A source file's top-level names, and the positional arities (``self`` counted) of
-    every function it defines under each name, at any depth; empty when unreadable."""
-    try:
-        tree = ast.parse(Path(path).read_text(encoding="utf-8"))
-    except (OSError, SyntaxError, ValueError):
-        return frozenset(), {}
-    top: set[str] = set()
-    for node in tree.body:
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            top.add(node.name)
-        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
-            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-            top.update(t.id for t in targets if isinstance(t, ast.Name))
-        elif isinstance(node, (ast.Import, ast.ImportFrom)):
-            top.update((a.asname or a.name).split(".", 1)[0] for a in node.names)
-    arities: dict[str, set[int]] = {}
-    for found in ast.walk(tree):
-        if isinstance(found, (ast.FunctionDef, ast.AsyncFunctionDef)) and \
-                found.args.vararg is None:
-            arities.setdefault(found.name, set()).add(
-                len(found.args.posonlyargs) + len(found.args.args))
-    return frozenset(top), {k: frozenset(v) for k, v in arities.items()}
-
-
-_TAKES = re.compile(r"takes (\d+) positional arguments?")
-_CALLED = re.compile(r"^([\w.<>]+)\(\) ")
-
-
-def _mixed_release_gap(exc: BaseException, message: str, callee: str | None) -> str | None:
-    """A gap of laying a patch over a base release, seen from the innermost frame: a
-    name the frame's own module defines at top level but the audit did not compile with
-    the function (``NameError``), or a call to a function whose bound version takes
-    another number of arguments than the caller's own module defines it with (the patch
-    and its base disagree on a signature: the patch was written against another
-    release). A call that does not fit the caller's own module's definition stays
-    upstream's (a crash finding)."""
-    frame = _innermost_frame(exc)
-    if frame is None:
-        return None
-    path = frame.f_code.co_filename
-    top, arities = _module_definitions(path)
-    if isinstance(exc, NameError):
-        name = getattr(exc, "name", None)
-        if name and name in top:
-            return (f"{frame.f_code.co_name} reads {name!r}, a top-level name of its own "
-                    f"module ({path}) that the audit does not compile with it: NameError: "
-                    f"{exc}")
-        return None
-    takes = _TAKES.search(message)
-    if callee is None or takes is None:
-        return None
-    own = arities.get(callee.rsplit(".", 1)[-1])
-    if own and int(takes.group(1)) not in own:
-        return (f"{callee} as bound here takes {takes.group(1)} positional arguments, but "
-                f"its caller {frame.f_code.co_name}'s own module ({path}) defines it with "
-                f"{'/'.join(map(str, sorted(own)))}: the patch and its base release disagree "
-                f"on its signature (written against another release): TypeError: {exc}")
-    return None
-
-
-def stand_in_gap(exc: BaseException) -> str | None:
-    """What kvcontract's stand-ins lack, when ``exc`` is the tool's gap; else None.
-
-    The rule (issue 20): every object upstream's code touches here is a kvcontract
-    stand-in or a plain value (an int, a list, None...). So
-
-    * an ``AttributeError`` on a stand-in (:func:`_is_stand_in`: ``exc.obj``, or the type
-      its message names) is the stand-in lacking what upstream reads: a gap naming the
-      attribute and the object;
-    * a ``TypeError`` whose message names a stand-in class or its method (``'GroupConfig'
-      object is not subscriptable``, ``_StoreManager.prepare_store() takes 2 positional
-      arguments``) is a gap: the stand-in does not answer as upstream's object does;
-    * a ``TypeError`` of argument binding (``takes 3 positional arguments but 4 were
-      given``, ``unexpected keyword argument``...) raised in a frame of kvcontract's own
-      code is kvcontract's calling convention that upstream's function does not take
-      (the body never started): a gap naming the function and the message.
-
-    * laying a patch over a base release (:func:`_mixed_release_gap`): a ``NameError`` of
-      a top-level name of the function's own module (the audit compiles a function on
-      its own), or a signature ``TypeError`` where the bound callee takes another number
-      of arguments than the caller's own module defines it with.
-
-    Everything else stays upstream's: an ``assert``, ``IndexError``, ``KeyError``,
-    ``ZeroDivisionError``, a ``ValueError`` of its own, an ``AttributeError`` or
-    ``TypeError`` on a plain value (``'NoneType' object has no attribute``, ``'int'
-    object is not iterable``) or from upstream calling upstream with a signature it does
-    not take (the innermost frame is upstream's): a crash finding, as before."""
-    if isinstance(exc, AttributeError):
-        obj = getattr(exc, "obj", None)
-        name = getattr(exc, "name", None)
-        if obj is not None and _is_stand_in(obj):
-            shown = obj.__name__ if isinstance(obj, type) else type(obj).__name__
-            return (f"the stand-in {shown} has no attribute {name!r} (upstream's code reads "
-                    f"it; kvcontract does not model it): AttributeError: {exc}")
-        match = _NAMED_TYPE.match(str(exc))
-        if match and (match.group("type") or match.group("cls")) in _stand_in_names():
-            return f"a kvcontract stand-in lacks what upstream's code reads: AttributeError: {exc}"
-        return None
-    if isinstance(exc, TypeError):
-        message = str(exc)
-        match = _NAMED_TYPE.match(message)
-        named = match and (match.group("type") or match.group("cls") or match.group("fn"))
-        if named and (named in _stand_in_names()
-                      or named.split(".", 1)[0] in _stand_in_names()):
-            return f"a kvcontract stand-in does not answer as upstream's object: TypeError: {exc}"
-        frame = _innermost_frame(exc)
-        if frame is not None and _SIGNATURE_ERROR.search(message) and \
-                _is_kvcontract_module(frame.f_globals.get("__name__")):
-            return (f"kvcontract's calling convention does not fit upstream's function "
-                    f"(the audit called it as an earlier or later release does): TypeError: {exc}")
-        if _SIGNATURE_ERROR.search(message):
-            called = _CALLED.match(message)
-            return _mixed_release_gap(exc, message, called.group(1) if called else None)
-        return None
-    if isinstance(exc, NameError):
-        return _mixed_release_gap(exc, str(exc), None)
-    return None
-
-
-_CALL_TIMEOUT: list[float | None] = [None]
-_IN_CALL: list[bool] = [False]
-
-UPSTREAM_MODULE = "kvcontract_audit_upstream"
-"""``__name__`` of the namespace every bound upstream function is compiled in
-(:func:`_namespace`): how a frame of upstream code is told from kvcontract's."""
-
-EXIT_CALL_PAST_LIMIT = 86
-"""The exit status of a sandbox child whose upstream call went on for twice its CPU-time
-limit after the limit's exception was raised into it (upstream code that catches it and
-goes on): the child cannot stop the call, so it ends itself and the parent reports the
-call named on its :class:`CallBoard`. (C code that never returns to Python is killed by
-the parent: ``sandbox.PAST_LIMIT_FACTOR``.)"""
-
-MIN_WATCH_WINDOW = 1.5
-"""The shortest wall-clock window (seconds) in which the sandbox's watchdog judges a call
-blocked (:func:`watch_window`): a call may wait briefly and still return (a page-in, a
-short sleep: a second with a 0.3 s limit returns, tests/tools/audit/
-test_audit_robustness.py), so only a longer wait is read as a hang."""
-
-
-def watch_window(seconds: float) -> float:
-    """How long (wall-clock seconds) an upstream call with a CPU-time limit of
-    ``seconds`` must stay blocked, using no CPU and not waiting for one, before the
-    sandbox's watchdog interrupts it: the limit itself, at least
-    :data:`MIN_WATCH_WINDOW`."""
-    return max(seconds, MIN_WATCH_WINDOW)
-
-
-class CallBoard:
-    """The upstream call a sandbox child is in, shared with its parent: an anonymous
-    shared memory page made before the fork. The child writes it (:func:`_time_limit`,
-    only when it arms a limit, so every run writes the same at the same points); the
-    parent reads it to watch a blocked call (``sandbox``) and to name the call in flight
-    of a child that died, and flags the call it found blocked."""
-
-    SIZE = 4096
-    _SEQ, _ACTIVE, _FLAGGED, _LENGTH, _ENDED_ITSELF = range(5)
-    _NAME_AT = 64
-
-    def __init__(self) -> None:
-        self._map = mmap.mmap(-1, self.SIZE)
-        self._ints = memoryview(self._map).cast("q")
-
-    def begin(self, name: bytes) -> None:
-        """A call starts: its name first, then its number (the parent reads in order)."""
-        ints = self._ints
-        size = min(len(name), self.SIZE - self._NAME_AT)
-        self._map[self._NAME_AT:self._NAME_AT + size] = name[:size]
-        ints[self._LENGTH] = size
-        ints[self._SEQ] += 1
-        ints[self._ACTIVE] = ints[self._SEQ]
-
-    def end(self) -> None:
-        self._ints[self._ACTIVE] = 0
-
-    def active(self) -> int:
-        """The number of the call in flight, 0 when none."""
-        return int(self._ints[self._ACTIVE])
-
-    def name(self) -> str:
-        """The last call's name (the call in flight while :meth:`active` is not 0)."""
-        size = int(self._ints[self._LENGTH])
-        return bytes(self._map[self._NAME_AT:self._NAME_AT + size]).decode(
-            "utf-8", "replace")
-
-    def flag(self, call: int) -> None:
-        """The parent found call ``call`` blocked (before it signals the child)."""
-        self._ints[self._FLAGGED] = call
-
-    def flagged(self) -> int:
-        return int(self._ints[self._FLAGGED])
-
-    def ended_itself(self) -> bool:
-        """Whether the child exited because its call went on past the limit."""
-        return bool(self._ints[self._ENDED_ITSELF])
-
-    def mark_ended_itself(self) -> None:
-        self._ints[self._ENDED_ITSELF] = 1
-
-    def close(self) -> None:
-        self._ints.release()
-        self._map.close()
-
-
-_BOARD: list[CallBoard | None] = [None]
-_ENCODED: dict[str, bytes] = {}
-
-_ARMED: list[Any] = ["", 0.0, 0, False, ""]
-"""The armed call: name, limit (CPU seconds), times the CPU-time alarm fired, whether the
-watchdog found it blocked, the innermost upstream frame when it was stopped. A list
-mutated in place: arming a call allocates nothing the collector counts."""
-_NAME, _SECONDS, _FIRED, _BLOCKED, _INNER = range(5)
-
-_HUNG: dict[str, str] = {}
-"""Calls (by name) that hung in this process, with what was reported: not called again
-(a concrete call; a symbolic one may hang where a concrete one returns)."""
-
-
-def set_call_timeout(seconds: float | None, board: CallBoard | None = None) -> None:
-    """Bound every upstream call in this process (used by the sandbox child): ``seconds``
-    of CPU time (user and system) of this process, never wall-clock time, so a call that
-    returns on an idle machine returns however loaded the machine is (what the audit
-    reports must not depend on load). ``board``: the sandbox's :class:`CallBoard`, whose
-    parent interrupts a call blocked without using CPU (``SIGUSR2``)."""
-    _CALL_TIMEOUT[0] = seconds
-    _HUNG.clear()
-    _BOARD[0] = board
-    if board is not None and threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGUSR2, _on_watchdog)
-
-
-class _CallAlarm(BaseException):
-    """Raised into upstream code when its call is past the limit: a BaseException, so
-    upstream's ``except Exception`` does not swallow it; :func:`_time_limit` turns it
-    into :class:`UpstreamTimeout`."""
-
-
-def _innermost_upstream(frame: types.FrameType | None) -> str:
-    """``function (file:line)`` of the innermost upstream frame, or ""."""
-    while frame is not None:
-        if frame.f_globals.get("__name__") == UPSTREAM_MODULE:
-            code = frame.f_code
-            return f"{code.co_name} ({code.co_filename}:{frame.f_lineno})"
-        frame = frame.f_back
-    return ""
-
-
-def _on_alarm(signum: int, frame: types.FrameType | None) -> None:
-    """The armed call used its CPU time: stop it. An alarm that upstream swallowed
-    fires again half a limit later; at twice the limit the call cannot be stopped, so
-    a sandbox child ends (:data:`EXIT_CALL_PAST_LIMIT`), its board naming the call
-    (another process, a reproducer's, only keeps raising)."""
-    if not _IN_CALL[0]:
-        return  # the call returned as the timer fired
-    _ARMED[_FIRED] += 1
-    board = _BOARD[0]
-    if _ARMED[_FIRED] >= 3 and board is not None:
-        board.mark_ended_itself()
-        os._exit(EXIT_CALL_PAST_LIMIT)
-    if not _ARMED[_INNER]:
-        _ARMED[_INNER] = _innermost_upstream(frame)
-    raise _CallAlarm()
-
-
-def _on_watchdog(signum: int, frame: types.FrameType | None) -> None:
-    """The sandbox's parent found the call in flight blocked without using CPU."""
-    board = _BOARD[0]
-    if board is None or not _IN_CALL[0] or board.active() == 0 or \
-            board.flagged() != board.active():
-        return  # the call it found blocked has returned meanwhile
-    _ARMED[_BLOCKED] = True
-    if not _ARMED[_INNER]:
-        _ARMED[_INNER] = _innermost_upstream(frame)
-    raise _CallAlarm()
-
-
-def _stopped(what: str, seconds: float, caught: bool) -> str:
-    """What an UNKNOWN row says of a call the limit stopped."""
-    if _ARMED[_BLOCKED]:
-        text = (f"{what} blocked for {watch_window(seconds):g}s without using CPU time "
-                "(stopped by the sandbox's wall-clock watchdog)")
-    else:
-        text = f"{what} did not return within {seconds:g}s of CPU time (--timeout)"
-    inner = str(_ARMED[_INNER])
-    if inner:
-        function, _, place = inner.partition(" ")
-        own = function == what.split(" ", 1)[0].rsplit(".", 1)[-1]
-        text += f", at {place.strip('()')}" if own else f", in {inner}"
-    if caught:
-        text += "; it caught the limit's exception"
-    return text
-
-
-@contextmanager
-def _time_limit(what: str) -> Iterator[None]:
-    """Bound one upstream call (the outermost; a nested one runs under its caller's).
-
-    In a sandbox child (:func:`set_call_timeout`): ``ITIMER_PROF`` counts this
-    process's CPU time, so a busy hang is stopped after ``seconds`` of work on any
-    machine; a call blocked without using CPU is stopped by the parent's watchdog
-    (:class:`CallBoard`). Either way :class:`UpstreamTimeout` names the call and the
-    limit, and a call that hung is not made again in this process (the next one raises
-    at once), unless it was a symbolic call (the concrete one may return)."""
-    seconds = _CALL_TIMEOUT[0]
-    if seconds is None or threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    lifted = bool(symbolic._current)
-    hung = None if lifted else _HUNG.get(what)
-    if hung is not None:
-        _timed_out(f"{hung}; not called again in this check")
-    if _IN_CALL[0]:
-        yield
-        return
-    _ARMED[_NAME], _ARMED[_SECONDS], _ARMED[_FIRED] = what, seconds, 0
-    _ARMED[_BLOCKED], _ARMED[_INNER] = False, ""
-    board = _BOARD[0]
-    previous = signal.signal(signal.SIGPROF, _on_alarm)
-    # Fires after ``seconds`` of CPU time, then every half limit while the call goes on.
-    signal.setitimer(signal.ITIMER_PROF, seconds, seconds / 2)
-    if board is not None:
-        name = _ENCODED.get(what)
-        if name is None:
-            name = _ENCODED[what] = what.encode("utf-8", "replace")
-        board.begin(name)
-    _IN_CALL[0] = True
-    returned, caught = True, False
-    try:
-        yield
-    except _CallAlarm:
-        returned = False
-    except Exception:
-        if not (_ARMED[_FIRED] or _ARMED[_BLOCKED]):
-            raise  # upstream's own exception: the caller judges it
-        # Raised because upstream caught the limit's exception: says nothing.
-        returned, caught = False, True
-    finally:
-        _IN_CALL[0] = False  # first: an alarm handled from here on is ignored
-        signal.setitimer(signal.ITIMER_PROF, 0)
-        signal.signal(signal.SIGPROF, previous)
-        if board is not None:
-            board.end()
-    if not (_ARMED[_FIRED] or _ARMED[_BLOCKED]):
-        return
-    # Stopped, or it caught the limit's exception: what it did was shaped by the limit,
-    # not by the code.
-    message = _stopped(what, seconds, caught=caught or returned or _ARMED[_FIRED] > 1)
-    if not lifted:
-        _HUNG[what] = message
-    _STOPPED[0] = message
-    if returned:
-        _timed_out(message)  # it returned: no exception is being handled here
-    # Else the exception is swallowed here (an exception raised while the call's is
-    # handled would carry it as its context) and the caller raises after its ``with``
-    # block (:func:`_expired`).
-
-
-_STOPPED: list[str] = [""]
-"""What the last call the limit stopped reports (:func:`_expired`)."""
-
-
-def _expired() -> NoReturn:
-    """After ``with _time_limit(...): return call()``: reached only when the limit
-    stopped the call and swallowed its exception; raise its timeout."""
-    _timed_out(_STOPPED[0])
-
-
-def _timed_out(message: str) -> NoReturn:
-    """Raise the timeout of a call, from one place and with no exception as its context,
-    whether the call was stopped or not made again: a search that replays a failing case
-    (Hypothesis) meets the same failure each time, never a flaky one."""
-    raise UpstreamTimeout(message)
-
-
-def limited(what: str, fn: Callable[..., Any]) -> Callable[..., Any]:
-    """``fn`` (upstream code) called under the per-call limit named ``what``
-    (:func:`_time_limit`), its own exceptions unchanged: for a call site that judges
-    upstream's exceptions itself."""
-    @functools.wraps(fn)
-    def call(*args: Any, **kwargs: Any) -> Any:
-        with _time_limit(what):
-            return fn(*args, **kwargs)
-        _expired()
-
-    return call
-
-
-def limit_loaded_release(package: str = "vllm") -> list[str]:
-    """Every audited function (:data:`ROLES`) of a release this process has imported
-    (vLLM's engine as the judge, imported before the sandbox forks) called under the
-    per-call limit, as the bound functions are: its definition in its module or class
-    replaced by a :func:`limited` wrapper, and every loaded module of ``package`` that
-    imported it by name given the wrapper. Meant for a sandbox child (the parent's
-    release is left as it is): each calls it at its start, and a child that lays a
-    patch over the release afterwards must call it again (the patch's definitions
-    replace the wrappers). What was wrapped, ``qualname (file:line)`` each."""
-    wrapped: list[str] = []
-    replaced: dict[int, Callable[..., Any]] = {}
-    for spec in ROLES:
-        for relative in spec.files:
-            module = sys.modules.get(f"{package}." + relative[:-3].replace("/", "."))
-            if module is None:
-                continue
-            for qualname in spec.qualnames:
-                *path, name = qualname.split(".")
-                owner: Any = module
-                for part in path:
-                    owner = getattr(owner, part, None)
-                raw = vars(owner).get(name) if owner is not None else None
-                function = getattr(raw, "__func__", raw)
-                if not isinstance(function, types.FunctionType) or \
-                        hasattr(function, "__wrapped__"):
-                    continue  # absent from this release, or wrapped already
-                code = function.__code__
-                what = f"{qualname} ({code.co_filename}:{code.co_firstlineno})"
-                new = limited(what, function)
-                setattr(owner, name, classmethod(new) if isinstance(raw, classmethod)
-                        else staticmethod(new) if isinstance(raw, staticmethod) else new)
-                replaced[id(function)] = new
-                wrapped.append(what)
-    if replaced:
-        for loaded_name, loaded in list(sys.modules.items()):
-            if loaded is None or not (loaded_name == package
-                                      or loaded_name.startswith(package + ".")):
-                continue
-            for attribute, value in list(vars(loaded).items()):
-                if isinstance(value, types.FunctionType) and id(value) in replaced:
-                    setattr(loaded, attribute, replaced[id(value)])
-    return wrapped
-
-
-def _passthrough(exc: BaseException) -> bool:
-    """Exceptions of the symbolic executor must reach it unchanged."""
-    return type(exc).__module__ == symbolic.__name__ or isinstance(exc, (MissingRole,
-                                                                         UpstreamError))
-
-
-# -- stand-ins for upstream's collaborators -------------------------------------------
-def cdiv(a: Any, b: Any) -> Any:
-    """``ceil(a / b)`` for b > 0, written so Z3's Euclidean division agrees with it."""
-    return -(-a // b)
-
-
-def round_down(x: Any, multiple: Any) -> Any:
-    return (x // multiple) * multiple
-
-
-class KVCacheSpec:
-    """Stand-in base of upstream's spec classes (only ``isinstance`` is used)."""
-
-
-@dataclass
-class FullAttentionSpec(KVCacheSpec):
-    block_size: Any = 16
-
-
-@dataclass
-class SlidingWindowSpec(KVCacheSpec):
-    block_size: Any = 16
-    sliding_window: Any = 0
-    extra_retained_tokens: Any = 0
-
-
-@dataclass
-class ChunkedLocalAttentionSpec(KVCacheSpec):
-    block_size: Any = 16
-    attention_chunk_size: Any = 0
-
-
-@dataclass
-class MambaSpec(KVCacheSpec):
-    block_size: Any = 16
-    mamba_cache_mode: str = "align"
-    """Offloading needs prefix caching, and Mamba prefix caching needs ``align`` mode
-    (``MambaManager.__init__``, vLLM 0.30-0.33)."""
-
-
-class UpstreamRequestStatus(enum.IntEnum):
-    """Stand-in of ``vllm.v1.request.RequestStatus`` (the store path compares a request's
-    status with ``FINISHED_ABORTED`` and asks ``is_finished``: every status past
-    ``PREEMPTED`` is a finished one)."""
-
-    WAITING = enum.auto()
-    RUNNING = enum.auto()
-    PREEMPTED = enum.auto()
-    FINISHED_STOPPED = enum.auto()
-    FINISHED_LENGTH_CAPPED = enum.auto()
-    FINISHED_ABORTED = enum.auto()
-    FINISHED_IGNORED = enum.auto()
-    FINISHED_ERROR = enum.auto()
-
-    @staticmethod
-    def is_finished(status: UpstreamRequestStatus) -> bool:
-        return status > UpstreamRequestStatus.PREEMPTED
-
-
-class _Record:
-    """A plain record of what upstream builds (transfer jobs, block specs): the store
-    path only creates them and reads back the fields it set."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        self.args = args
-        self.__dict__.update(kwargs)
-
-
-class GPULoadStoreSpec(_Record):
-    """Stand-in of the GPU side of a transfer (block ids, group sizes, block indices)."""
-
-
-class TransferJob(_Record):
-    """Stand-in of a transfer job (request, source and destination specs)."""
-
-
-class TransferJobStatus(_Record):
-    """Stand-in of the scheduler's record of a transfer job."""
-
-    is_store = False
-    is_sync_load = False
-    deferred_fence_block_ids: Any = None
-    fenced_block_ids: Any = None
-
-
-class ConnectorMetricName(enum.Enum):
-    """Stand-in of the connector's metric names (an allocation failure is counted)."""
-
-    ALLOCATION_FAILURE = "allocation_failure"
-
-
-def spec_stand_in(geometry: Any, group: Any) -> KVCacheSpec:
-    """The stand-in KV-cache spec upstream's code reads for one group of ``geometry``
-    (its block size in tokens; a sliding window with its ``e``; Mamba in align mode)."""
-    from kvcontract.vocabulary import GroupKind
-
-    bs = geometry.block_tokens(group)
-    if group.kind is GroupKind.SLIDING_WINDOW:
-        return SlidingWindowSpec(block_size=bs, sliding_window=group.sliding_window,
-                                 extra_retained_tokens=group.extra_retained_tokens)
-    if group.kind is GroupKind.MAMBA:
-        return MambaSpec(block_size=bs)
-    return FullAttentionSpec(block_size=bs)
-
-
-class _AssertFailed(AssertionError):
-    pass
-
-
-def _kvc_assert(condition: Any, message: Any = None) -> None:
-    """Replacement of upstream ``assert`` statements.
-
-    On concrete values it raises like ``assert``. During symbolic execution a failing
-    assertion ends the path instead (its condition is one of upstream's stated
-    preconditions, e.g. ``sliding_window > 0``, which every theorem's hypotheses
-    imply); concrete replays and the grids still execute every assertion for real.
-    """
-    if symbolic._current:
-        if not condition:
-            raise symbolic._Fork()
-        return
-    if not condition:
-        raise _AssertFailed(message if message is not None else "assertion failed")
-
-
-def _namespace() -> dict[str, Any]:
-    from collections.abc import Iterable, Mapping
-    from typing import ClassVar
-
-    return {
-        "__name__": "kvcontract_audit_upstream",
-        "__builtins__": __builtins__,
-        "LookupResult": LookupResult,
-        "cdiv": cdiv,
-        "round_down": round_down,
-        "KVCacheSpec": KVCacheSpec,
-        "AttentionSpec": KVCacheSpec,
-        "FullAttentionSpec": FullAttentionSpec,
-        "SlidingWindowSpec": SlidingWindowSpec,
-        "ChunkedLocalAttentionSpec": ChunkedLocalAttentionSpec,
-        "MambaSpec": MambaSpec,
-        "replace": dataclasses.replace,
-        "chain": itertools.chain,
-        "islice": itertools.islice,
-        "RequestStatus": UpstreamRequestStatus,
-        "GPULoadStoreSpec": GPULoadStoreSpec,
-        "TransferJob": TransferJob,
-        "TransferJobStatus": TransferJobStatus,
-        "_ConnectorMetricName": ConnectorMetricName,
-        "logger": logging.getLogger("kvcontract.audit.upstream"),
-        "Sequence": Sequence,
-        "Iterable": Iterable,
-        "Mapping": Mapping,
-        "ClassVar": ClassVar,
-        "Any": Any,
-        "__kvc_assert__": _kvc_assert,
-    }
+from kvcontract.tools.audit.stand_ins import (
+    GroupConfig,
+    SlidingWindowSpec,
+    _EventsTracker,
+    _Manager,
+    _manager_class,
+    _namespace,
+    cdiv,
+)
+from kvcontract.tools.audit.targets import Target
+from kvcontract.tools.audit.upstream_calls import (
+    EXIT_CALL_PAST_LIMIT,
+    UPSTREAM_MODULE,
+    CallBoard,
+    MissingRole,
+    StandInGap,
+    UpstreamError,
+    UpstreamTimeout,
+    _expired,
+    _garbage,
+    _guarded,
+    _passthrough,
+    _time_limit,
+    limit_loaded_release,
+    limited,
+    set_call_timeout,
+    stand_in_gap,
+    watch_window,
+)
+from kvcontract.vocabulary import LookupResult
 
 
 class _AssertToCall(ast.NodeTransformer):
@@ -860,146 +160,10 @@ def _compile(located: Located) -> Callable[..., Any]:
     return fn  # type: ignore[no-any-return]
 
 
-@dataclass
-class RoleBinding:
-    """What the audit found for one role (printed, and in the report's ``bindings``)."""
-
-    role: str
-    status: str
-    """``found``, ``missing``, ``derived`` (composed from found functions) or ``error``.
-    Nothing is ``inferred``: no behaviour of upstream is modelled from its source text."""
-    what: str
-    qualname: str | None = None
-    path: str | None = None
-    line: int | None = None
-    signature: str | None = None
-    shape: str | None = None
-    note: str = ""
-    source: str | None = None
-    """Where a found role's definition came from: ``patch`` (the ``module:`` file),
-    ``base`` (the base release it is laid over) or ``target`` (the tree's own file)."""
-
-    def to_json(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
-    def where(self) -> str:
-        return f"{self.path}:{self.line}" if self.path else "-"
-
-
-@dataclass
-class Binding:
-    """The bound target: role records, compiled functions and the adapted bundle."""
-
-    target: Target
-    roles: dict[str, RoleBinding] = field(default_factory=dict)
-    functions: dict[str, Callable[..., Any]] = field(default_factory=dict)
-    nodes: dict[str, ast.FunctionDef] = field(default_factory=dict)
-    """The located definition of each found role (inspected, e.g. the store builder)."""
-    implementation: Implementation | None = None
-    missing_fields: dict[str, str] = field(default_factory=dict)
-    """Implementation field -> why it could not be bound."""
-    engine: Any = None
-    """The target's vLLM as the judge (:class:`kvcontract.tools.audit.on_engine.
-    EngineJudge`), set by :func:`~kvcontract.tools.audit.on_engine.prepare_engine`'s
-    caller; None: the ``upstream-*`` theorems run on stand-ins."""
-    engine_why: str = ""
-    """Why there is no engine (empty when there is one, or for a built-in target)."""
-    engine_fallback: bool = False
-    """The engine was wanted (``--judge auto``) and could not run: the stand-ins'
-    findings are ``unconfirmed`` (exit 3), never a defect of the release. False when
-    stand-ins were chosen (``--judge stand-ins``, or a binding no engine was offered)."""
-
-    def location(self, role: str) -> tuple[str, int] | None:
-        rb = self.roles.get(role)
-        if rb is None or rb.path is None or rb.line is None:
-            return None
-        return rb.path, rb.line
-
-    def field_location(self, field_name: str) -> tuple[str, int] | None:
-        for role in FIELD_ROLES.get(field_name, ()):
-            for candidate in _pseudo_sources(self, role):
-                loc = self.location(candidate)
-                if loc:
-                    return loc
-        return None
-
-    def to_json(self) -> list[dict[str, Any]]:
-        return [rb.to_json() for rb in self.roles.values()]
-
-
-def _pseudo_sources(binding: Binding, role: str) -> list[str]:
-    if role == "reachability":
-        return ["store_mask", "store_predicate", "block_mask"]
-    if role == "store_horizon":
-        return ["store_jobs", "store_predicate"]
-    return [role]
-
-
 # -- adapters ------------------------------------------------------------------------------
 def _is_number(value: Any) -> bool:
     return (isinstance(value, (int, symbolic.SymInt)) and not isinstance(value, bool)) or \
         type(value).__name__ == "ArithRef"
-
-
-def _guarded(what: str, fn: Callable[..., Any]) -> Callable[..., Any]:
-    def call(*args: Any, **kwargs: Any) -> Any:
-        try:
-            with _time_limit(what):
-                return fn(*args, **kwargs)
-            _expired()
-        except BaseException as exc:
-            if _passthrough(exc) or not isinstance(exc, Exception):
-                raise
-            gap = stand_in_gap(exc)
-            if gap is not None:
-                raise StandInGap(f"{what}: {gap}") from exc
-            raise UpstreamError(f"{what} raised {type(exc).__name__}: {exc}") from exc
-
-    return call
-
-
-def _garbage(what: str, value: Any, expected: str) -> UpstreamError:
-    shown = repr(value)
-    if len(shown) > 80:
-        shown = shown[:77] + "..."
-    return UpstreamError(f"{what} returned {shown} ({type(value).__name__}), expected {expected}")
-
-
-class _Manager:
-    def __init__(self, lookup: Callable[[int], LookupResult]) -> None:
-        self._lookup = lookup
-        self.calls = 0
-
-    def lookup(self, key: Any, req_context: Any = None) -> LookupResult:
-        self.calls += 1
-        result = self._lookup(key)
-        return result
-
-
-class _EventsTracker:
-    def record_lookup(self, *args: Any, **kwargs: Any) -> None:
-        return None
-
-    def record_store(self, *args: Any, **kwargs: Any) -> None:
-        return None
-
-
-class GroupConfig:
-    """Stand-in for upstream's ``GroupOffloadConfig`` (attributes the bodies read)."""
-
-    def __init__(self, **fields: Any) -> None:
-        self.group_idx = 0
-        self.tokens_per_block = 16
-        self.tokens_per_chunk = 16
-        self.hashes_per_chunk = 1
-        self.sliding_window_size_in_chunks: Any = None
-        self.kv_cache_spec: Any = None
-        self.manager_cls: Any = None
-        self.requires_cow_source = False
-        self.alignment_chunk_count: Any = None
-        self.is_eagle_group = False
-        for key, value in fields.items():
-            setattr(self, key, value)
 
 
 def _param_names(fn: Callable[..., Any]) -> list[str]:
@@ -1024,12 +188,6 @@ def _build_adapters(binding: Binding) -> None:
     binding.missing_fields["store_final_segment_end"] = _no_store_horizon(binding)
     _adapt_replay_boundaries(binding, fields)
     binding.implementation = _assemble_implementation(binding, fields)
-
-
-def _where(binding: Binding, role: str) -> str:
-    """A bound role as error messages name it: ``qualname (path:line)``."""
-    rb = binding.roles[role]
-    return f"{rb.qualname} ({rb.path}:{rb.line})"
 
 
 def _scan_has_initial(binding: Binding) -> bool:
@@ -1218,30 +376,6 @@ def _adapt_reachability(binding: Binding, fields: Fields) -> None:
         fields["is_block_reachable"] = reach
 
 
-def _assumed_contiguous_blocks(cls: Any, window_size: Any, block_size: Any,
-                               use_eagle: bool) -> Any:
-    """Upstream's blocks-per-hit rule, used where ``_contiguous_blocks_for_hit`` is absent."""
-    return cdiv(window_size - 1, block_size) + (1 if use_eagle else 0)
-
-
-def _manager_class(binding: Binding) -> Any:
-    """A ``SlidingWindowManager`` stand-in class carrying the bound block mask and
-    contiguous-blocks rule (the assumed rule, recorded as derived, when that is absent);
-    None without a block mask."""
-    f = binding.functions
-    if "block_mask" not in f:
-        return None
-    contiguous = f.get("contiguous_blocks")
-    if contiguous is None:
-        contiguous = _assumed_contiguous_blocks
-        binding.roles["contiguous_blocks"].status = "derived"
-        binding.roles["contiguous_blocks"].note = "absent; cdiv(window - 1, block) + eagle assumed"
-    return type(SWM_CLS, (), {
-        "reachable_block_mask": classmethod(f["block_mask"]),
-        "_contiguous_blocks_for_hit": classmethod(contiguous),
-    })
-
-
 def _mask_value(mask: Any, what: str) -> bool:
     """The one block's entry of a one-block mask (None marks every block reachable)."""
     if mask is None:
@@ -1379,8 +513,6 @@ def _adapt_replay_boundaries(binding: Binding, fields: Fields) -> None:
     executed_replay_boundaries`), never restated from its text. Where the builder
     cannot run (a function it calls is missing), the field is missing and its theorems
     are unchecked, naming what is absent. The built-in targets keep their own field."""
-    from kvcontract.tools.audit import store
-
     absent = store.missing(binding)
     if absent:
         binding.missing_fields["store_replay_boundaries"] = (
@@ -1400,9 +532,7 @@ def _no_store_horizon(binding: Binding) -> str:
     """Why ``store_final_segment_end`` is not bound: kvcontract's StoreTracker over a
     horizon read off the builder's text would be a model of upstream presented as
     upstream's. Where the builder can run, its theorems are the executed ones."""
-    from kvcontract.tools.audit.store import missing
-
-    absent = missing(binding) if binding.target.kind != "builtin" else []
+    absent = store.missing(binding) if binding.target.kind != "builtin" else []
     binding.roles["store_horizon"] = RoleBinding(
         "store_horizon", "missing", "final-segment horizon of a store job",
         note=STORE_HORIZON_EXECUTED if not absent else
@@ -1570,10 +700,8 @@ def reference_binding() -> Binding:
     return binding
 
 
-def has_lookahead_hashes(binding: Binding) -> bool:
-    """Whether the bound release's offloading code has the lookahead block-hash mode
-    (docs/CONTRACT.md 2.1: a bound function reads ``use_lookahead_block_hashes``): a
-    capability found in the code, not by version."""
-    return any("use_lookahead_block_hashes" in getattr(getattr(fn, "__code__", None),
-                                                        "co_names", ())
-               for fn in binding.functions.values())
+__all__ = ["EXIT_CALL_PAST_LIMIT", "FIELD_ROLES", "ROLES", "ROLE_BY_NAME", "UPSTREAM_MODULE",
+           "Binding", "CallBoard", "MissingRole", "RoleBinding", "SlidingWindowSpec",
+           "StandInGap", "UpstreamError", "UpstreamTimeout", "bind", "has_lookahead_hashes",
+           "limit_loaded_release", "limited", "reference_binding", "set_call_timeout",
+           "stand_in_gap", "watch_window"]

@@ -41,15 +41,10 @@ an audit finds is bounded by counted cases (``--budget``), and CPU time, unlike
 wall-clock time, does not grow with the machine's load."""
 
 
-def _options(clauses: Sequence[str], call_timeout: float, budget: int,
-             jobs: int | None, geometries: Sequence[tuple[str, Geometry]] = (),
-             shard: Shard | None = None, judge_mode: str = "auto") -> AuditOptions:
-    if call_timeout <= 0:
-        raise UsageError(f"--timeout must be positive, not {call_timeout:g}")
-    if isinstance(budget, bool) or not isinstance(budget, int) or budget <= 0:
-        raise UsageError(f"--budget must be a positive number of cases, not {budget!r}")
-    if jobs is not None and jobs < 1:
-        raise UsageError(f"--jobs must be at least 1, not {jobs}")
+def audit_options(clauses: Sequence[str], call_timeout: float, budget: int,
+                  jobs: int | None, geometries: Sequence[tuple[str, Geometry]] = (),
+                  shard: Shard | None = None, judge_mode: str = "auto") -> AuditOptions:
+    """The engine's options (validated by :func:`kvcontract.options.audit_request`)."""
     return AuditOptions(clauses=list(clauses) or None, call_timeout=call_timeout,
                         budget=budget, jobs=jobs,
                         theorem_timeout=THEOREM_TIMEOUT,
@@ -141,65 +136,29 @@ def draw_pictures(binding: Binding, report: dict[str, Any], out_dir: str,
     return list(outcome.value["written"])
 
 
-def run_audit_command(
-    target: str,
-    *,
-    baseline: str | Target | None = None,
-    clauses: Sequence[str] = (),
-    call_timeout: float = 2.0,
-    budget: int = AuditOptions.budget,
-    jobs: int | None = None,
-    reproducer_dir: str | None = None,
-    picture_dir: str | None = None,
-    quiet: bool = False,
-    to_stderr: bool = False,
-    fail_on: frozenset[Impact] = DEFAULT_FAIL_ON,
-    geometries: Sequence[tuple[str, Geometry]] = (),
-    only_new: bool = False,
-    findings_baseline: FindingsBaseline | None = None,
-    write_baseline: str | None = None,
-    require_complete: bool = False,
-    shard: Shard | None = None,
-    verbose: bool = False,
-    costs: bool = True,
-    report_file: str | None = None,
-    live: bool = False,
-    judge_mode: str = "auto",
-) -> dict[str, Any]:
+def run_audit_command(target: str, request: AuditRequest, *,
+                      baseline: str | Target | None = None, quiet: bool = False,
+                      to_stderr: bool = False, verbose: bool = False) -> dict[str, Any]:
     """Bind, check, compare and print; returns the versioned report (with ``exit_code``).
-
-    ``geometries`` (``(label, geometry)`` pairs of ``--model``/``--geometry``) scope the
-    checks to those geometries (:mod:`kvcontract.spec.properties.scoped`); the report
-    then lists them under ``geometries``.
+    ``request``: the options, validated once (:func:`kvcontract.options.audit_request`;
+    its ``scope``, the ``--model``/``--geometry`` pairs, scopes the checks).
 
     ``baseline`` is a target string, ``git:REF`` (the target's files at that revision,
     :func:`~kvcontract.tools.audit.baseline.git_baseline_target`) or a resolved
-    :class:`Target`. The pull-request gate (:mod:`kvcontract.tools.reports.gate`):
-    ``findings_baseline`` marks every finding ``new`` or ``baseline``, ``only_new``
-    (``--fail-on new``) fails only on new ones, ``write_baseline`` writes the run's
-    findings as a baseline file; ``require_complete`` makes any unchecked theorem exit
-    3. ``shard``: only that shard's units of work (``--shard I/N``), with the report's
-    ``shard`` object for ``kvcontract merge``; a findings baseline and ``--baseline``
-    compare a whole run, so they are refused with it. ``verbose`` prints the bindings and
-    the theorem table after the summary; ``costs`` measures each defect on the model
-    presets (``--catalogue-only`` turns it off); ``report_file`` is the JSON report's
-    path, which the defects' commands name; ``live`` replays each defect's lost hits on
-    the installed vLLM (:mod:`kvcontract.tools.audit.live_stage`)."""
-    if shard is not None:
-        _check_shard_options(baseline, only_new, findings_baseline, write_baseline)
-    options = _options(clauses, call_timeout, budget, jobs, geometries, shard, judge_mode)
-    from kvcontract.tools.commands._common import make_console
+    :class:`Target`. A shard (``request.options.shard``) checks part of the run, so a
+    findings baseline and ``--baseline``, which compare a whole run, are refused with it.
+    ``verbose`` prints the bindings and the theorem table after the summary."""
+    if request.options.shard is not None:
+        _check_shard_options(baseline, request.only_new, request.findings_baseline,
+                             request.write_baseline)
+    from kvcontract.tools.reports.console import make_console
 
     console = make_console(stderr=to_stderr)
     with contextlib.ExitStack() as stack:
         resolved = resolve_target(target)
         resolved_baseline = _baseline_target(baseline, resolved, stack)
-        return _audit(console, resolved, resolved_baseline, options, quiet=quiet,
-                      fail_on=fail_on, reproducer_dir=reproducer_dir,
-                      picture_dir=picture_dir, only_new=only_new,
-                      findings_baseline=findings_baseline, write_baseline=write_baseline,
-                      require_complete=require_complete, verbose=verbose, costs=costs,
-                      report_file=report_file, live=live)
+        return _audit(console, resolved, resolved_baseline, request, quiet=quiet,
+                      verbose=verbose)
 
 
 def _check_shard_options(baseline: str | Target | None, only_new: bool,
@@ -364,14 +323,7 @@ def _in_fresh_process(resolved: Target, resolved_baseline: Target | None,
 
 
 def _audit(console: Console, resolved: Target, resolved_baseline: Target | None,
-           options: AuditOptions, *, quiet: bool, fail_on: frozenset[Impact],
-           reproducer_dir: str | None, picture_dir: str | None, only_new: bool,
-           findings_baseline: FindingsBaseline | None, write_baseline: str | None,
-           require_complete: bool, verbose: bool = False, costs: bool = True,
-           report_file: str | None = None, live: bool = False) -> dict[str, Any]:
-    request = AuditRequest(options, fail_on, reproducer_dir, picture_dir, only_new,
-                           findings_baseline, write_baseline, require_complete, costs,
-                           report_file, live)
+           request: AuditRequest, *, quiet: bool, verbose: bool = False) -> dict[str, Any]:
     report = produce_report(resolved, resolved_baseline, request, console=console,
                             quiet=quiet, verbose=verbose)
     if quiet:
@@ -392,7 +344,7 @@ def _audit(console: Console, resolved: Target, resolved_baseline: Target | None,
             console.print(f"wrote {path}", highlight=False)
         for line in report.get("picture_notes", []):
             console.print("[yellow]no picture[/] " + escape(line), highlight=False)
-        from kvcontract.tools.commands._common import print_gate
+        from kvcontract.tools.reports.gate import print_gate
 
         print_gate(console, report)
         if report.get("require_complete") and report["unchecked"]:
@@ -411,10 +363,9 @@ def apply_gate(report: dict[str, Any], fail_on: frozenset[Impact], only_new: boo
     findings marked, the baseline written, and its ``exit_code`` recomputed (as
     :func:`~kvcontract.tools.audit.report.build_report` does, with the gate). Also what
     ``kvcontract merge`` applies to merged audit shards."""
-    from kvcontract.tools.commands._common import finish_gate
-    from kvcontract.tools.reports.gate import gate_exit_code
+    from kvcontract.tools.reports.gate import finish_gate, gate_exit_code
 
-    finish_gate(report, findings_baseline, only_new=only_new, write_baseline=write_baseline)
+    finish_gate(report, findings_baseline, only_new=only_new, write_to=write_baseline)
     # An audit that checked nothing is undecided (3), but a shard given no units of
     # work (more shards than units) decides nothing by design: the merge's code counts.
     idle_shard = (report.get("shard") or {}).get("positions") == []

@@ -241,6 +241,18 @@ def _excluded(reasons: list[str]) -> dict[str, Any]:
     return {"excluded": len(reasons), "excluded_reasons": reasons[:EXCLUDED_SHOWN]}
 
 
+def _none_measured(target: _Target, what: str, excluded: list[str]) -> str:
+    """Why a preset has no row: no ``what`` (request, prompt) could be measured."""
+    return f"{target.label}: no {what} measured ({excluded[0] if excluded else 'none'})"
+
+
+def _cost_row(target: _Target, retention: int | None, prompts: int, excluded: list[str],
+              numbers: dict[str, Any]) -> dict[str, Any]:
+    """A preset's row: its head (:func:`_row_head`), the cost's ``numbers``, then the
+    cases left out of them (:func:`_excluded`)."""
+    return {**_row_head(target, retention, prompts), **numbers, **_excluded(excluded)}
+
+
 def _point(case: EndToEndCase, side: _Side,
            run: StoreRun | None = None) -> ResendPoint | str:
     if side.resend is not None:
@@ -350,9 +362,8 @@ def _lost_hit_row(target: _Target, bound: _Side, patched: _Side,
         promised += resend_promises(case)[0]
         prompt_sum += prompt
     if not measured:
-        return f"{target.label}: no prompt measured ({excluded[0] if excluded else 'none'})"
-    row = _row_head(target, retention, measured)
-    row.update({
+        return _none_measured(target, "prompt", excluded)
+    return _cost_row(target, retention, measured, excluded, {
         "lost_rate": lost / measured,
         "mean_tokens_lost": tokens_lost / measured,
         "mean_hit_patched": hit_patched / measured,
@@ -364,9 +375,7 @@ def _lost_hit_row(target: _Target, bound: _Side, patched: _Side,
         # on vLLM itself.
         "example": ({**first_lost, "geometry": target.geometry.to_dict()}
                     if first_lost else None),
-        **_excluded(excluded),
     })
-    return row
 
 
 def _lost_hit_phrases(row: Mapping[str, Any]) -> list[str]:
@@ -462,17 +471,14 @@ def _waste_row(target: _Target, bound: _Side, patched: _Side,
     if same:
         requests = sum(len(_producers(target, prompt)) for prompt in lengths)
     if not requests:
-        return f"{target.label}: no request measured ({excluded[0] if excluded else 'none'})"
-    row = _row_head(target, retention, len(lengths))
-    row.update({
+        return _none_measured(target, "request", excluded)
+    return _cost_row(target, retention, len(lengths), excluded, {
         "requests": requests,
         "share_affected": affected / requests,
         "mean_wasted_chunks": chunks / requests,
         "mean_wasted_blocks": chunks * bpc / requests,
         "mean_wasted_bytes": wasted_bytes / requests if per_block is not None else None,
-        **_excluded(excluded),
     })
-    return row
 
 
 def _waste_phrases(row: Mapping[str, Any]) -> list[str]:
@@ -535,18 +541,15 @@ def _delay_row(target: _Target, bound: _Side, patched: _Side,
             deferred += 1
             served += good
     if not requests:
-        return f"{target.label}: no request measured ({excluded[0] if excluded else 'none'})"
-    row = _row_head(target, retention, len(lengths))
-    row.update({
+        return _none_measured(target, "request", excluded)
+    return _cost_row(target, retention, len(lengths), excluded, {
         "requests": requests,
         "deferred_rate": deferred / requests,
         "mean_hit_deferred": served / deferred if deferred else 0.0,
         "waits_on": "the producer's last store (in flight when the resend arrives)",
         "bounded_by": "store completion",
         "unbounded_if": "the store stalls",
-        **_excluded(excluded),
     })
-    return row
 
 
 def _delay_phrases(row: Mapping[str, Any]) -> list[str]:
@@ -719,11 +722,9 @@ def _crash_row(target: _Target, bound: _Side, patched: _Side,
             crashes += 1
             condition = condition or f"P={prompt}: {why}"
     if not measured:
-        return f"{target.label}: no prompt measured ({excluded[0] if excluded else 'none'})"
-    row = _row_head(target, retention, measured)
-    row.update({"crash_rate": crashes / measured, "condition": condition,
-                **_excluded(excluded)})
-    return row
+        return _none_measured(target, "prompt", excluded)
+    return _cost_row(target, retention, measured, excluded,
+                     {"crash_rate": crashes / measured, "condition": condition})
 
 
 def _crash_phrases(row: Mapping[str, Any]) -> list[str]:

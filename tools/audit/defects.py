@@ -90,7 +90,7 @@ def _witness_size(row: Mapping[str, Any]) -> int:
 def _headline(rows: Sequence[Mapping[str, Any]]) -> Mapping[str, Any]:
     """The row whose witness stands for the defect: the worst impact, then an end-to-end
     consequence, then the smallest witness."""
-    return min(rows, key=lambda r: (_IMPACT_ORDER.get(r.get("impact") or "crash", 0),
+    return min(rows, key=lambda r: (_IMPACT_ORDER.get(r.get("impact") or Impact.CRASH.value, 0),
                                     r["clause"] != _END_TO_END_CLAUSE,
                                     _KIND_ORDER.get(str((r.get("witness") or {}).get("kind")),
                                                     0),
@@ -289,7 +289,7 @@ def prove_clause_summary(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         if not own:
             continue
         found = [r for r in own if r["verdict"] == Verdict.COUNTEREXAMPLE.value]
-        real = [r for r in found if r.get("impact") != "latent"]
+        real = [r for r in found if r.get("impact") != Impact.LATENT.value]
         if real:
             status = "violated"
         elif found:

@@ -43,71 +43,43 @@ from kvcontract.live.judge.lookups import NotRealized
 from kvcontract.proofs.runner import Scope, catalog
 from kvcontract.proofs.shards import Shard, partition, selection_digest, shard_section
 from kvcontract.proofs.theorem import SymbolicEnv, run_property
-from kvcontract.proofs.uses import LOOKUP_FUNCTIONS, STORE_FUNCTIONS, THEOREM_FUNCTIONS
 from kvcontract.proofs.verdicts import TheoremResult, Verdict
 from kvcontract.spec.clauses import CLAUSES, CatalogueError, get_clause
-from kvcontract.spec.properties import CaseProperty, Config, Env, FormulaProperty, Property
-from kvcontract.spec.properties.base import HYPOTHESES_ONLY, Observer, latent_reason, raised
+from kvcontract.spec.properties import CaseProperty, Config, FormulaProperty, Property
+from kvcontract.spec.properties.base import (
+    HYPOTHESES_ONLY,
+    Family,
+    Observer,
+    latent_reason,
+    raised,
+)
 from kvcontract.tools.audit.binding import (
-    FIELD_ROLES,
     Binding,
-    MissingRole,
     StandInGap,
     UpstreamError,
     UpstreamTimeout,
-    stand_in_gap,
 )
+from kvcontract.tools.audit.derived_spaces import engine_family, stand_in_family
 from kvcontract.tools.audit.lookup import UPSTREAM_LOOKUP as _UPSTREAM_LOOP_PREFIX
+from kvcontract.tools.audit.recheck import (
+    ALL_FIELDS,
+    KVCONTRACT_ONLY_FIELDS,
+    _admissible,
+    _fails,
+    _undecided,
+    _violation,
+    theorem_fields,
+)
+from kvcontract.tools.audit.recheck import THEOREM_FIELDS as THEOREM_FIELDS
 from kvcontract.tools.audit.sandbox import Outcome, run_jobs
 from kvcontract.tools.hypothesis_runs import deterministic_hypothesis
 from kvcontract.vocabulary import Impact
-
-ALL_FIELDS = tuple(f.name for f in dataclasses.fields(Implementation)
-                   if f.name not in ("name", "description", "violates", "notes"))
-
-KVCONTRACT_ONLY_FIELDS: tuple[str, ...] = tuple(
-    f for f in ALL_FIELDS if f not in FIELD_ROLES)
-"""Implementation fields the audit never binds from upstream: kvcontract's own step
-functions (the store step's bounds and per-chunk decision, the multi-group loop's turn,
-the offloadable-token count). An audited bundle keeps the reference's for them, so the
-case families that drive kvcontract's scheduler over the bound primitives run (labelled
-``via``), while upstream's own loop and store path are checked whole by the
-``upstream-*`` theorems."""
-
-
-def _bound_fields(uses: tuple[str, ...]) -> tuple[str, ...]:
-    """What of a property's ``uses`` the audit binds from upstream: its requirements, what
-    a counterexample is blamed on and what a baseline comparison proves equal (the
-    kvcontract-only fields are the reference's on both sides)."""
-    return tuple(f for f in uses if f not in KVCONTRACT_ONLY_FIELDS)
-
-
-_LOOKUP_FIELDS: tuple[str, ...] = _bound_fields(LOOKUP_FUNCTIONS)
-_STORE_FIELDS: tuple[str, ...] = _bound_fields(STORE_FUNCTIONS)
-THEOREM_FIELDS: dict[str, tuple[str, ...]] = {
-    name: _bound_fields(uses) for name, uses in THEOREM_FUNCTIONS.items()}
-"""Which bound Implementation fields each catalogue theorem calls (its ``uses``,
-:mod:`kvcontract.proofs.uses`, less the kvcontract-only fields). A theorem not listed
-there is assumed to need every field."""
-
 
 UPSTREAM_LOOKUP = _UPSTREAM_LOOP_PREFIX
 VIA_UPSTREAM_LOOKUP = "upstream's _lookup_complete_chunks, driven through stand-ins"
 VIA_UPSTREAM_STORE = "upstream's _build_store_jobs, driven through stand-ins"
 VIA_UPSTREAM_END_TO_END = ("upstream's _build_store_jobs, then upstream's "
                            "_lookup_complete_chunks, driven through stand-ins")
-
-
-def theorem_fields(theorem: Property) -> tuple[str, ...]:
-    from kvcontract.tools.audit.store import is_upstream
-
-    if is_upstream(theorem.name):
-        return ()  # upstream's own store path (and lookup): no Implementation field
-    if theorem.name.startswith(UPSTREAM_LOOKUP):
-        return _LOOKUP_FIELDS
-    # The property's own declaration (THEOREM_FIELDS by name is the same, for report
-    # rows that carry only the name); a property that calls nothing needs everything.
-    return _bound_fields(theorem.uses) if theorem.uses else ALL_FIELDS
 
 
 def theorems_for(binding: Binding, scope: Scope = ()) -> list[Property]:
@@ -127,9 +99,10 @@ def theorems_for(binding: Binding, scope: Scope = ()) -> list[Property]:
     # Each upstream adapter keeps the properties that declare it can observe them
     # (``observable_on``: lookup.upstream_loop_properties, store.store_path_properties,
     # store.end_to_end_path_properties).
-    lookups = [t for t in theorems if isinstance(t, CaseProperty) and t.family == "lookup"]
-    stores = [t for t in theorems if isinstance(t, CaseProperty) and t.family == "store"]
-    ends = [t for t in theorems if isinstance(t, CaseProperty) and t.family == "end-to-end"]
+    lookups = [t for t in theorems if isinstance(t, CaseProperty) and t.family == Family.LOOKUP]
+    stores = [t for t in theorems if isinstance(t, CaseProperty) and t.family == Family.STORE]
+    ends = [t for t in theorems
+            if isinstance(t, CaseProperty) and t.family == Family.END_TO_END]
     if binding.engine is not None:
         # vLLM's own engine observes upstream's code (on_engine): the same theorem ids.
         from kvcontract.tools.audit.on_engine import engine_theorems
@@ -140,13 +113,9 @@ def theorems_for(binding: Binding, scope: Scope = ()) -> list[Property]:
             *upstream_end_to_end_theorems(binding, ends if scope else None)]
 
 
-OBSERVED_FAMILIES: dict[Observer, frozenset[str]] = {
-    Observer.UPSTREAM_LOOP: frozenset({"lookup", "end-to-end"}),
-    Observer.UPSTREAM_STORE_PATH: frozenset({"store", "end-to-end"}),
-}
-"""The case families the audit can observe on upstream's own code, per observer: the
-lookup family on upstream's loop, the store family on its store path, the end-to-end
-family on both (:mod:`.lookup`, :mod:`.store`)."""
+AUDIT_OBSERVERS = (Observer.UPSTREAM_LOOP, Observer.UPSTREAM_STORE_PATH)
+"""The observers the audit runs (:mod:`.lookup`, :mod:`.store`, :mod:`.on_engine`): each
+observes the families of ``Observer.families``."""
 
 
 def _check_observers(theorems: Iterable[Property]) -> None:
@@ -155,13 +124,14 @@ def _check_observers(theorems: Iterable[Property]) -> None:
     for theorem in theorems:
         if not isinstance(theorem, CaseProperty):
             continue
-        for observer, families in OBSERVED_FAMILIES.items():
+        for observer in AUDIT_OBSERVERS:
+            families = observer.families
             if observer in theorem.observable_on and theorem.family not in families:
                 raise CatalogueError(
                     f"property {theorem.theorem_id} declares {observer.value} but is of the "
                     f"{theorem.family} family; the audit observes upstream's code for "
                     f"{', '.join(sorted(families))} cases only")
-        if Observer.UPSTREAM_LOOP in theorem.observable_on and theorem.family == "lookup" \
+        if Observer.UPSTREAM_LOOP in theorem.observable_on and theorem.family == Family.LOOKUP \
                 and not theorem.name.startswith("lookup-"):
             raise CatalogueError(
                 f"property {theorem.theorem_id} declares upstream-loop: name it lookup-... "
@@ -273,7 +243,7 @@ def plan(binding: Binding, options: AuditOptions) -> tuple[list[int], list[dict[
             continue
         missing = [f for f in theorem_fields(theorem) if f in binding.missing_fields]
         reasons = sorted({binding.missing_fields[f] for f in missing})
-        if theorem.name in GPU_RETENTION_THEOREMS and \
+        if getattr(theorem, "reads_gpu_retention", False) and \
                 "get_num_skipped_tokens" in binding.missing_fields:
             missing.append("get_num_skipped_tokens")
             reasons.append(GPU_RETENTION_NOTE + binding.missing_fields["get_num_skipped_tokens"])
@@ -299,11 +269,6 @@ def plan(binding: Binding, options: AuditOptions) -> tuple[list[int], list[dict[
 
 
 
-GPU_RETENTION_THEOREMS = frozenset({"allocation-bound", "load-window-exact", "window-exact"})
-"""Theorems whose statement reads what the GPU manager retains (the spec's ``Ret``/
-``Load`` with ``e``) next to the bound window functions: without upstream's manager
-(``SlidingWindowManager.get_num_skipped_tokens``) they would present the spec's own
-retention as upstream's, so they are left unchecked (issue 20)."""
 GPU_RETENTION_NOTE = ("the GPU manager's retention is not bound (the spec's own retention "
                       "would be presented as upstream's): ")
 
@@ -315,46 +280,6 @@ def _role_names(binding: Binding, roles: list[str]) -> list[str]:
 
 
 # -- concrete search for Z3 theorems ---------------------------------------------------------
-def _admissible(theorem: FormulaProperty, values: dict[str, int]) -> bool:
-    """Whether the theorem's hypotheses hold (they never depend on the implementation)."""
-    hyps, _ = theorem.statement(Env(values), HYPOTHESES_ONLY)
-    admissible: bool = all(bool(h) for h in hyps)
-    return admissible
-
-
-def _violation(
-    theorem: FormulaProperty, impl: Implementation, values: dict[str, int]
-) -> str | None:
-    """The failure message for admissible ``values`` (upstream executed), or None."""
-    try:
-        _, goal = theorem.statement(Env(values), impl)
-        holds = bool(goal)
-    except (UpstreamTimeout, StandInGap):
-        raise  # decides nothing: the theorem becomes UNKNOWN (_concrete_z3_theorem)
-    except UpstreamError as exc:
-        return str(exc)
-    except Exception as exc:  # the adapters turn upstream errors into UpstreamError
-        gap = stand_in_gap(exc)
-        if gap is not None:
-            raise StandInGap(gap) from exc
-        return f"the implementation raised {type(exc).__name__}: {exc}"
-    if holds:
-        return None
-    shown = ", ".join(f"{k}={v}" for k, v in values.items())
-    return f"{theorem.description} fails for {shown}"
-
-
-def _undecided(exc: BaseException) -> BaseException | None:
-    """``exc`` as what decides nothing about the code (a CPU-time limit, a stand-in gap),
-    or None when it is upstream's own failure (a finding)."""
-    from kvcontract.live.gaps import DriverGapError
-
-    if isinstance(exc, (UpstreamTimeout, StandInGap, DriverGapError)):
-        return exc
-    gap = stand_in_gap(exc) if isinstance(exc, Exception) else None
-    return StandInGap(gap) if gap is not None else None
-
-
 def _gap_message(exc: BaseException) -> str:
     if isinstance(exc, UpstreamTimeout):
         return _timeout_message(exc)
@@ -618,9 +543,9 @@ def _shared_cases(groups: Sequence[Sequence[CaseProperty]]) -> tuple[
         Callable[[], Iterable[Any]], list[Callable[[Any], bool] | None]]:
     """The case source of a shared pass and, per family, which of its cases are the
     family's. One family: its own space. Several: the first family's space, and each
-    other family's space must be a filter of it (:func:`kvcontract.tools.audit.store.
+    other family's space must be a filter of it (:func:`kvcontract.tools.audit.derived_spaces.
     shared_cases`), so every family meets its own cases in its own order."""
-    from kvcontract.tools.audit.store import shared_cases
+    from kvcontract.tools.audit.derived_spaces import shared_cases
 
     base = groups[0][0].space
     accepts: list[Callable[[Any], bool] | None] = [None]
@@ -841,19 +766,6 @@ def _exhaustive(theorem: CaseProperty, impl: Implementation,
 
 
 # -- blame --------------------------------------------------------------------------------------
-def _fails(theorem: Property, impl: Implementation, witness: Any) -> bool:
-    if isinstance(theorem, FormulaProperty):
-        return _admissible(theorem, witness) and _violation(theorem, impl, witness) is not None
-    try:
-        return theorem.check(witness, impl) is not None
-    except MissingRole:
-        raise  # an unbound field decides nothing (a root cause must not name it)
-    except Exception as exc:
-        if _undecided(exc) is not None:
-            raise  # a stand-in gap or a CPU-time limit decides nothing either
-        return True
-
-
 def blame(theorem: Property, impl: Implementation, witness: Any) -> list[str]:
     """The bound fields whose replacement by the reference makes the witness pass."""
     culprits = []
@@ -1023,7 +935,7 @@ def check_family(theorems: Sequence[CaseProperty], binding: Binding,
     family's (:func:`_fused`), each family in its own order of appearance."""
     impl = binding.implementation
     assert impl is not None
-    from kvcontract.tools.audit.store import shared_cases
+    from kvcontract.tools.audit.derived_spaces import shared_cases
 
     groups: dict[str, list[CaseProperty]] = {}
     # The family whose cases the others share walks first (:func:`_shared_cases`).
@@ -1058,7 +970,7 @@ def _fused(theorems: Sequence[Property], units: list[list[int]]) -> list[list[in
     the store family's cases less the Mamba geometries, upstream's C12 likewise, and
     upstream's lookup family the lookup family's) joined to that family's unit, so one
     walk computes each case's spec memos once (:func:`_families`)."""
-    from kvcontract.tools.audit.store import shared_cases
+    from kvcontract.tools.audit.derived_spaces import shared_cases
 
     by_space: dict[int, list[int]] = {}
     for unit in units:
@@ -1102,9 +1014,10 @@ class WorkUnit:
 
 
 FAMILY_CASE_COST: dict[str, float] = {
-    "scan": 0.05, "lookup": 0.1, "upstream-lookup": 0.065, "store": 1.0,
-    "upstream-store": 0.5, "end-to-end": 0.15, "upstream-end-to-end": 0.15,
-    "engine-lookup": 0.4, "engine-store": 5.0, "engine-end-to-end": 2.0}
+    Family.SCAN: 0.05, Family.LOOKUP: 0.1, Family.STORE: 1.0, Family.END_TO_END: 0.15,
+    stand_in_family(Family.LOOKUP): 0.065, stand_in_family(Family.STORE): 0.5,
+    stand_in_family(Family.END_TO_END): 0.15, engine_family(Family.LOOKUP): 0.4,
+    engine_family(Family.STORE): 5.0, engine_family(Family.END_TO_END): 2.0}
 """Static cost (about milliseconds) per case of a family's walk for its first theorem,
 which computes the case's memos (the implementation's answer, the spec's), calibrated
 once on the audit of 0.33.0 on one core: 23 s for the 226,760 lookup cases, 15 s for

@@ -29,6 +29,8 @@ from typing import Any
 from rich.console import Console
 from rich.markup import escape
 
+from kvcontract.vocabulary import Impact
+
 LIFECYCLE_CPU_SECONDS = 900.0
 """CPU seconds the child that runs the lifecycle scenarios may use (a safety net: they
 take a few seconds once vLLM is imported)."""
@@ -83,7 +85,7 @@ def _deferral_site() -> dict[str, Any] | None:
     ``get_num_new_matched_tokens``, laid over as installed): a C13 stall's location."""
     import inspect
 
-    from kvcontract.live.env import vllm_names
+    from kvcontract.live.capabilities import vllm_names
 
     try:
         cls = vllm_names("vllm.distributed.kv_transfer.kv_connector.v1.offloading.scheduler",
@@ -196,7 +198,7 @@ def result_rows(section: dict[str, Any]) -> list[dict[str, Any]]:
             # its `reachable` number (live/scenarios: "... reached only by a worker ...").
             reachable = str(numbers.get("reachable") or "")
             if UNREACHED_MARK in reachable:
-                result["impact"] = "latent"
+                result["impact"] = Impact.LATENT.value
                 result["message"] = f"{message} [latent: {reachable}]"
             cause = _root_cause(row, numbers, site)
             if cause is not None:

@@ -27,24 +27,25 @@ from kvcontract.impl.bundle import Implementation
 from kvcontract.spec.geometry import Geometry
 from kvcontract.spec.lookup import LookupResult, hashed_tokens
 from kvcontract.spec.properties import CaseProperty
-from kvcontract.spec.properties.base import LastCase, Observer
+from kvcontract.spec.properties.base import Family, LastCase, Observer
 from kvcontract.spec.properties.catalog import observed_by
 from kvcontract.spec.properties.lookup import (
     LOOKUP_SPACE,
     LookupCase,
     LookupObservation,
 )
-from kvcontract.tools.audit.binding import (
-    Binding,
-    GroupConfig,
-    MambaSpec,
+from kvcontract.tools.audit.derived_spaces import (
+    filtered_space,
+    stand_in_family,
+    without_absent_modes,
+)
+from kvcontract.tools.audit.roles import Binding, _where
+from kvcontract.tools.audit.stand_ins import GroupConfig, MambaSpec, _EventsTracker, spec_stand_in
+from kvcontract.tools.audit.upstream_calls import (
     UpstreamError,
-    _EventsTracker,
     _garbage,
     _guarded,
-    _where,
     limited,
-    spec_stand_in,
 )
 
 NEEDED_ROLES = ("multi_group_lookup", "sw_scan", "prefix_scan", "window")
@@ -204,8 +205,6 @@ def upstream_lookup_theorems(binding: Binding,
         return LookupObservation(outcome.hit_tokens, lookups=outcome.lookups)
 
     base = properties[0].space if properties else LOOKUP_SPACE
-    from kvcontract.tools.audit.store import filtered_space, without_absent_modes
-
     # The lookup family's cases (less the budgeted ones where the release's loop takes no
     # budget, and the lookahead-hash geometries where it has no such mode): the engine
     # walks both together, so the contract's answer for a case (a per-case memo) is
@@ -214,7 +213,7 @@ def upstream_lookup_theorems(binding: Binding,
     budgeted = takes_budget(binding)
     notes = [note for note in (None if budgeted else BUDGET_NOTE, mode_note) if note]
     space = filtered_space(
-        base, "upstream-lookup", LastCase(observe_upstream),
+        base, stand_in_family(Family.LOOKUP), LastCase(observe_upstream),
         lambda case: (budgeted or case.max_hit_tokens is None) and in_release(case),
         "; ".join(notes) or None)
     return [
@@ -242,7 +241,7 @@ def upstream_loop_properties(properties: Sequence[CaseProperty] | None = None,
     """The lookup family's properties that declare :attr:`Observer.UPSTREAM_LOOP` (of
     ``properties``, else of the catalogue): the one list of what upstream's own loop is
     judged by, here and in the plan's unchecked lines."""
-    return observed_by(Observer.UPSTREAM_LOOP, properties, family="lookup")
+    return observed_by(Observer.UPSTREAM_LOOP, properties, family=Family.LOOKUP)
 
 
 __all__ = ["UpstreamError", "UpstreamOutcome", "make_runner", "missing_roles",

@@ -35,9 +35,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kvcontract.spec.properties import CaseProperty, Property
-from kvcontract.spec.properties.base import LastCase
+from kvcontract.spec.properties.base import Family, LastCase
+from kvcontract.tools.audit.derived_spaces import engine_family, stand_in_family
 from kvcontract.tools.audit.targets import KNOWN_FILES, Target
 from kvcontract.vocabulary import Impact, Verdict
+
+ENGINE_FAMILIES = (Family.LOOKUP, Family.STORE, Family.END_TO_END)
+"""The families vLLM's engine observes (its own scheduler, connector and store path)."""
+ENGINE_LOOKUP, ENGINE_STORE, ENGINE_END_TO_END = map(engine_family, ENGINE_FAMILIES)
 
 MODES = ("auto", "engine", "stand-ins")
 """``--judge``: ``auto`` (vLLM's engine where it imports, else stand-ins, said so),
@@ -314,24 +319,23 @@ def engine_theorems(judge: EngineJudge, lookups: Sequence[CaseProperty] | None,
     from kvcontract.spec.properties.end_to_end import END_TO_END_SPACE
     from kvcontract.spec.properties.lookup import LOOKUP_SPACE
     from kvcontract.spec.properties.store import STORE_SPACE
+    from kvcontract.tools.audit.derived_spaces import filtered_space
     from kvcontract.tools.audit.lookup import upstream_loop_name, upstream_loop_properties
     from kvcontract.tools.audit.store import (
         UPSTREAM_STORE,
         end_to_end_path_properties,
-        filtered_space,
-        share_cases,
         store_path_properties,
     )
 
     made: list[CaseProperty] = []
     families = (
-        ("engine-lookup", upstream_loop_properties(lookups), LOOKUP_SPACE,
+        (ENGINE_LOOKUP, upstream_loop_properties(lookups), LOOKUP_SPACE,
          lambda j, c: j.lookups.why_not(c), lambda j, c: j.lookups.observe(c),
          ENGINE_LOOKUP_VIA, upstream_loop_name),
-        ("engine-store", store_path_properties(stores), STORE_SPACE,
+        (ENGINE_STORE, store_path_properties(stores), STORE_SPACE,
          lambda j, c: j.stores.why_not(c), lambda j, c: j.stores.observe(c),
          ENGINE_STORE_VIA, lambda name: UPSTREAM_STORE + name),
-        ("engine-end-to-end", end_to_end_path_properties(ends), END_TO_END_SPACE,
+        (ENGINE_END_TO_END, end_to_end_path_properties(ends), END_TO_END_SPACE,
          lambda j, c: j.resends.why_not(c), lambda j, c: j.resends.observe(c),
          ENGINE_END_TO_END_VIA, lambda name: f"upstream-{name}"),
     )
@@ -343,7 +347,6 @@ def engine_theorems(judge: EngineJudge, lookups: Sequence[CaseProperty] | None,
         space = filtered_space(base, family, LastCase(_observe(judge, family, observe)),
                                accepts, LEFT_OUT_NOTE)
         space = dataclasses.replace(space, driver=f"{via} ({judge.release})")
-        share_cases(space, base, accepts)
         made += [dataclasses.replace(prop, name=rename(prop.name), space=space, uses=(),
                                      description=f"vLLM's engine: {prop.description}")
                  for prop in properties]
@@ -380,12 +383,12 @@ def engine_section(judge: EngineJudge, theorem: Property) -> dict[str, Any]:
     judges = judge.judges()
     family = str(getattr(getattr(theorem, "space", None), "family", ""))
     stats: dict[str, Any] = {"release": judge.release}
-    if family == "engine-lookup":
+    if family == ENGINE_LOOKUP:
         stats["vllm_runs"] = judges.lookups.stats.runs
         stats["shared_runs"] = judges.lookups.stats.shared
-    elif family == "engine-store":
+    elif family == ENGINE_STORE:
         stats["vllm_runs"] = judges.stores.runs
-    elif family == "engine-end-to-end":
+    elif family == ENGINE_END_TO_END:
         stats["vllm_runs"] = judges.resends.runs + judges.resends.consumers
     left = judges.left_out.get(family)
     if left:
@@ -423,7 +426,7 @@ def engine_root_cause(theorem: CaseProperty, witness: Any, binding: Any,
         # Does kvcontract's driver over the same upstream functions fail on the witness
         # too? Then the smallest replacement of those functions that fixes it there is
         # named (the replacement inside vLLM was not run: ``inferred``).
-        from kvcontract.tools.audit.engine import _fails, theorem_fields
+        from kvcontract.tools.audit.recheck import _fails, theorem_fields
 
         driver = root_cause.filled_implementation(binding)
         try:
@@ -436,7 +439,7 @@ def engine_root_cause(theorem: CaseProperty, witness: Any, binding: Any,
             if names is not None:
                 return root_cause.describe(binding, root_cause._roles_of_fields(binding, names),
                                            "inferred", names)
-    if family == "engine-lookup":
+    if family == ENGINE_LOOKUP:
         return root_cause.describe(binding, [root_cause.LOOKUP_LOOP_ROLE], "loop")
     from kvcontract.tools.audit.store import blame
 
@@ -462,11 +465,11 @@ def engine_observer(binding: Any, theorem: Property) -> Any:
 
 def _fresh_observe(judge: EngineJudge, family: str, witness: Any) -> Any:
     judges = judge.judges()
-    if family == "engine-lookup":
+    if family == ENGINE_LOOKUP:
         return judges.lookups.observe(witness)
-    if family == "engine-store":
+    if family == ENGINE_STORE:
         return judges.stores.observe(witness)
-    if family == "engine-end-to-end":
+    if family == ENGINE_END_TO_END:
         return judges.resends.observe(witness)
     return None
 
@@ -553,10 +556,9 @@ def engine_resends(binding: Any, roles: Sequence[str]) -> tuple[Any, Any, Any, A
 
 
 # -- a witness of kvcontract's drivers, replayed on the engine ---------------------------------
-REPLAYED_FAMILIES = {"lookup": "engine-lookup", "store": "engine-store",
-                     "end-to-end": "engine-end-to-end",
-                     "upstream-lookup": "engine-lookup", "upstream-store": "engine-store",
-                     "upstream-end-to-end": "engine-end-to-end"}
+REPLAYED_FAMILIES = {
+    **{str(family): engine_family(family) for family in ENGINE_FAMILIES},
+    **{stand_in_family(family): engine_family(family) for family in ENGINE_FAMILIES}}
 """The case families whose witnesses vLLM's engine can run (the same cases its own
 ``upstream-*`` theorems observe; those theorems' stand-in families too, for a
 reproducer of an engine finding)."""
@@ -576,8 +578,8 @@ def replay_on_engine(theorem: Property, witness: Any, binding: Any) -> dict[str,
     from kvcontract.live.judge.lookups import NotRealized
 
     judges = judge.judges()
-    why = {"engine-lookup": judges.lookups, "engine-store": judges.stores,
-           "engine-end-to-end": judges.resends}[family].why_not(witness)
+    why = {ENGINE_LOOKUP: judges.lookups, ENGINE_STORE: judges.stores,
+           ENGINE_END_TO_END: judges.resends}[family].why_not(witness)
     if why is not None:
         return {"why": why}
     try:

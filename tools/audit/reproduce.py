@@ -82,7 +82,7 @@ def retargeted(target: str) -> str:
 def replay_witness(target: str, theorem_id: str, witness: dict[str, Any],
                    call_timeout: float = 10.0) -> str | None:
     """Re-run one check of ``theorem_id`` on ``target``: the violation, or None."""
-    from kvcontract.tools.audit.engine import _admissible, _violation
+    from kvcontract.tools.audit.recheck import _admissible, _violation
 
     resolved = resolve_target(retargeted(target))
     bound = binding_mod.bind(resolved)

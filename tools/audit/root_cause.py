@@ -44,8 +44,10 @@ from kvcontract.tools.audit.binding import (
     Binding,
     SlidingWindowSpec,
     _build_adapters,
-    _pseudo_sources,
 )
+from kvcontract.tools.audit.recheck import _fails as engine_fails
+from kvcontract.tools.audit.recheck import theorem_fields
+from kvcontract.tools.audit.roles import _pseudo_sources
 
 HOW = ("rebound", "field", "inferred", "loop", "unisolated")
 """How a root cause was established, strongest first (module docstring)."""
@@ -151,8 +153,6 @@ def _runs(theorem: Property, impl: Any, witness: Any) -> bool:
 
 
 def _fails(theorem: Property, binding: Binding, witness: Any) -> bool:
-    from kvcontract.tools.audit.engine import _fails as engine_fails
-
     impl = binding.implementation
     assert impl is not None
     return engine_fails(theorem, impl, witness)
@@ -177,8 +177,6 @@ def _field_cause(theorem: Property, binding: Binding, witness: Any,
     None if there is none."""
     impl = impl if impl is not None else binding.implementation
     assert impl is not None
-    from kvcontract.tools.audit.engine import _fails as engine_fails
-
     # A field the release lacks is no root cause: replacing it only fills the gap.
     fields = [f for f in fields if f not in binding.missing_fields]
     for size in (1, 2):
@@ -214,8 +212,6 @@ def find_root_cause(theorem: Property, witness: Any, binding: Binding,
     or store path for (None for the others); ``rebuild(binding, base)`` makes the
     ``upstream-*`` theorem over a rebound binding. None when the witness cannot be
     re-checked at all (the theorem passes on it here)."""
-    from kvcontract.tools.audit.engine import theorem_fields
-
     if binding.target.kind == "builtin":
         fields = list(theorem_fields(theorem))
         names = _field_cause(theorem, binding, witness, fields)
@@ -238,8 +234,6 @@ def find_root_cause(theorem: Property, witness: Any, binding: Binding,
         # An upstream-* theorem: does kvcontract's driver over the same primitives fail too?
         # (With the reference's for what the release does not expose as a function, so
         # the driver runs; such a field is never named.)
-        from kvcontract.tools.audit.engine import _fails as engine_fails
-
         driver = filled_implementation(binding)
         try:
             driver_fails = _runs(base, driver, witness) and engine_fails(base, driver, witness)
@@ -270,7 +264,6 @@ def replay_root_cause(theorem_id: str, witness: Any, impl: Any) -> dict[str, Any
     replayed by id (:func:`kvcontract.spec.properties.replay`); ``unisolated`` naming
     every field when none does. None when the witness cannot be replayed."""
     from kvcontract.spec.properties import get_property, replay
-    from kvcontract.tools.audit.engine import theorem_fields
 
     try:
         if replay(theorem_id, witness, impl) is None:

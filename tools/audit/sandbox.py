@@ -5,26 +5,26 @@ forked child (the bound functions are inherited, nothing is pickled but the resu
 Every call into upstream code happens in such a child: the bound functions (the
 binding's adapters, upstream's lookup loop and store path over stand-ins) and, where the
 parent imported the target's vLLM (its engine as the judge), the release's own audited
-functions, wrapped in each child (:func:`binding.limit_loaded_release`). Its limits:
+functions, wrapped in each child (:func:`upstream_calls.limit_loaded_release`). Its limits:
 
-* **a per-call CPU-time limit** (``--timeout``, :func:`binding.set_call_timeout`,
+* **a per-call CPU-time limit** (``--timeout``, :func:`upstream_calls.set_call_timeout`,
   ``ITIMER_PROF``): an upstream call that has used that many seconds of CPU time is
-  stopped (:class:`~kvcontract.tools.audit.binding.UpstreamTimeout`, naming the call
+  stopped (:class:`~kvcontract.tools.audit.upstream_calls.UpstreamTimeout`, naming the call
   and the limit): the theorem that made it is UNKNOWN, never a verdict. A call that hung
   is not made again in that child (the next call of the same function raises at once),
   so a hang costs one limit per call site, not one per case (a symbolic call that hung
   is the exception: the theorem then searches concretely, so a function that hangs both
   ways costs two limits). A call that catches the limit's exception and goes on is
   interrupted again half a limit later; at twice the limit the child exits with status
-  :data:`~kvcontract.tools.audit.binding.EXIT_CALL_PAST_LIMIT` (86), and a call the
+  :data:`~kvcontract.tools.audit.upstream_calls.EXIT_CALL_PAST_LIMIT` (86), and a call the
   signal cannot reach (C code that does not return to Python) is killed by the parent
   once the child used :data:`PAST_LIMIT_FACTOR` times the limit in CPU time since the
   call began (read from ``/proc``); either way every theorem of the check is UNKNOWN,
   naming the call;
 * **a wall-clock watchdog for a call that blocks without using CPU** (a sleep, a lock, a
   read): the parent watches the call in flight on the child's
-  :class:`~kvcontract.tools.audit.binding.CallBoard`. A call that for
-  :func:`~kvcontract.tools.audit.binding.watch_window` seconds (the per-call limit, at
+  :class:`~kvcontract.tools.audit.upstream_calls.CallBoard`. A call that for
+  :func:`~kvcontract.tools.audit.upstream_calls.watch_window` seconds (the per-call limit, at
   least 1.5 s) used less than :data:`BLOCKED_CPU_SHARE` of that time in CPU while its
   thread was mostly not runnable (``/proc/PID/stat`` state other than ``R``) is
   interrupted (``SIGUSR2``: UpstreamTimeout, "blocked ... without using CPU time"); one
@@ -48,7 +48,7 @@ counted cases).
 
 A child that dies (a segfault, ``os._exit``, a MemoryError, a kill) is reported the same
 way: UNKNOWN, "the check did not finish", naming the upstream call in flight if any.
-Statuses of a child: 0 with a result; :data:`~kvcontract.tools.audit.binding.
+Statuses of a child: 0 with a result; :data:`~kvcontract.tools.audit.upstream_calls.
 EXIT_CALL_PAST_LIMIT` (a call past twice its limit); ``-SIGXCPU`` / ``-SIGKILL`` (the
 check's CPU limit, the watchdog, or the out-of-memory killer); anything else (a crash).
 The audit itself exits 3 (UNKNOWN) for such theorems unless a finding makes it 1.
@@ -70,7 +70,7 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
 from typing import Any
 
-from kvcontract.tools.audit import binding as binding_mod
+from kvcontract.tools.audit import upstream_calls
 
 Job = Callable[[], dict[str, Any]]
 
@@ -123,7 +123,7 @@ def _die_with_parent() -> None:
 
 
 def _child(job: Job, conn: Connection, call_timeout: float | None,
-           cpu_limit: float, board: binding_mod.CallBoard, parent: int) -> None:
+           cpu_limit: float, board: upstream_calls.CallBoard, parent: int) -> None:
     _die_with_parent()
     if os.getppid() != parent:
         os._exit(1)  # the parent died before the line above took effect
@@ -133,11 +133,11 @@ def _child(job: Job, conn: Connection, call_timeout: float | None,
     # child to child (kvcontract.proofs.pool).
     gc.collect()
     _limit_cpu(cpu_limit)
-    binding_mod.set_call_timeout(call_timeout, board)
+    upstream_calls.set_call_timeout(call_timeout, board)
     if call_timeout is not None:
         # vLLM imported by the parent (its engine as the judge) calls the audited
         # functions itself: under the same per-call limit as the bound ones.
-        binding_mod.limit_loaded_release()
+        upstream_calls.limit_loaded_release()
     if "torch" in sys.modules:
         # A child forked after the parent used torch's intra-op thread pool deadlocks on
         # its first parallel kernel (measured: the system scenarios hung until the job
@@ -175,7 +175,7 @@ def _proc_sample(pid: int) -> tuple[float, bool] | None:
 class _Watch:
     """The parent's watch over one child's upstream call in flight (module docstring)."""
 
-    board: binding_mod.CallBoard
+    board: upstream_calls.CallBoard
     limit: float | None
     """The per-call CPU-time limit; None: calls are not limited."""
     call: int = 0
@@ -207,7 +207,7 @@ class _Watch:
             return (f"{self.board.name()} did not return within {self.limit:g}s of CPU time "
                     f"(--timeout) and went on past {PAST_LIMIT_FACTOR:g} times that, "
                     "unstopped by the limit's signal (killed)")
-        window = binding_mod.watch_window(self.limit)
+        window = upstream_calls.watch_window(self.limit)
         self.samples += 1
         self.runnable += runnable
         elapsed = now - self.since
@@ -228,10 +228,10 @@ class _Watch:
                 "and went on blocking after the watchdog interrupted it (killed)")
 
 
-def _died(payload: str, exitcode: int | None, board: binding_mod.CallBoard,
+def _died(payload: str, exitcode: int | None, board: upstream_calls.CallBoard,
           job_timeout: float, call_timeout: float | None) -> str:
     """Why a child ended without a result, naming the upstream call in flight."""
-    if exitcode == binding_mod.EXIT_CALL_PAST_LIMIT and board.ended_itself():
+    if exitcode == upstream_calls.EXIT_CALL_PAST_LIMIT and board.ended_itself():
         return (f"{board.name()} did not return within {call_timeout or 0:g}s of CPU time "
                 "(--timeout) and went on for twice that after the limit's exception "
                 f"(the check ended itself, status {exitcode})")
@@ -272,7 +272,7 @@ def run_jobs(
     pending = list(jobs)
     running: dict[Any, tuple[str, Any, float, _Watch]] = {}
     results: dict[str, Outcome] = {}
-    window = None if call_timeout is None else binding_mod.watch_window(call_timeout)
+    window = None if call_timeout is None else upstream_calls.watch_window(call_timeout)
     poll = 1.0 if window is None else min(1.0, max(0.01, window / POLLS_PER_WINDOW))
     wall_net = job_timeout * WALL_NET_FACTOR
 
@@ -293,7 +293,7 @@ def run_jobs(
         while pending and len(running) < max(1, workers):
             key, job = pending.pop(0)
             receiver, sender = context.Pipe(duplex=False)
-            board = binding_mod.CallBoard()
+            board = upstream_calls.CallBoard()
             process = context.Process(target=_child,
                                       args=(job, sender, call_timeout, job_timeout, board,
                                             os.getpid()),

@@ -72,7 +72,7 @@ from kvcontract.spec import multigroup
 from kvcontract.spec.geometry import Geometry, GroupKind, GroupSpec
 from kvcontract.spec.lookup import hashed_tokens
 from kvcontract.spec.properties import CaseProperty
-from kvcontract.spec.properties.base import CaseSpace, LastCase, Observer
+from kvcontract.spec.properties.base import CaseSpace, Family, LastCase, Observer
 from kvcontract.spec.properties.catalog import observed_by
 from kvcontract.spec.properties.end_to_end import (
     END_TO_END_SPACE,
@@ -93,21 +93,30 @@ from kvcontract.spec.properties.store import (
     schedule_steps,
 )
 from kvcontract.tools.audit import lookup
-from kvcontract.tools.audit.binding import (
-    Binding,
+from kvcontract.tools.audit.derived_spaces import LOOKAHEAD_NOTE as LOOKAHEAD_NOTE
+from kvcontract.tools.audit.derived_spaces import (
+    every_case,
+    filtered_space,
+    shared_cases,
+    stand_in_family,
+    without_absent_modes,
+)
+from kvcontract.tools.audit.roles import ROLE_BY_NAME, Binding
+from kvcontract.tools.audit.stand_ins import (
     GroupConfig,
-    StandInGap,
-    UpstreamError,
     UpstreamRequestStatus,
     _EventsTracker,
-    _garbage,
-    _guarded,
     _manager_class,
     _namespace,
     _Record,
     cdiv,
-    has_lookahead_hashes,
     spec_stand_in,
+)
+from kvcontract.tools.audit.upstream_calls import (
+    StandInGap,
+    UpstreamError,
+    _garbage,
+    _guarded,
     stand_in_gap,
 )
 from kvcontract.vocabulary import RequestStatus
@@ -186,8 +195,6 @@ def _is_state_method(name: str) -> bool:
 
 
 def _role_line(binding: Binding, role: str) -> str:
-    from kvcontract.tools.audit.binding import ROLE_BY_NAME
-
     record = binding.roles.get(role)
     status = record.status if record is not None else "missing"
     return f"{ROLE_BY_NAME[role].qualnames[0]} ({status})"
@@ -216,7 +223,7 @@ def store_path_properties(properties: Sequence[CaseProperty] | None = None,
                           ) -> list[CaseProperty]:
     """The store family's properties that declare ``Observer.UPSTREAM_STORE_PATH`` (of
     ``properties``, else of the catalogue): what upstream's store path is judged by."""
-    return observed_by(Observer.UPSTREAM_STORE_PATH, properties, family="store")
+    return observed_by(Observer.UPSTREAM_STORE_PATH, properties, family=Family.STORE)
 
 
 def end_to_end_path_properties(properties: Sequence[CaseProperty] | None = None,
@@ -224,7 +231,7 @@ def end_to_end_path_properties(properties: Sequence[CaseProperty] | None = None,
     """The end-to-end family's properties that declare both upstream observers (its
     producer is upstream's store path, its consumer upstream's loop)."""
     return [p for p in observed_by(Observer.UPSTREAM_STORE_PATH, properties,
-                                   family="end-to-end")
+                                   family=Family.END_TO_END)
             if Observer.UPSTREAM_LOOP in p.observable_on]
 
 
@@ -619,7 +626,7 @@ def executed_replay_boundaries(binding: Binding) -> Callable[..., tuple[int, ...
             if value is not None and not isinstance(value, int):
                 # An executed probe answers plain values only: a symbolic argument (the
                 # prover lifting a theorem) is refused, so the audit searches concretely.
-                from kvcontract.proofs.symbolic import LiftError
+                from kvcontract.spec.symbolic import LiftError
 
                 raise LiftError("the store path's replay boundaries are observed by "
                                 "executing _build_store_jobs, on plain ints only")
@@ -658,66 +665,6 @@ def _has_mamba(geometry: Geometry) -> bool:
 MAMBA_NOTE = ("geometries with a Mamba group are left out: upstream stores a Mamba state "
               "through the GPU's boundary hand-off (_build_aligned_boundary_store_jobs), "
               "not _build_store_jobs, which skips a group with requires_cow_source")
-
-
-_SHARED: dict[int, tuple[CaseSpace[Any, Any], CaseSpace[Any, Any], Callable[[Any], bool]]] = {}
-"""``id(space) -> (space, base space, which base cases are the space's)`` of the spaces
-:func:`filtered_space` derives (the space is held, so its id stays its own)."""
-
-
-def shared_cases(space: CaseSpace[Any, Any]) -> tuple[CaseSpace[Any, Any],
-                                                      Callable[[Any], bool]] | None:
-    """``(base space, accepts)`` when ``space``'s cases are the base space's cases that
-    ``accepts``, in the base's order (upstream's store and C12 spaces: the catalogue's
-    or the scoped ones less the Mamba geometries), else None. The engine walks such
-    families together, so a case's per-case memos serve both."""
-    found = _SHARED.get(id(space))
-    if found is None or found[0] is not space:
-        return None
-    return found[1], found[2]
-
-
-def share_cases(derived: CaseSpace[Any, Any], base: CaseSpace[Any, Any],
-                accepts: Callable[[Any], bool]) -> None:
-    """Record that ``derived`` enumerates the cases of ``base`` that ``accepts``, in the
-    base's order (:func:`shared_cases`)."""
-    _SHARED[id(derived)] = (derived, base, accepts)
-
-
-def every_case(case: Any) -> bool:
-    """Every case of the base space (:func:`share_cases`)."""
-    del case
-    return True
-
-
-def filtered_space(space: CaseSpace[Any, Any], family: str,
-                   observe: Callable[[Any, Any], Any], accepts: Callable[[Any], bool],
-                   note: str | None) -> CaseSpace[Any, Any]:
-    """``space`` observed by ``observe`` as family ``family``, over the cases ``accepts``
-    keeps (in ``space``'s order); ``note`` (why the others are left out) ends its domain
-    text. Recorded with :func:`share_cases`, so the engine walks both together."""
-    base_cases, base_describe = space.cases, space.describe
-    derived = dataclasses.replace(
-        space, family=family, observe=observe,
-        cases=lambda: (c for c in base_cases() if accepts(c)),
-        describe=(base_describe if note is None
-                  else lambda: f"{base_describe()}; {note}"))
-    share_cases(derived, space, accepts)
-    return derived
-
-
-LOOKAHEAD_NOTE = ("geometries with lookahead block hashes are left out: this release's "
-                  "offloading connector has no such mode (its code reads no "
-                  "use_lookahead_block_hashes; docs/CONTRACT.md 2.1)")
-
-
-def without_absent_modes(binding: Binding, geometry_of: Callable[[Any], Geometry],
-                         ) -> tuple[Callable[[Any], bool], str | None]:
-    """``(accepts, note)``: the cases of a geometry the release can take, the lookahead
-    hash geometries left out where it has no such mode (:data:`LOOKAHEAD_NOTE`)."""
-    if has_lookahead_hashes(binding):
-        return every_case, None
-    return (lambda case: not geometry_of(case).hash_lookahead), LOOKAHEAD_NOTE
 
 
 JUNCTION_NOTE = ("junction consumers are left out: the stand-in store path and lookup "
@@ -762,7 +709,7 @@ def upstream_store_theorems(binding: Binding,
         return run(case)
 
     base = properties[0].space if properties else STORE_SPACE
-    space = _without_mamba(base, "upstream-store", LastCase(observe_upstream),
+    space = _without_mamba(base, stand_in_family(Family.STORE), LastCase(observe_upstream),
                            lambda case: case.geometry, binding)
     return [dataclasses.replace(prop, name=UPSTREAM_STORE + prop.name, space=space, uses=(),
                                 description=f"upstream's store path: {prop.description}")
@@ -812,7 +759,7 @@ def upstream_end_to_end_theorems(binding: Binding,
         return observation
 
     base = properties[0].space if properties else END_TO_END_SPACE
-    space = _without_mamba(base, "upstream-end-to-end", LastCase(observe_upstream),
+    space = _without_mamba(base, stand_in_family(Family.END_TO_END), LastCase(observe_upstream),
                            lambda case: case.geometry, binding, junctions=False)
     return [dataclasses.replace(prop, name=f"upstream-{prop.name}", space=space, uses=(),
                                 description=f"upstream's store path and lookup: "
@@ -863,5 +810,5 @@ def blame(theorem: CaseProperty, case: Any) -> tuple[list[str], str]:
 
 __all__ = ["UPSTREAM_NO_LOST_HITS", "UPSTREAM_STORE", "ConsumerError", "UpstreamOffers",
            "blame", "every_case", "is_upstream", "make_store_runner", "missing",
-           "share_cases", "shared_cases", "unchecked", "upstream_end_to_end_theorems",
+           "shared_cases", "unchecked", "upstream_end_to_end_theorems",
            "upstream_store_theorems"]

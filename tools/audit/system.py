@@ -30,7 +30,7 @@ from kvcontract.errors import KvContractError
 from kvcontract.impl.scheduler import group_first_live_block
 from kvcontract.tools.audit import store
 from kvcontract.tools.audit.binding import Binding, UpstreamTimeout, has_lookahead_hashes
-from kvcontract.vocabulary import GroupKind, RequestStatus, Verdict
+from kvcontract.vocabulary import GroupKind, Impact, RequestStatus, Verdict
 
 if TYPE_CHECKING:
     from kvcontract.impl.bundle import Implementation
@@ -296,7 +296,7 @@ def _scenario_rows(impl: Implementation, scenario: Scenario,
             return rows
         rows.append(_row("C11", name, Verdict.COUNTEREXAMPLE, started,
                          message=f"the system crashed: {type(exc).__name__}: {exc}",
-                         impact="crash",
+                         impact=Impact.CRASH.value,
                          witness={"kind": "system", "scenario": scenario.name}))
         return rows
     checks = sum(lockstep.checks().values())

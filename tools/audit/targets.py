@@ -17,7 +17,8 @@ file the partial tree lacks, is bound from the base's own files, so the release'
 what runs there. ``base`` is ``vllm:PATH``, ``vllm:installed``, a release version
 (``0.33.0``: :func:`~kvcontract.tools.audit.wheels.fetch_release`), ``none`` (the patch
 alone, as before) or :data:`AUTO` (the installed vLLM when one is importable, else the
-newest of ``wheels.RELEASES`` fetched, else none, with a note saying so). The resolved
+newest release, ``kvcontract.releases.NEWEST_RELEASE``, fetched, else none, with a note
+saying so). The resolved
 base is part of the target's ``spec`` (``module:FILE.py@base=vllm:ROOT``), so a report's
 target binds again to the same code (reproducers, ``explain``, ``merge``).
 
@@ -34,14 +35,10 @@ from pathlib import Path
 
 from kvcontract.errors import InputFileError, UnknownTargetError
 from kvcontract.impl.variants import VARIANTS
-
-SCHEDULER = "distributed/kv_transfer/kv_connector/v1/offloading/scheduler.py"
-OFFLOAD_CONFIG = "distributed/kv_transfer/kv_connector/v1/offloading/config.py"
-MANAGER = "v1/core/single_type_kv_cache_manager.py"
-"""Files (relative to the ``vllm`` package folder) that hold the audited functions in
-0.28.0 to 0.33.0; see :mod:`.binding` for which function lives where in which release."""
-
-KNOWN_FILES = (SCHEDULER, OFFLOAD_CONFIG, MANAGER)
+from kvcontract.tools.audit.audited_files import KNOWN_FILES as KNOWN_FILES
+from kvcontract.tools.audit.audited_files import MANAGER as MANAGER
+from kvcontract.tools.audit.audited_files import OFFLOAD_CONFIG as OFFLOAD_CONFIG
+from kvcontract.tools.audit.audited_files import SCHEDULER as SCHEDULER
 
 TARGET_FORMS = ["vllm:PATH", "vllm:installed", "module:FILE.py", "builtin:NAME"]
 
@@ -146,9 +143,14 @@ def needs_base(target: Target) -> bool:
 def resolve_base(spec: str) -> Target | None:
     """The base release ``spec`` names (:data:`BASE_FORMS`, or :data:`AUTO`); None for
     ``none``, or for :data:`AUTO` when no release can be found."""
+    return _base_and_notes(spec)[0]
+
+
+def _base_and_notes(spec: str) -> tuple[Target | None, list[str]]:
+    """:func:`resolve_base`, and why there is none where :data:`AUTO` found none."""
     text = spec.strip()
     if text in ("", "none"):
-        return None
+        return None, []
     if text == AUTO:
         return _auto_base()
     if text.startswith("vllm:"):
@@ -169,40 +171,35 @@ def resolve_base(spec: str) -> Target | None:
                                             rel for rel in KNOWN_FILES
                                             if base.package_dir is None
                                             or not (base.package_dir / rel).is_file()))
-    return base
+    return base, []
 
 
-_AUTO_NOTE: list[str] = []
-
-
-def _auto_base() -> Target | None:
-    """The installed vLLM (located, never imported), else the newest release fetched."""
-    _AUTO_NOTE.clear()
+def _auto_base() -> tuple[Target | None, list[str]]:
+    """The installed vLLM (located, never imported), else the newest release fetched;
+    with the note saying why there is none."""
     found = importlib.util.find_spec("vllm")
     if found is not None and found.submodule_search_locations:
         try:
             base = _resolve_vllm("vllm:installed", "installed")
             if len(base.files) == len(KNOWN_FILES):
-                return base
+                return base, []
         except InputFileError:
             pass
-    from kvcontract.tools.audit.wheels import RELEASES, FetchError, fetch_release
+    from kvcontract.releases import NEWEST_RELEASE as newest
+    from kvcontract.tools.audit.wheels import FetchError, fetch_release
 
-    newest = RELEASES[-1]
     try:
         root = fetch_release(newest)
     except FetchError as exc:
-        _AUTO_NOTE.append(f"no base release: vLLM is not installed and {newest} could not "
-                          f"be fetched ({exc}); every function the target does not define "
-                          "is left unbound")
-        return None
-    return _resolve_vllm(f"vllm:{root}", str(root))
+        return None, [f"no base release: vLLM is not installed and {newest} could not be "
+                      f"fetched ({exc}); every function the target does not define is left "
+                      "unbound"]
+    return _resolve_vllm(f"vllm:{root}", str(root)), []
 
 
-def _with_base(target: Target, base: Target | None) -> Target:
+def _with_base(target: Target, base: Target | None, notes: list[str]) -> Target:
     if base is None:
-        if _AUTO_NOTE:
-            target.notes.extend(_AUTO_NOTE)
+        target.notes.extend(notes)
         return target
     assert base.package_dir is not None
     root = base.package_dir.parent if base.package_dir.name == "vllm" else base.package_dir
@@ -227,7 +224,7 @@ def resolve_target(spec: str, base: str | None = None) -> Target:
     target = _resolve_one(spec, text)
     if base is None or not needs_base(target):
         return target
-    return _with_base(target, resolve_base(base))
+    return _with_base(target, *_base_and_notes(base))
 
 
 def _resolve_one(spec: str, text: str) -> Target:

@@ -24,10 +24,7 @@ import zipfile
 from collections.abc import Callable
 from pathlib import Path
 
-from kvcontract.tools.audit.targets import KNOWN_FILES
-
-RELEASES = ("0.28.0", "0.29.0", "0.30.0", "0.31.0", "0.32.0", "0.33.0", "0.34.0")
-"""The released shapes the audit is regression-tested on."""
+from kvcontract.tools.audit.audited_files import KNOWN_FILES
 
 MEMBERS = (*tuple(f"vllm/{rel}" for rel in KNOWN_FILES), "vllm/_version.py")
 

@@ -13,8 +13,15 @@ from rich.console import Console
 from rich.table import Table
 
 from kvcontract.errors import UsageError
+from kvcontract.options import (
+    MAX_CASE_SIZE,
+    MAX_WITNESS_DEPTH,
+    nesting_depth,
+    oversized_value,
+    parse_gate_fail_on,
+)
 from kvcontract.proofs.verdicts import TheoremResult, Verdict
-from kvcontract.vocabulary import DEFAULT_FAIL_ON_TEXT, Impact, parse_impacts
+from kvcontract.vocabulary import DEFAULT_FAIL_ON_TEXT, Impact
 
 STYLE = {
     Verdict.PROVED: "green",
@@ -51,36 +58,46 @@ def gate_fail_on_option(fn: F) -> F:
     )(fn)
 
 
-def parse_fail_on(text: str) -> frozenset[Impact]:
-    """The ``--fail-on`` value, validated (a UsageError names the bad word)."""
-    if "new" in [w.strip().lower() for w in text.split(",")]:
-        raise UsageError("--fail-on new (only findings not in a findings baseline) is for "
-                         "`kvcontract prove` and `kvcontract audit`")
-    try:
-        return parse_impacts(text)
-    except ValueError as exc:
-        raise UsageError(str(exc)) from None
+def json_option(help: str = "write the JSON report here") -> Callable[[F], F]:
+    """``--json FILE``."""
+    return click.option("--json", "json_path", metavar="FILE", help=help)
 
 
-NEW_WORD = "new"
-"""The ``--fail-on`` word that restricts failing to findings not in the baseline."""
+def jobs_option(help: str = "worker processes (default: one per core)",
+                metavar: str | None = None) -> Callable[[F], F]:
+    """``--jobs N`` (None: one per core; :func:`kvcontract.options.check_jobs`)."""
+    return click.option("--jobs", type=int, default=None, metavar=metavar, help=help)
 
 
-def parse_gate_fail_on(text: str) -> tuple[frozenset[Impact], bool]:
-    """``--fail-on`` of ``prove``/``audit``: the impacts, and whether only new findings
-    (not in the findings baseline) fail. ``new`` alone means every impact."""
-    words = [w.strip().lower() for w in text.split(",") if w.strip()]
-    only_new = NEW_WORD in words
-    rest = [w for w in words if w != NEW_WORD]
-    if only_new and not rest:
-        return frozenset(Impact), True
-    try:
-        return parse_impacts(",".join(rest)), only_new
-    except ValueError as exc:
-        message = str(exc)
-        if "unknown impact" in message:
-            message = message.replace("(or all)", "(or all), plus new")
-        raise UsageError(message) from None
+def quiet_option(help: str = "no table, only the summary line") -> Callable[[F], F]:
+    """``--quiet``."""
+    return click.option("--quiet", is_flag=True, help=help)
+
+
+def clause_option(example: str) -> Callable[[F], F]:
+    """``--clause ID`` (repeatable; :func:`kvcontract.options.check_clauses`)."""
+    return click.option("--clause", "clauses", multiple=True, metavar="ID",
+                        help=f"only this clause (repeatable), e.g. --clause {example}")
+
+
+def shard_option(what: str) -> Callable[[F], F]:
+    """``--shard I/N`` (:func:`kvcontract.proofs.shards.parse_shard`): ``what`` says
+    what is split."""
+    return click.option("--shard", "shard_text", metavar="I/N", default=None,
+                        help=f"{what}; join the shards' JSON reports with `kvcontract merge`")
+
+
+def impl_option(help: str, *, dest: str = "impl_name",
+                metavar: str | None = None) -> Callable[[F], F]:
+    """``--impl`` (default ``reference``)."""
+    return click.option("--impl", dest, default="reference", show_default=True,
+                        metavar=metavar, help=help)
+
+
+IMPL_FORMS = ("module:FILE.py (functions of impl/reference.py over the reference), "
+              "package.module:NAME (an Implementation) or an installed entry point's "
+              "name (group kvcontract.implementations)")
+"""What ``--impl`` of prove and fuzz takes besides a registered name."""
 
 
 def baseline_file_options(fn: F) -> F:
@@ -114,37 +131,20 @@ def check_gate(only_new: bool, baseline_file: str | None,
     return load_baseline(baseline_file) if baseline_file is not None else None
 
 
-def finish_gate(report: dict[str, Any], baseline: Any, *, only_new: bool,
-                write_baseline: str | None) -> dict[str, Any]:
-    """After the run: write the baseline (``--write-baseline``), then mark every finding
-    against the baseline read before the run, or, without one, the one just written.
-    Returns the report's ``findings_baseline`` section."""
-    from kvcontract.tools.reports.gate import apply_baseline
-    from kvcontract.tools.reports.gate import write_baseline as write
+def check_gate_outputs(fail_on: str, baseline_file: str | None, write_baseline: str | None,
+                       formats: tuple[str, ...], outputs: tuple[str, ...],
+                       json_path: str | None,
+                       ) -> tuple[frozenset[Impact], bool, Any, list[tuple[str, str | None]]]:
+    """``--fail-on``, the findings baseline and the report outputs of ``prove`` and
+    ``audit``, before any work: the failing impacts, whether only new findings fail,
+    the baseline read (or None) and the ``(format, path)`` pairs."""
+    from kvcontract.tools.reports import pair_outputs
 
-    written = write(write_baseline, report) if write_baseline is not None else None
-    section: dict[str, Any] = apply_baseline(
-        report, baseline if baseline is not None else written, only_new=only_new,
-        written=write_baseline)
-    if written is not None:
-        section["written_findings"] = len(written.entries)
-    return section
-
-
-def print_gate(console: Any, report: dict[str, Any]) -> None:
-    """The findings-baseline lines of a run (each finding new or baseline, the fixed
-    ones), and where a baseline was written."""
-    from rich.markup import escape
-
-    from kvcontract.tools.reports.gate import summary_lines
-
-    for line in summary_lines(report):
-        console.print(escape(line), highlight=False)
-    section = report.get("findings_baseline") or {}
-    if section.get("written"):
-        console.print(escape(f"wrote the findings baseline {section['written']} "
-                             f"({section.get('written_findings', 0)} findings)"),
-                      highlight=False)
+    failing, only_new = parse_gate_fail_on(fail_on)
+    pairs = pair_outputs(formats, outputs)
+    check_report_outputs(pairs, json_path, [("--write-baseline", write_baseline)]
+                         if write_baseline else None)
+    return failing, only_new, check_gate(only_new, baseline_file, write_baseline), pairs
 
 
 def finding_line(result: TheoremResult, fail_on: frozenset[Impact], mark: str | None = None,
@@ -191,32 +191,6 @@ def emit_reports(data: dict[str, Any], pairs: list[tuple[str, str | None]]) -> N
             sys.stdout.flush()
         else:
             write_text(path, text)
-
-
-PIPE_WIDTH = 100
-"""Columns of output that goes to a file or a pipe when ``COLUMNS`` is not set."""
-
-
-def console_width(stream: Any) -> int | None:
-    """The width for output to ``stream``: None on a terminal (rich asks the terminal,
-    and honours ``COLUMNS``); piped or redirected, ``COLUMNS`` when it is a positive
-    integer, else :data:`PIPE_WIDTH`."""
-    import os
-
-    try:
-        terminal = bool(stream.isatty())
-    except (AttributeError, ValueError, OSError):
-        terminal = False
-    if terminal:
-        return None
-    columns = os.environ.get("COLUMNS", "").strip()
-    return int(columns) if columns.isdigit() and int(columns) > 0 else PIPE_WIDTH
-
-
-def make_console(stderr: bool = False) -> Console:
-    """The rich console of a command (every command makes its own through here), on
-    stdout or ``stderr``, at :func:`console_width`."""
-    return Console(stderr=stderr, width=console_width(sys.stderr if stderr else sys.stdout))
 
 
 VERDICT_WIDTH = max(len(v.value) for v in Verdict)
@@ -283,62 +257,6 @@ def results_table(results: list[TheoremResult], title: str) -> Any:
 
 
 # -- input validation (issue #11): every input is checked before any expensive work -----
-MAX_JOBS = 512
-"""The most worker processes a command starts (``--jobs``): the prover's fork pool
-starts them all at once, so a typo such as ``--jobs 100000`` must not fork-bomb."""
-
-SEED_LIMIT = 2**32
-"""``--seed`` is in ``[0, 2**32)``, the range every seeded generator accepts."""
-
-
-def check_jobs(jobs: int | None, option: str = "--jobs") -> None:
-    """``--jobs N``: None (one per core) or 1 to :data:`MAX_JOBS`."""
-    if jobs is not None and jobs < 1:
-        raise UsageError(f"{option} must be at least 1, not {jobs}; omit it for one worker "
-                         "process per core")
-    if jobs is not None and jobs > MAX_JOBS:
-        raise UsageError(f"{option} must be at most {MAX_JOBS} worker processes, not {jobs}; "
-                         "omit it for one per core")
-
-
-def check_int(option: str, value: int | None, *, low: int | None = None,
-              high: int | None = None, what: str = "") -> None:
-    """An integer option in ``[low, high]`` (None: not given, nothing to check)."""
-    if value is None:
-        return
-    if (low is not None and value < low) or (high is not None and value > high):
-        if high is None:
-            bound = f"at least {low}"
-        elif low is None:
-            bound = f"at most {high}"
-        else:
-            bound = f"between {low} and {high}"
-        raise UsageError(f"{option} must be {bound}{f' ({what})' if what else ''}, "
-                         f"not {value}")
-
-
-def check_seed(seed: int, option: str = "--seed") -> None:
-    check_int(option, seed, low=0, high=SEED_LIMIT - 1, what="a seed")
-
-
-def check_float(option: str, value: float | None, *, low: float = 0.0,
-                high: float | None = None, unit: str = "") -> None:
-    """A finite float option with ``low < value <= high`` (NaN and infinities rejected)."""
-    import math
-
-    if value is None:
-        return
-    shown = f"{value:g}"
-    if not math.isfinite(value):
-        raise UsageError(f"{option} must be a finite number{unit and ' of ' + unit}, not "
-                         f"{shown}")
-    if value <= low:
-        bound = "positive" if low == 0 else f"greater than {low:g}"
-        raise UsageError(f"{option} must be {bound}, not {shown}")
-    if high is not None and value > high:
-        raise UsageError(f"{option} must be at most {high:g}{unit and ' ' + unit}, not {shown}")
-
-
 def _creatable_folder(option: str, given: str, folder: Path) -> None:
     """``folder`` exists as a writable folder, or its nearest existing ancestor is one."""
     import os
@@ -400,62 +318,6 @@ def check_report_outputs(pairs: list[tuple[str, str | None]],
             raise UsageError(f"{option} {path}: the same file is also given to {seen[key]}; "
                              "give each report its own file")
         seen[key] = option
-
-
-def check_clauses(clauses: tuple[str, ...], *, prover: bool = False) -> list[str]:
-    """The ``--clause`` ids, validated (an UnknownClauseError lists the known ones);
-    ``prover``: only clauses the prover decides (C11 is checked by ``fuzz``)."""
-    from kvcontract.spec.clauses import get_clause
-
-    ids = []
-    for given in clauses:
-        clause = get_clause(given)
-        if prover and clause.proved_by != "prover":
-            raise UsageError(f"--clause {given}: {clause.id} is checked by executing the "
-                             "system, not by the prover; run `kvcontract fuzz` for it")
-        ids.append(clause.id)
-    return ids
-
-
-MAX_CASE_SIZE = 1_000_000
-"""The largest number (and longest list) an exhaustive witness may hold: replay time
-grows with the token count (about 7 s per million tokens for a lookup case)."""
-
-MAX_WITNESS_DEPTH = 16
-"""Witnesses are shallow (a geometry inside a case: four levels); a deeper one is junk
-that would only exhaust the recursion of the code that prints it."""
-
-
-def _depth(data: Any) -> int:
-    """How deeply objects and lists nest in ``data`` (iteratively: any depth is safe)."""
-    deepest = 0
-    stack: list[tuple[int, Any]] = [(0, data)]
-    while stack:
-        level, item = stack.pop()
-        deepest = max(deepest, level)
-        if isinstance(item, Mapping):
-            stack.extend((level + 1, v) for v in item.values())
-        elif isinstance(item, list):
-            stack.extend((level + 1, v) for v in item)
-    return deepest
-
-
-def _largest(data: Any) -> str | None:
-    """The first number or list of ``data`` beyond :data:`MAX_CASE_SIZE`, as
-    ``key=value`` (or ``key (N items)``), or None."""
-    stack: list[tuple[str, Any]] = [("", data)]
-    while stack:
-        where, item = stack.pop()
-        if isinstance(item, Mapping):
-            stack.extend((f"{where}.{k}" if where else str(k), v)
-                         for k, v in reversed(list(item.items())))
-        elif isinstance(item, list):
-            if len(item) > MAX_CASE_SIZE:
-                return f"{where} ({len(item):,} items)"
-            stack.extend((f"{where}[{i}]", v) for i, v in reversed(list(enumerate(item))))
-        elif isinstance(item, int) and not isinstance(item, bool) and abs(item) > MAX_CASE_SIZE:
-            return f"{where}={item}"
-    return None
 
 
 def _nested(data: Any, key: str) -> list[Any]:
@@ -573,7 +435,7 @@ def check_report_witnesses(data: Mapping[str, Any], path: str,
         theorem_id = f"{row.get('clause')}/{row.get('theorem')}"
         if not isinstance(witness, Mapping):
             raise InputFileError(path, f"{theorem_id}: the witness is not an object")
-        if _depth(witness) > MAX_WITNESS_DEPTH:
+        if nesting_depth(witness) > MAX_WITNESS_DEPTH:
             raise InputFileError(path, f"{theorem_id}: the witness is nested more than "
                                        f"{MAX_WITNESS_DEPTH} levels deep (not a witness)")
         kind = witness.get("kind")
@@ -606,7 +468,7 @@ def check_report_witnesses(data: Mapping[str, Any], path: str,
             else:
                 from kvcontract.tools.explain import geometry_problem
 
-                large = _largest(witness)
+                large = oversized_value(witness)
                 if large is not None:
                     raise WitnessError(
                         f"{theorem_id}: the witness's {large} is beyond "
@@ -626,11 +488,6 @@ def check_report_witnesses(data: Mapping[str, Any], path: str,
 
 
 # -- the geometries of a scoped run (--model, --geometry) ------------------------------------
-MAX_PRESET_BPC = 256
-"""The largest ``--bpc`` (vLLM takes any; a chunk of 256 blocks is far beyond any
-deployment, and a typo such as ``--bpc 16000`` would only make empty case sets)."""
-
-
 def geometry_options(fn: F) -> F:
     """``--model``, ``--geometry``, ``--bpc``, ``--retention``: check the contract on
     given geometries instead of the built-in catalogues (:func:`resolve_geometries`)."""
@@ -656,167 +513,6 @@ def geometry_options(fn: F) -> F:
     )(fn)
 
 
-def parse_retention(text: str) -> int | None:
-    """``--retention``: ``none``, 0 or a positive token count."""
-    word = text.strip().lower()
-    if word == "none":
-        return None
-    if not word.isdigit():
-        raise UsageError(f"--retention {text!r}: give 0 (vLLM's default), none (dense "
-                         "checkpoints) or a positive number of tokens")
-    return int(word)
-
-
-def _preset_geometries(models: tuple[str, ...], bpcs: tuple[int, ...],
-                       retentions: tuple[str, ...]) -> list[tuple[str, Any]]:
-    from kvcontract.errors import GeometryError
-    from kvcontract.spec.models import PRESET_BLOCKS_PER_CHUNK, get_preset, list_presets
-
-    names: list[str] = []
-    for given in models:
-        for name in (list_presets() if given.strip() == "all" else [given]):
-            try:
-                get_preset(name)
-            except UsageError as exc:  # it lists the presets
-                raise UsageError(f"--model {name!r}: {exc}; `kvcontract list --models` "
-                                 "describes them, --model all takes every one") from None
-            if name not in names:
-                names.append(name)
-    for bpc in bpcs:
-        check_int("--bpc", bpc, low=1, high=MAX_PRESET_BPC, what="blocks per offload chunk")
-    intervals = list(dict.fromkeys(parse_retention(r) for r in retentions)) or [0]
-    found = []
-    for name in names:
-        preset = get_preset(name)
-        for bpc in dict.fromkeys(bpcs or PRESET_BLOCKS_PER_CHUNK):
-            for interval in intervals:
-                label = f"{name} bpc={bpc}"
-                if interval != 0:
-                    label += f" retention={'none' if interval is None else interval}"
-                try:
-                    geometry = preset.geometry(blocks_per_chunk=bpc,
-                                               retention_interval=interval)
-                    if preset.lookahead_block_hashes:
-                        # vLLM's default block-hash mode first (docs/CONTRACT.md 2.1),
-                        # then the legacy one the preset states.
-                        found.append((f"{label} lookahead hashes", preset.geometry(
-                            blocks_per_chunk=bpc, retention_interval=interval,
-                            lookahead_block_hashes=True)))
-                except GeometryError as exc:
-                    shown = "none" if interval is None else interval
-                    raise UsageError(
-                        f"--model {name} --bpc {bpc} --retention {shown}: vLLM would refuse "
-                        f"this geometry ({exc}); choose another --retention (0 or none "
-                        "always work) or --bpc") from None
-                found.append((label, geometry))
-    return found
-
-
-def _geometry_entries(path: str, data: Any) -> list[tuple[str | None, Any]]:
-    """``(label or None, geometry data)`` of a --geometry file's JSON."""
-    from kvcontract.errors import InputFileError
-
-    items = data if isinstance(data, list) else [data]
-    if not items:
-        raise InputFileError(path, "the list holds no geometry")
-    entries: list[tuple[str | None, Any]] = []
-    for index, item in enumerate(items):
-        where = f"entry {index}: " if isinstance(data, list) else ""
-        if not isinstance(item, Mapping):
-            raise InputFileError(path, f"{where}a geometry is a JSON object with a 'groups' "
-                                       'list (or {"label": ..., "geometry": {...}})')
-        if "groups" in item:
-            entries.append((None, item))
-            continue
-        if "geometry" not in item:
-            raise InputFileError(path, f"{where}neither a geometry ('groups') nor a "
-                                       '{"label": ..., "geometry": ...} object')
-        unknown = sorted(set(item) - {"label", "geometry"})
-        if unknown:
-            raise InputFileError(path, f"{where}unknown keys {unknown}: a labelled geometry "
-                                       "has 'label' and 'geometry'")
-        label = item.get("label")
-        if label is not None and (not isinstance(label, str) or not label.strip()):
-            raise InputFileError(path, f"{where}'label' must be a non-empty string, not "
-                                       f"{label!r}")
-        entries.append((label, item["geometry"]))
-    return entries
-
-
-def load_geometry_file(path: str) -> list[tuple[str, Any]]:
-    """The ``(label, Geometry)`` pairs of a ``--geometry`` file; an unreadable file, bad
-    JSON or an impossible geometry is an :class:`InputFileError` naming the file."""
-    import json
-
-    from kvcontract.errors import GeometryError, InputFileError
-    from kvcontract.spec.geometry import Geometry
-    from kvcontract.tools.explain import geometry_problem
-
-    if not path or not path.strip():
-        raise UsageError("--geometry needs a file name, not an empty string")
-    try:
-        text = Path(path).expanduser().read_text(encoding="utf-8")
-    except UnicodeDecodeError:
-        raise InputFileError(path, "not UTF-8 text (a geometry is JSON)") from None
-    except OSError as exc:
-        raise InputFileError(path, f"cannot read it ({exc.strerror or exc})") from None
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise InputFileError(path, f"not valid JSON: {exc.msg} (line {exc.lineno})") from None
-    except (RecursionError, ValueError) as exc:
-        raise InputFileError(path, f"not a geometry ({type(exc).__name__})") from None
-    if _depth(data) > MAX_WITNESS_DEPTH:
-        raise InputFileError(path, "nested too deeply to be a geometry")
-    stem = Path(path).stem
-    entries = _geometry_entries(path, data)
-    found = []
-    for index, (label, item) in enumerate(entries):
-        where = f"entry {index}: " if len(entries) > 1 or isinstance(data, list) else ""
-        problem = geometry_problem(item)
-        large = _largest(item)
-        if problem is None and large is not None:
-            problem = f"{large} is beyond {MAX_CASE_SIZE:,} (no real geometry is that large)"
-        if problem is not None:
-            raise InputFileError(path, f"{where}{problem}")
-        try:
-            geometry = Geometry.from_dict(dict(item))
-        except GeometryError as exc:
-            raise InputFileError(path, f"{where}{exc}") from None
-        found.append((label or (stem if len(entries) == 1 else f"{stem}[{index}]"), geometry))
-    return found
-
-
-def resolve_geometries(models: tuple[str, ...], geometry_files: tuple[str, ...],
-                       bpcs: tuple[int, ...] = (),
-                       retentions: tuple[str, ...] = ()) -> list[tuple[str, Any]]:
-    """The ``(label, Geometry)`` pairs of ``--model``/``--geometry`` (empty: neither
-    given, the built-in catalogues), validated before any work: an unknown preset, a
-    bad file, an impossible geometry or a retention the preset's geometry rejects is a
-    usage error naming it."""
-    if (bpcs or retentions) and not models:
-        given = "--bpc" if bpcs else "--retention"
-        raise UsageError(f"{given} chooses the geometries of --model presets; give --model "
-                         f"NAME (see `kvcontract list --models`) or drop {given} (a "
-                         "--geometry file states its own)")
-    found = _preset_geometries(models, bpcs, retentions)
-    for path in geometry_files:
-        found.extend(load_geometry_file(path))
-    return distinct_labels(found)
-
-
-def distinct_labels(found: list[tuple[str, Any]]) -> list[tuple[str, Any]]:
-    """The pairs in order, a repeated label numbered (``label (2)``) so reports tell the
-    geometries apart."""
-    labels: dict[str, int] = {}
-    unique = []
-    for label, geometry in found:
-        labels[label] = labels.get(label, 0) + 1
-        unique.append((label if labels[label] == 1 else f"{label} ({labels[label]})",
-                       geometry))
-    return unique
-
-
 def print_scope(console: Any, scope: list[tuple[str, Any]], notes: bool = True) -> None:
     """The header of a scoped run: each geometry with its label and whether vLLM builds
     it (a geometry it does not build is checked, and its findings are graded latent),
@@ -824,7 +520,8 @@ def print_scope(console: Any, scope: list[tuple[str, Any]], notes: bool = True) 
     (:func:`kvcontract.spec.properties.scoped.scope_notes`)."""
     from rich.markup import escape
 
-    from kvcontract.spec.build import VLLM_VERSION, buildable
+    from kvcontract.releases import PLANNING_RELEASE
+    from kvcontract.spec.build import buildable
     from kvcontract.spec.properties.scoped import scope_notes
 
     console.print(f"geometries ({len(scope)}):", highlight=False)
@@ -833,7 +530,7 @@ def print_scope(console: Any, scope: list[tuple[str, Any]], notes: bool = True) 
         console.print(f"  {escape(label)}: {escape(geometry.describe())}; buildable: "
                       f"{'yes' if ok else 'no'}", highlight=False)
         if not ok:
-            console.print(f"  [yellow]note[/]: vLLM {VLLM_VERSION} does not build "
+            console.print(f"  [yellow]note[/]: vLLM {PLANNING_RELEASE} does not build "
                           f"{escape(label)} ({escape(reason)}); it is checked, and its "
                           "findings are graded latent", highlight=False)
     for note in scope_notes(scope) if notes else []:
@@ -845,11 +542,10 @@ class _Session:
     """Per-invocation state of the command line, set by the group's options."""
 
     debug: bool = False
-    interrupted: bool = False
 
 
 SESSION = _Session()
-"""``--debug`` (tracebacks) and whether SIGINT arrived, for the error handlers."""
+"""``--debug`` (tracebacks), for the error handlers."""
 
 
 def one_line(text: str) -> str:

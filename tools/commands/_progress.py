@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterator
 
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-from kvcontract.tools.commands._common import make_console
+from kvcontract.tools.reports.console import make_console
 
 Advance = Callable[[str, int, int], None]
 """``advance(name, done, total)``: ``name`` (a theorem, a scenario) has finished, the

@@ -9,25 +9,24 @@ from typing import Any
 import click
 
 from kvcontract.errors import UsageError
+from kvcontract.options import (
+    resolve_geometries,
+)
 from kvcontract.tools.commands._common import (
     baseline_file_options,
-    check_clauses,
-    check_float,
-    check_gate,
-    check_jobs,
+    check_gate_outputs,
     check_output_folder,
-    check_report_outputs,
+    clause_option,
     emit_reports,
     gate_fail_on_option,
     geometry_options,
-    parse_gate_fail_on,
+    jobs_option,
+    json_option,
     print_scope,
+    quiet_option,
     report_options,
-    resolve_geometries,
+    shard_option,
 )
-
-MIN_TIMEOUT = 0.001
-"""The shortest ``--timeout`` (seconds): a shorter interval timer does not fire reliably."""
 
 
 @click.command()
@@ -44,9 +43,8 @@ MIN_TIMEOUT = 0.001
               help="a second target, or git:REF (the target's own files at git revision "
                    "REF of the repository that holds them); classify each clause as fixed, "
                    "regressed or changed")
-@click.option("--clause", "clauses", multiple=True, metavar="ID",
-              help="only this clause (repeatable), e.g. --clause C3")
-@click.option("--json", "json_path", metavar="FILE", help="write the JSON report here")
+@clause_option("C3")
+@json_option()
 @click.option("--timeout", type=float, default=10.0, show_default=True,
               help="seconds of CPU time one upstream call may use (CPU time, so machine "
                    "load never changes a finding); a call past it, or one blocked without "
@@ -57,12 +55,12 @@ MIN_TIMEOUT = 0.001
 @click.option("--budget", type=int, default=250_000, show_default=True,
               help="cases of concrete search per theorem (enumeration, sampled cases): a "
                    "count, so the same audit finds the same things on any machine")
-@click.option("--jobs", type=int, default=None, help="worker processes (default: one per core)")
+@jobs_option()
 @click.option("--reproducers", "reproducer_dir", metavar="DIR", default=None,
               help="write a pytest reproducer per counterexample into DIR")
 @click.option("--pictures", "picture_dir", metavar="DIR", default=None,
               help="draw each counterexample into DIR (PNG and SVG)")
-@click.option("--quiet", is_flag=True, help="no tables, only the summary line")
+@quiet_option("no tables, only the summary line")
 @click.option("--verbose", "-v", is_flag=True,
               help="after the summary, the bindings, the theorem table and every witness")
 @click.option("--live", is_flag=True,
@@ -82,10 +80,8 @@ MIN_TIMEOUT = 0.001
 @click.option("--require-complete", "require_complete", is_flag=True,
               help="exit 3 when any theorem could not be checked (a function the target "
                    "lacks), even if every checked one holds")
-@click.option("--shard", "shard_text", metavar="I/N", default=None,
-              help="check only shard I of N (1-based; a static, deterministic split of "
-                   "the theorems, family walks and system scenarios); join the shards' "
-                   "JSON reports with `kvcontract merge`")
+@shard_option("check only shard I of N (1-based; a static, deterministic split of the "
+              "theorems, family walks and system scenarios)")
 @geometry_options
 @gate_fail_on_option
 @baseline_file_options
@@ -114,13 +110,13 @@ def audit(target: str, base_release: str | None, baseline: str | None,
     Defaults for --fail-on, --baseline-file, --budget, --jobs, --model and
     --require-complete come from [tool.kvcontract] of the nearest pyproject.toml (the
     command line wins)."""
+    from kvcontract.options import audit_request
     from kvcontract.proofs.shards import parse_shard
     from kvcontract.tools.audit.baseline import git_baseline_target, is_git_baseline
-    from kvcontract.tools.audit.command import THEOREM_TIMEOUT, run_audit_command
+    from kvcontract.tools.audit.command import run_audit_command
     from kvcontract.tools.audit.targets import AUTO, resolve_target
     from kvcontract.tools.commands.prove import _shard_gate
     from kvcontract.tools.config import apply_config
-    from kvcontract.tools.reports import pair_outputs
 
     # Every input is validated before any binding or check (issue #11), the project's
     # [tool.kvcontract] defaults included.
@@ -147,22 +143,18 @@ def audit(target: str, base_release: str | None, baseline: str | None,
         # A baseline patch is laid over the same base as the target.
         baseline = resolve_target(baseline, base=(
             resolved.base.spec if resolved.base is not None else "none")).spec
-    check_clauses(clauses)
-    check_float("--timeout", timeout, low=0.0, high=THEOREM_TIMEOUT, unit="seconds")
-    if timeout < MIN_TIMEOUT:
-        raise UsageError(f"--timeout must be at least {MIN_TIMEOUT:g} seconds, not {timeout:g}")
-    if budget < 1:
-        raise UsageError(f"--budget must be a positive number of cases, not {budget}")
-    check_jobs(jobs)
-    failing, only_new = parse_gate_fail_on(fail_on)
-    pairs = pair_outputs(formats, outputs)
-    check_report_outputs(pairs, json_path, [("--write-baseline", write_baseline)]
-                         if write_baseline else None)
-    findings_baseline = check_gate(only_new, baseline_file, write_baseline)
+    failing, only_new, findings_baseline, pairs = check_gate_outputs(
+        fail_on, baseline_file, write_baseline, formats, outputs, json_path)
     for option, folder in (("--reproducers", reproducer_dir), ("--pictures", picture_dir)):
         if folder is not None:
             check_output_folder(option, folder)
     scope = resolve_geometries(models, geometry_files, bpcs, retentions)
+    request = audit_request(
+        fail_on=failing, clauses=clauses, timeout=timeout, budget=budget, jobs=jobs,
+        scope=tuple(scope), shard=shard, judge_mode=judge_mode, costs=not catalogue_only,
+        live=live, require_complete=require_complete, only_new=only_new,
+        findings_baseline=findings_baseline, write_baseline=write_baseline,
+        reproducer_dir=reproducer_dir, picture_dir=picture_dir, report_file=json_path)
     with contextlib.ExitStack() as stack:
         base: Any = baseline
         if baseline is not None and is_git_baseline(baseline):
@@ -180,21 +172,13 @@ def audit(target: str, base_release: str | None, baseline: str | None,
             click.echo(f"note: {note}", err=True)
         to_stderr = any(path is None for _, path in pairs)
         if scope and not quiet:
-            from kvcontract.tools.commands._common import make_console
+            from kvcontract.tools.reports.console import make_console
 
             print_scope(make_console(stderr=to_stderr),
                         scope)
         if json_path:
             pairs.append(("json", json_path))
-        data = run_audit_command(
-            target, baseline=base, clauses=clauses, call_timeout=timeout, budget=budget,
-            fail_on=failing,
-            jobs=jobs, reproducer_dir=reproducer_dir, picture_dir=picture_dir, quiet=quiet,
-            to_stderr=to_stderr, geometries=scope, only_new=only_new,
-            findings_baseline=findings_baseline, write_baseline=write_baseline,
-            require_complete=require_complete, shard=shard, verbose=verbose,
-            costs=not catalogue_only, report_file=json_path, live=live,
-            judge_mode=judge_mode,
-        )
+        data = run_audit_command(target, request, baseline=base, quiet=quiet,
+                                 to_stderr=to_stderr, verbose=verbose)
     emit_reports(data, pairs)
     sys.exit(int(data["exit_code"]))

@@ -10,16 +10,16 @@ from typing import Any
 import click
 
 from kvcontract.errors import UsageError
+from kvcontract.options import check_int
 from kvcontract.tools.commands._common import (
     bind_report_target,
-    check_int,
     check_output_file,
     check_output_folder,
     check_report_witnesses,
     load_replay_report,
-    make_console,
     report_implementation,
 )
+from kvcontract.tools.reports.console import make_console
 
 
 @click.command()

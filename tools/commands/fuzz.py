@@ -19,39 +19,37 @@ from rich.markup import escape
 from rich.table import Table
 
 from kvcontract.errors import UsageError
+from kvcontract.options import (
+    fuzz_options,
+    parse_fail_on,
+    resolve_geometries,
+)
 from kvcontract.tools.commands._common import (
-    check_int,
+    IMPL_FORMS,
     check_report_outputs,
-    check_seed,
     emit_reports,
     fail_on_option,
     geometry_options,
-    make_console,
-    parse_fail_on,
+    impl_option,
+    json_option,
     print_scope,
+    quiet_option,
     report_options,
-    resolve_geometries,
+    shard_option,
 )
+from kvcontract.tools.reports.console import make_console
 from kvcontract.vocabulary import EXIT_UNKNOWN
-
-MAX_EXAMPLES = 10_000_000
-"""The most Hypothesis examples one run accepts (a typo guard, far above any campaign)."""
 
 
 @click.command()
-@click.option("--impl", "impl_name", default="reference", show_default=True,
-              help="implementation to fuzz: a registered name (kvcontract list) or "
-                   "module:FILE.py (functions of impl/reference.py over the reference), "
-                   "package.module:NAME (an Implementation) or an installed entry point's "
-                   "name (group kvcontract.implementations)")
+@impl_option(f"implementation to fuzz: a registered name (kvcontract list) or {IMPL_FORMS}")
 @click.option("--matrix", is_flag=True, help="run the full combination matrix")
 @click.option("--device", type=click.Choice(["cpu", "cuda"]), default="cpu", show_default=True)
 @click.option("--examples", type=int, default=200, show_default=True,
               help="Hypothesis state-machine examples")
 @click.option("--seed", type=int, default=0, show_default=True)
-@click.option("--json", "json_path", metavar="FILE", help="write the JSON report here")
-@click.option("--quiet", is_flag=True,
-              help="no progress and no table, only the differences and the summary line")
+@json_option()
+@quiet_option("no progress and no table, only the differences and the summary line")
 @click.option("--live", "live", is_flag=True,
               help="also run every program on the installed vLLM (kvcontract.live) against "
                    "kvcontract's model of it (--impl, normally upstream-current): "
@@ -59,10 +57,8 @@ MAX_EXAMPLES = 10_000_000
 @click.option("--fail-on-model-gap", "fail_on_model_gap", is_flag=True,
               help="with --live: exit 1 when a model gap is unexplained (no documented "
                    "class of disagreement fits it)")
-@click.option("--shard", "shard_text", metavar="I/N", default=None,
-              help="run only shard I of N (1-based) of the scenarios (seed scenarios, the "
-                   "--matrix, the state machine as one unit), split by a static cost; "
-                   "join the shards' JSON reports with `kvcontract merge`")
+@shard_option("run only shard I of N (1-based) of the scenarios (seed scenarios, the "
+              "--matrix, the state machine as one unit), split by a static cost")
 @geometry_options
 @fail_on_option
 @report_options
@@ -92,21 +88,13 @@ def fuzz(impl_name: str, matrix: bool, device: str, examples: int, seed: int,
     # Every input is validated before any scenario runs (issue #11).
     shard = parse_shard(shard_text)
     impl_name = register_implementation(impl_name)  # a name or module:FILE.py
-    if examples < 0:
-        raise UsageError(f"--examples must be >= 0, not {examples}")
-    check_int("--examples", examples, high=MAX_EXAMPLES, what="Hypothesis examples")
-    check_seed(seed)
-    if device == "cuda":
-        from kvcontract.tools.fuzz import _check_device
-
-        _check_device(device)
-    failing = parse_fail_on(fail_on)
     pairs = pair_outputs(formats, outputs)
     check_report_outputs(pairs, json_path)
-    scope = resolve_geometries(models, geometry_files, bpcs, retentions)
-    if scope and matrix:
-        raise UsageError("--matrix runs the built-in geometry matrix; drop it to fuzz the "
-                         "geometries of --model/--geometry (or drop those)")
+    options = fuzz_options(impl_name, examples=examples, seed=seed, matrix=matrix,
+                           device=device, fail_on=parse_fail_on(fail_on),
+                           scope=tuple(resolve_geometries(models, geometry_files, bpcs,
+                                                          retentions)))
+    scope = list(options.scope)
     if fail_on_model_gap and not live:
         raise UsageError("--fail-on-model-gap judges the live comparison: add --live")
     if live and shard is not None:
@@ -126,8 +114,9 @@ def fuzz(impl_name: str, matrix: bool, device: str, examples: int, seed: int,
     plan = _shard_plan(shard, matrix=matrix, seed=seed, examples=examples,
                        scope=scope) if shard is not None else None
     with progress("fuzzing", impl_name, quiet=quiet) as advance:
-        report = run_fuzz(impl_name, device=device, examples=examples if plan is None
-                          else plan.examples, matrix=matrix, seed=seed, fail_on=failing,
+        report = run_fuzz(impl_name, device=options.device, examples=options.examples
+                          if plan is None else plan.examples, matrix=options.matrix,
+                          seed=options.seed, fail_on=options.fail_on,
                           geometries=scope, on_progress=advance,
                           scenarios=None if plan is None else plan.scenarios,
                           live=live, fail_on_model_gap=fail_on_model_gap)

@@ -7,17 +7,15 @@ from pathlib import Path
 import click
 
 from kvcontract.errors import KvContractError, UsageError
+from kvcontract.options import check_clauses, check_int, check_jobs
 from kvcontract.tools.commands._common import (
     bind_report_target,
-    check_clauses,
-    check_int,
-    check_jobs,
     check_output_folder,
     check_report_witnesses,
     load_replay_report,
-    make_console,
     report_implementation,
 )
+from kvcontract.tools.reports.console import make_console
 
 MAX_CLASSES = 10_000
 """The most boundary classes per theorem (``--max-classes``): each is a Z3 query."""

@@ -16,7 +16,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from kvcontract.impl.variants import VARIANTS
-from kvcontract.tools.commands._common import make_console
+from kvcontract.tools.reports.console import make_console
 
 LIST_JSON_VERSION = 1
 """Version of the ``list --json`` document (bumped on an incompatible change)."""

@@ -26,7 +26,8 @@ from rich.markup import escape
 from rich.table import Table
 
 from kvcontract.errors import UsageError
-from kvcontract.tools.commands._common import check_output_file, make_console
+from kvcontract.tools.commands._common import check_output_file
+from kvcontract.tools.reports.console import make_console
 from kvcontract.vocabulary import EXIT_FINDING, EXIT_OK, EXIT_UNKNOWN, worst_exit_code
 
 LIVE_JSON_VERSION = 1

@@ -10,25 +10,26 @@ from typing import Any
 import click
 
 from kvcontract.errors import UsageError
+from kvcontract.options import parse_gate_fail_on
 from kvcontract.tools.commands._common import (
     baseline_file_options,
     check_gate,
     check_report_outputs,
     emit_reports,
     finding_line,
-    finish_gate,
-    make_console,
-    parse_gate_fail_on,
-    print_gate,
+    json_option,
+    quiet_option,
     report_options,
     results_table,
 )
+from kvcontract.tools.reports.console import make_console
+from kvcontract.tools.reports.gate import finish_gate, print_gate
 
 
 @click.command()
 @click.argument("reports", nargs=-1, metavar="REPORT...")
-@click.option("--json", "json_path", metavar="FILE", help="write the merged JSON report here")
-@click.option("--quiet", is_flag=True, help="no table, only the summary line")
+@json_option("write the merged JSON report here")
+@quiet_option()
 @click.option("--fail-under", type=float, default=None, metavar="PERCENT",
               help="mutate shards: exit 1 when the merged mutation score is below this "
                    "percentage")
@@ -99,7 +100,7 @@ def merge(reports: tuple[str, ...], json_path: str | None, quiet: bool,
             fail_on if fail_on is not None else ",".join(data["fail_on"]) or "all")
         data["fail_on"] = sorted(i.value for i in failing)
         baseline = check_gate(only_new, baseline_file, write_baseline)
-        finish_gate(data, baseline, only_new=only_new, write_baseline=write_baseline)
+        finish_gate(data, baseline, only_new=only_new, write_to=write_baseline)
         data["exit_code"] = code = gate_exit_code(data["results"], failing, only_new)
         _print_prove(console, data, failing, only_new, quiet, len(loaded), gate_summary(data))
     if json_path:

@@ -19,14 +19,17 @@ from rich.table import Table
 
 from kvcontract.errors import KvContractError, UsageError
 from kvcontract.impl.variants import variant_names
+from kvcontract.options import check_float, check_jobs, check_seed
 from kvcontract.tools.commands._common import (
-    check_float,
-    check_jobs,
     check_output_file,
-    check_seed,
+    impl_option,
     internal_error,
-    make_console,
+    jobs_option,
+    json_option,
+    quiet_option,
+    shard_option,
 )
+from kvcontract.tools.reports.console import make_console
 from kvcontract.vocabulary import EXIT_COUNTEREXAMPLE, EXIT_OK
 
 MAX_SAFETY_TIMEOUT = 7 * 24 * 3600.0
@@ -37,33 +40,29 @@ STATUS_STYLE = {"killed": "green", "survived": "bold red", "equivalent": "cyan",
 
 
 @click.command()
-@click.option("--impl", "target", default="reference", show_default=True, metavar="TARGET",
-              help=f"a registered implementation ({', '.join(variant_names())}) or "
-                   "module:FILE.py (a file standing in for impl/reference.py or "
-                   "impl/scheduler.py)")
+@impl_option(f"a registered implementation ({', '.join(variant_names())}) or module:FILE.py "
+             "(a file standing in for impl/reference.py or impl/scheduler.py)",
+             dest="target", metavar="TARGET")
 @click.option("--sample", type=int, default=None, metavar="N",
               help="a seeded sample of N mutants (default: every mutation point)")
 @click.option("--seed", type=int, default=0, show_default=True, help="seed of --sample")
-@click.option("--jobs", type=int, default=None, metavar="N",
-              help="mutants run in parallel (default: one per core)")
+@jobs_option("mutants run in parallel (default: one per core)", metavar="N")
 @click.option("--function", "functions", multiple=True, metavar="NAME",
               help="only the mutation points of this function (repeatable), e.g. "
                    "get_num_skipped_tokens or StoreTracker.step")
-@click.option("--json", "json_path", metavar="FILE", help="write every mutant here (JSON)")
+@json_option("write every mutant here (JSON)")
 @click.option("--fail-under", type=float, default=None, metavar="PERCENT",
               help="exit 1 when the score is below this percentage")
 @click.option("--no-fuzz", is_flag=True, help="the prover only (no fuzz run for survivors)")
 @click.option("--safety-timeout", type=float, default=1800.0, show_default=True,
               metavar="S", help="wall-clock safety limit per mutant: past it the mutant is "
                                 "'timeout' (never killed or survived)")
-@click.option("--shard", "shard_text", metavar="I/N", default=None,
-              help="run only shard I of N of the selected mutants (1-based; a static, "
-                   "deterministic split); join the shards' --json reports with "
-                   "`kvcontract merge`")
+@shard_option("run only shard I of N of the selected mutants (1-based; a static, "
+              "deterministic split)")
 @click.option("--list", "list_only", is_flag=True,
               help="list the selected mutation points (id, location, change) and exit")
 @click.option("--all", "show_all", is_flag=True, help="list killed mutants in the table too")
-@click.option("--quiet", is_flag=True, help="no table, only the summary")
+@quiet_option("no table, only the summary")
 def mutate(target: str, sample: int | None, seed: int, jobs: int | None,
            functions: tuple[str, ...], json_path: str | None, fail_under: float | None,
            no_fuzz: bool, safety_timeout: float, shard_text: str | None, list_only: bool,

@@ -12,26 +12,28 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from kvcontract.errors import UsageError
 from kvcontract.impl.variants import variant_names
+from kvcontract.options import resolve_geometries
 from kvcontract.proofs.verdicts import TheoremResult, Verdict
 from kvcontract.tools.commands._common import (
+    IMPL_FORMS,
     baseline_file_options,
-    check_clauses,
-    check_gate,
-    check_jobs,
-    check_report_outputs,
+    check_gate_outputs,
+    clause_option,
     emit_reports,
     finding_line,
-    finish_gate,
     gate_fail_on_option,
     geometry_options,
-    make_console,
-    parse_gate_fail_on,
-    print_gate,
+    impl_option,
+    jobs_option,
+    json_option,
     print_scope,
+    quiet_option,
     report_options,
-    resolve_geometries,
     results_table,
+    shard_option,
 )
+from kvcontract.tools.reports.console import make_console
+from kvcontract.tools.reports.gate import print_gate
 
 WITNESS_SHOWN = 600
 """Characters of a witness printed under its finding: a lookup witness on a real
@@ -49,24 +51,17 @@ def shown_witness(witness: dict[str, object]) -> str:
 
 
 @click.command()
-@click.option("--impl", "impl_name", default="reference", show_default=True,
-              help=f"implementation to check: {', '.join(variant_names())}, or "
-                   "module:FILE.py (functions of impl/reference.py over the reference), "
-                   "package.module:NAME (an Implementation) or an installed entry point's "
-                   "name (group kvcontract.implementations)")
-@click.option("--clause", "clauses", multiple=True, metavar="ID",
-              help="only this clause (repeatable), e.g. --clause C2")
-@click.option("--json", "json_path", metavar="FILE", help="write the JSON report here")
-@click.option("--jobs", type=int, default=None, help="worker processes (default: one per core)")
-@click.option("--quiet", is_flag=True, help="no table, only the summary line")
+@impl_option(f"implementation to check: {', '.join(variant_names())}, or {IMPL_FORMS}")
+@clause_option("C2")
+@json_option()
+@jobs_option()
+@quiet_option()
 @click.option("--no-cache", "no_cache", is_flag=True,
               help="neither read nor write the proof cache (by default a theorem whose "
                    "sources, versions, scope and budgets are unchanged is not proved "
                    "again: $KVCONTRACT_CACHE_DIR, else ~/.cache/kvcontract/proofs)")
-@click.option("--shard", "shard_text", metavar="I/N", default=None,
-              help="prove only shard I of N (1-based; a static, deterministic split of "
-                   "the selected theorems); join the shards' JSON reports with "
-                   "`kvcontract merge`")
+@shard_option("prove only shard I of N (1-based; a static, deterministic split of the "
+              "selected theorems)")
 @click.option("--fail-fast", "fail_fast", is_flag=True,
               help="stop at the first counterexample that fails the run (--fail-on); "
                    "the theorems not yet proved are listed as not run")
@@ -92,14 +87,12 @@ def prove(impl_name: str, clauses: tuple[str, ...], json_path: str | None,
 
     Defaults for --fail-on, --baseline-file, --jobs, --impl and --model come from
     [tool.kvcontract] of the nearest pyproject.toml (the command line wins)."""
-    from kvcontract.api import register_implementation
-    from kvcontract.proofs.cache import ProofCache, cache_dir
-    from kvcontract.proofs.runner import prove as run_prove
+    from kvcontract.api import prove_document, register_implementation, run_prove
+    from kvcontract.options import prove_options
     from kvcontract.proofs.runner import select
     from kvcontract.proofs.shards import parse_shard
     from kvcontract.tools.config import apply_config
-    from kvcontract.tools.reports import pair_outputs
-    from kvcontract.tools.reports.gate import gate_exit_code, gate_summary
+    from kvcontract.tools.reports.gate import gate_summary
 
     # Every input is validated before any proof runs (issue #11), the project's
     # [tool.kvcontract] defaults included.
@@ -114,14 +107,14 @@ def prove(impl_name: str, clauses: tuple[str, ...], json_path: str | None,
     if shard is not None:
         fail_on, baseline_file = _shard_gate(context, fail_on, baseline_file, write_baseline)
     impl_name = register_implementation(impl_name)  # a name or module:FILE.py
-    check_clauses(clauses, prover=True)
-    check_jobs(jobs)
-    failing, only_new = parse_gate_fail_on(fail_on)
-    pairs = pair_outputs(formats, outputs)
-    check_report_outputs(pairs, json_path, [("--write-baseline", write_baseline)]
-                         if write_baseline else None)
-    baseline = check_gate(only_new, baseline_file, write_baseline)
+    failing, only_new, baseline, pairs = check_gate_outputs(
+        fail_on, baseline_file, write_baseline, formats, outputs, json_path)
     scope = resolve_geometries(models, geometry_files, bpcs, retentions)
+    options = prove_options(impl_name, clauses=clauses, jobs=jobs, fail_on=failing,
+                            scope=tuple(scope), cache=not no_cache, shard=shard,
+                            fail_fast=fail_fast, only_new=only_new,
+                            findings_baseline=baseline, write_baseline=write_baseline,
+                            report_file=json_path)
     to_stdout = any(path is None for _, path in pairs)
     console = make_console(stderr=to_stdout)
     if scope:
@@ -138,14 +131,8 @@ def prove(impl_name: str, clauses: tuple[str, ...], json_path: str | None,
             progress.update(task, completed=done, total=_total,
                             description=f"{result.clause}/{result.theorem}")
 
-        report = run_prove(impl_name, clauses or None, jobs=jobs, on_result=advance,
-                           fail_on=failing, geometries=scope,
-                           cache=None if no_cache else ProofCache(cache_dir()),
-                           shard=shard, fail_fast=fail_fast)
-    data = report.to_json()
-    add_defects(data, impl_name, json_path)
-    finish_gate(data, baseline, only_new=only_new, write_baseline=write_baseline)
-    data["exit_code"] = gate_exit_code(data["results"], failing, only_new)
+        report = run_prove(options, on_result=advance)
+    data = prove_document(report, options)
     if not quiet:
         title = f"kvcontract prove --impl {impl_name}"
         if scope:
@@ -187,47 +174,13 @@ def prove(impl_name: str, clauses: tuple[str, ...], json_path: str | None,
     sys.exit(int(data["exit_code"]))
 
 
-ROOT_CAUSE_CPU_SECONDS = 600.0
-"""CPU seconds the child that locates the counterexamples' root causes may use (a
-safety net: each is a handful of integer replays)."""
-
-
-def add_defects(data: dict[str, Any], impl_name: str, report_file: str | None = None) -> None:
-    """A prove report's counterexamples grouped into defects by root cause (the fields
-    whose replacement by the reference removes each: ``tools/audit/root_cause``), and
-    its per-clause summary; located in a sandbox child (the implementation's code runs
-    again), nothing when every theorem holds."""
-    from kvcontract.impl.variants import get_implementation
-    from kvcontract.tools.audit.defects import attach_defects
-    from kvcontract.tools.audit.root_cause import replay_root_cause
-    from kvcontract.tools.audit.sandbox import run_jobs
-
-    rows = [r for r in data["results"] if r["verdict"] == Verdict.COUNTEREXAMPLE.value
-            and r.get("witness")]
-    if not rows:
-        return
-    impl = get_implementation(impl_name)
-
-    def job() -> dict[str, Any]:
-        return {"causes": [replay_root_cause(f"{r['clause']}/{r['theorem']}", r["witness"],
-                                             impl) for r in rows]}
-
-    outcome = run_jobs([("root causes", job)], workers=1, job_timeout=ROOT_CAUSE_CPU_SECONDS,
-                       call_timeout=None)["root causes"]
-    if outcome.ok and outcome.value is not None:
-        for row, cause in zip(rows, outcome.value["causes"], strict=True):
-            if cause is not None:
-                row["root_cause"] = cause
-    attach_defects(data, report_file)
-
-
 def _shard_gate(context: click.Context, fail_on: str, baseline_file: str | None,
                 write_baseline: str | None) -> tuple[str, str | None]:
     """A shard proves part of the selection, so it cannot tell a fixed finding from one
     another shard checks: the findings baseline is applied once, by `kvcontract merge`.
     Given on the command line, the gate options are a usage error; from
     ``[tool.kvcontract]`` they are left to the merge (which reads the same table)."""
-    from kvcontract.tools.commands._common import NEW_WORD
+    from kvcontract.options import NEW_WORD
 
     def given(name: str) -> bool:
         return context.get_parameter_source(name) not in (

@@ -11,7 +11,7 @@ with its scan callback uninterpreted and its flags on the loop's states,
 :data:`IMPLIED_FLAGS`); methods and functions of objects (the scheduler's drivers, the
 store tracker) do not qualify for it:
 
-1. **Z3**: both functions are lifted with :class:`kvcontract.proofs.symbolic.PathExplorer`
+1. **Z3**: both functions are lifted with :class:`kvcontract.spec.symbolic.PathExplorer`
    over symbolic integers restricted to the contract's domain (sizes >= 1, windows
    >= 2, token counts and ``e`` >= 0, unbounded above), once per choice of the
    non-integer arguments (None or a number, each flag, each request status, replay
@@ -54,27 +54,28 @@ SCAN = "scan callback"
 START = "start"
 END = "end"
 
+# ``max_hit``, ``num_keys``, ``confirmed``, ``deferred``, ``eagle``, ``mamba`` and ``scan``:
+# one group's turn of the multi-group lookup (``multigroup_lookup_step``).
+_PARAMETERS_OF_KIND: dict[str, tuple[str, ...]] = {
+    SIZE: ("block_size", "blocks_per_chunk", "tokens_per_chunk", "block_tokens",
+           "chunk_tokens", "bpc", "b", "initial_window", "window"),
+    WINDOW: ("sliding_window",),
+    EXTRA: ("extra_retained",),
+    TOKENS: ("num_computed_tokens", "num_hit_tokens", "num_local_tokens", "boundary", "hit",
+             "local_hit", "num_tokens", "num_scheduled_tokens", "num_computed", "prompt_len",
+             "a", "block", "prompt_horizon_chunks", "current_chunks", "segment_tokens",
+             "max_hit", "num_keys"),
+    OPT_TOKENS: ("final_segment_end_block", "max_offload_tokens"),
+    ALIGN: ("alignment_tokens",),
+    INTERVAL: ("retention_interval",),
+    FLAG: ("use_eagle", "offload_prompt_only", "confirmed", "deferred", "eagle", "mamba"),
+    STATUS: ("status",),
+    BLOCKS: ("replay_boundary_blocks",),
+    LOOKUP: ("lookup",), START: ("start",), END: ("end",), SCAN: ("scan",),
+}
+
 KINDS: dict[str, str] = {
-    "block_size": SIZE, "blocks_per_chunk": SIZE, "tokens_per_chunk": SIZE,
-    "block_tokens": SIZE, "chunk_tokens": SIZE, "bpc": SIZE, "b": SIZE,
-    "initial_window": SIZE, "window": SIZE,
-    "sliding_window": WINDOW,
-    "extra_retained": EXTRA,
-    "num_computed_tokens": TOKENS, "num_hit_tokens": TOKENS, "num_local_tokens": TOKENS,
-    "boundary": TOKENS, "hit": TOKENS, "local_hit": TOKENS, "num_tokens": TOKENS,
-    "num_scheduled_tokens": TOKENS, "num_computed": TOKENS, "prompt_len": TOKENS,
-    "a": TOKENS, "block": TOKENS, "prompt_horizon_chunks": TOKENS, "current_chunks": TOKENS,
-    "segment_tokens": TOKENS,
-    "final_segment_end_block": OPT_TOKENS, "max_offload_tokens": OPT_TOKENS,
-    "alignment_tokens": ALIGN,
-    "retention_interval": INTERVAL,
-    "use_eagle": FLAG, "offload_prompt_only": FLAG,
-    "status": STATUS,
-    "replay_boundary_blocks": BLOCKS,
-    "lookup": LOOKUP, "start": START, "end": END,
-    # One group's turn of the multi-group lookup (``multigroup_lookup_step``).
-    "max_hit": TOKENS, "num_keys": TOKENS, "confirmed": FLAG, "deferred": FLAG,
-    "eagle": FLAG, "mamba": FLAG, "scan": SCAN,
+    name: kind for kind, names in _PARAMETERS_OF_KIND.items() for name in names
 }
 """Parameter name -> its domain (the contract's units, docs/CONTRACT.md section 2). A
 ``scan`` callback (``scan(start, stop, at, present_view)``, the group's scan in the
@@ -283,7 +284,7 @@ class _UninterpretedScan:
         self.value = [z3.Function(f"{name}_value{v}", *ints, z3.IntSort()) for v in (0, 1)]
 
     def __call__(self, start: Any, stop: Any, at: Any, present_view: Any) -> Any:
-        from kvcontract.proofs.symbolic import SymBool, SymInt, _term
+        from kvcontract.spec.symbolic import SymBool, SymInt, _term
 
         view = 1 if present_view else 0
         args = [_term(start), _term(stop), _term(at)]
@@ -316,7 +317,7 @@ def _z3(original: Callable[..., Any], mutant: Callable[..., Any],
         kinds: Sequence[tuple[str, str]]) -> Equivalence:
     import z3
 
-    from kvcontract.proofs.symbolic import LiftError
+    from kvcontract.spec.symbolic import LiftError
 
     alternatives = [_choices(k) for _, k in kinds]
     combos = [c for c in itertools.product(*alternatives) if _implied(kinds, c)]
@@ -382,7 +383,7 @@ def _z3(original: Callable[..., Any], mutant: Callable[..., Any],
 def _lift(fn: Callable[..., Any], args: Sequence[Any], domain: Sequence[Any]) -> Any:
     """Lift without feasibility queries (fast: a dead branch only adds an If), and with
     them when that yields too many paths."""
-    from kvcontract.proofs.symbolic import LiftError, PathExplorer
+    from kvcontract.spec.symbolic import LiftError, PathExplorer
 
     try:
         return PathExplorer(domain).lift(fn, args)
@@ -659,7 +660,7 @@ class SourceIndex:
                  ) -> ast.FunctionDef | ast.AsyncFunctionDef | None:
         """The definition of ``module.qualname`` in the snapshot (an overlay file's own
         definition first, then its base's)."""
-        from kvcontract.tools.mutate.operators import functions
+        from kvcontract.proofs.sources import functions
 
         entry = self.modules.get(module)
         if entry is None:
@@ -1100,10 +1101,9 @@ def _flag_argument(found: Any, parents: dict[int, ast.AST],
 
 def _resolve_callee(func: ast.expr, found: Any, index: SourceIndex
                     ) -> tuple[str, str, ast.FunctionDef | ast.AsyncFunctionDef] | None:
-    from kvcontract.tools.mutate.operators import functions
-    from kvcontract.tools.mutate.targets import _is_impl
+    from kvcontract.proofs.sources import functions, is_impl_reference
 
-    if isinstance(func, ast.Attribute) and _is_impl(func.value):
+    if isinstance(func, ast.Attribute) and is_impl_reference(func.value):
         where = index.fields.get(func.attr)
         if where is None:
             return None

@@ -33,6 +33,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from kvcontract.proofs.sources import functions
+
 OPERATORS: tuple[str, ...] = (
     "int-constant",
     "comparison",
@@ -105,17 +107,6 @@ class _Candidate:
 
 
 # -- enumeration ---------------------------------------------------------------------
-def functions(tree: ast.Module) -> Iterator[tuple[str, ast.FunctionDef | ast.AsyncFunctionDef]]:
-    """Top-level functions and methods of top-level classes, in source order."""
-    for node in tree.body:
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            yield node.name, node
-        elif isinstance(node, ast.ClassDef):
-            for item in node.body:
-                if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                    yield f"{node.name}.{item.name}", item
-
-
 def _body_nodes(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> Iterator[ast.AST]:
     """The function body's nodes in source (pre-)order, without its docstring,
     annotations, nested signatures, decorators and f-strings."""

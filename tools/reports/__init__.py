@@ -67,13 +67,13 @@ from kvcontract.tools.reports.model import (
     exit_code,
     load_report,
     normalize,
+    write_text,
 )
 from kvcontract.tools.reports.outputs import (
     FORMAT_SUFFIXES,
     STDOUT,
     format_for_path,
     pair_outputs,
-    write_text,
 )
 
 __all__ = [

@@ -40,6 +40,21 @@ IMPACT_LEVEL = {"crash": "error", "corruption": "error", "lost-hit": "error", "s
 """The severity of a defect by its worst impact (SARIF level; GitHub annotation)."""
 
 
+def cost_line(defect: Mapping[str, Any]) -> str:
+    """A defect's cost in the user's units: for a delay, what the deferral waits on and
+    whether that is bounded; for a crash, when the request fails; otherwise the preset
+    measurement's summary (empty when none was measured)."""
+    keys = {"delay": ("delay", "cost"), "crash": ("crash", "cost", "delay")}.get(
+        str(defect.get("impact")), ("cost", "delay"))
+    for key in keys:
+        value = defect.get(key)
+        if isinstance(value, Mapping):
+            text = value.get("summary") or value.get("text")
+            if text:
+                return str(text)
+    return ""
+
+
 def live_line(defect: Mapping[str, Any]) -> str:
     """What ``audit --live`` found of a defect on vLLM itself, in one line (empty when
     the report has no live stage): ``live: confirmed on vLLM 0.33.0 (the patch laid
@@ -58,8 +73,6 @@ def live_line(defect: Mapping[str, Any]) -> str:
 
 def defect_message(defect: Mapping[str, Any]) -> str:
     """A defect in one line: impact, title, cost, clauses and the witness."""
-    from kvcontract.tools.reports.summary import cost_line
-
     cost = cost_line(defect)
     parts = [f"[{defect['impact']}] {defect['title']}"]
     if cost:

@@ -32,13 +32,14 @@ from pathlib import Path
 from typing import Any
 
 from kvcontract.errors import InputFileError
+from kvcontract.inputs import parse_json
 from kvcontract.tools.reports.fingerprint import (
     FINGERPRINT_LENGTH,
     FINGERPRINT_RULE,
     fingerprint,
     theorem_identity,
 )
-from kvcontract.tools.reports.model import FAIL, PASS, normalize
+from kvcontract.tools.reports.model import FAIL, PASS, normalize, write_text
 from kvcontract.vocabulary import (
     DEFAULT_FAIL_ON,
     EXIT_OK,
@@ -151,13 +152,7 @@ def load_baseline(path: str | os.PathLike[str]) -> FindingsBaseline:
         raise InputFileError(name, "not UTF-8 text (a baseline is JSON)") from None
     except OSError as exc:
         raise InputFileError(name, f"cannot read it ({exc.strerror or exc})") from None
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise InputFileError(name, f"not valid JSON at line {exc.lineno}, column "
-                                   f"{exc.colno}: {exc.msg}") from None
-    except (RecursionError, ValueError) as exc:
-        raise InputFileError(name, f"not a findings baseline ({type(exc).__name__})") from None
+    data = parse_json(text, name, "a findings baseline")
     if not isinstance(data, Mapping):
         raise InputFileError(name, "a findings baseline is a JSON object with 'version' "
                                    "and 'findings'")
@@ -259,8 +254,6 @@ def baseline_document(report: Mapping[str, Any]) -> dict[str, Any]:
 
 def write_baseline(path: str, report: Mapping[str, Any]) -> FindingsBaseline:
     """Write the baseline of ``report`` to ``path``; returns it as read back."""
-    from kvcontract.tools.reports.outputs import write_text
-
     document = baseline_document(report)
     write_text(path, json.dumps(document, indent=2, ensure_ascii=False) + "\n")
     entries = tuple(BaselineEntry(**e) for e in document["findings"])
@@ -410,3 +403,31 @@ def summary_lines(report: Mapping[str, Any]) -> list[str]:
                      f"{entry['fingerprint']} (its theorem did not run or was undecided)")
     lines.extend(f"  note: {note}" for note in section.get("notes", []))
     return lines
+
+
+def finish_gate(report: dict[str, Any], baseline: Any, *, only_new: bool,
+                write_to: str | None) -> dict[str, Any]:
+    """After the run: write the baseline (``--write-baseline``), then mark every finding
+    against the baseline read before the run, or, without one, the one just written.
+    Returns the report's ``findings_baseline`` section."""
+    written = write_baseline(write_to, report) if write_to is not None else None
+    section: dict[str, Any] = apply_baseline(
+        report, baseline if baseline is not None else written, only_new=only_new,
+        written=write_to)
+    if written is not None:
+        section["written_findings"] = len(written.entries)
+    return section
+
+
+def print_gate(console: Any, report: dict[str, Any]) -> None:
+    """The findings-baseline lines of a run (each finding new or baseline, the fixed
+    ones), and where a baseline was written."""
+    from rich.markup import escape
+
+    for line in summary_lines(report):
+        console.print(escape(line), highlight=False)
+    section = report.get("findings_baseline") or {}
+    if section.get("written"):
+        console.print(escape(f"wrote the findings baseline {section['written']} "
+                             f"({section.get('written_findings', 0)} findings)"),
+                      highlight=False)

@@ -11,6 +11,13 @@ from kvcontract.tools.reports.model import exit_code, normalize
 
 
 def render_json(report: Mapping[str, Any]) -> str:
+    return json.dumps(json_document(report), indent=2, sort_keys=False) + "\n"
+
+
+def json_document(report: Mapping[str, Any]) -> dict[str, Any]:
+    """The document the ``json`` format writes: ``report`` with each row's source
+    location and fingerprint, and the exit code (idempotent: a document in, the same
+    document out)."""
     normalized = normalize(report)
     data = dict(report)
     if "results" in report:
@@ -29,4 +36,4 @@ def render_json(report: Mapping[str, Any]) -> str:
             for r in normalized["results"]
         ]
     data.setdefault("exit_code", exit_code(normalized))
-    return json.dumps(data, indent=2, sort_keys=False) + "\n"
+    return data

@@ -20,9 +20,9 @@ _LOOKUP_FUNCTIONS: tuple[str, ...] = LOOKUP_FUNCTIONS
 
 
 def _project_root() -> Path:
-    import kvcontract
+    import kvcontract.errors
 
-    return Path(kvcontract.__file__).resolve().parents[1]
+    return Path(kvcontract.errors.__file__).resolve().parents[1]
 
 
 def display_path(path: str | Path) -> str:

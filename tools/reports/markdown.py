@@ -32,7 +32,8 @@ def _baseline_line(section: Mapping[str, Any]) -> str:
 def _defects_section(report: Mapping[str, Any], defects: list[Any]) -> list[str]:
     """The summary's shape (``tools/reports/summary``): how the clauses hold, then a row
     per defect (latent ones last), then every counterexample of each defect folded."""
-    from kvcontract.tools.reports.summary import clause_lines, cost_line
+    from kvcontract.tools.reports.common import cost_line
+    from kvcontract.tools.reports.summary import clause_lines
 
     out = [f"{line}." for line in clause_lines(report)] + [""]
     if not defects:

@@ -4,13 +4,13 @@ folded into per-clause results), the exit code it stands for, and reading a repo
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from kvcontract.errors import InputFileError, KvContractError
+from kvcontract.errors import InputFileError, KvContractError, UsageError
+from kvcontract.inputs import read_json_file
 from kvcontract.spec.clauses import CLAUSES
 from kvcontract.tools.reports.fingerprint import fingerprint
 from kvcontract.tools.reports.locate import locate
@@ -228,25 +228,20 @@ def exit_code(normalized: Mapping[str, Any]) -> int:
 def load_report(path: str | os.PathLike[str]) -> dict[str, Any]:
     """Read and validate a JSON report; every problem is an InputFileError naming the file."""
     name = os.fspath(path)
-    try:
-        text = Path(name).read_text(encoding="utf-8")
-    except OSError as exc:
-        raise InputFileError(name, f"cannot read it ({exc.strerror or exc})") from None
-    except UnicodeDecodeError:
-        raise InputFileError(name, "it is not UTF-8 text (expected a JSON report)") from None
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise InputFileError(
-            name, f"not valid JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}"
-        ) from None
-    except RecursionError:
-        raise InputFileError(name, "its JSON is nested too deeply (not a kvcontract "
-                                   "report)") from None
-    except ValueError as exc:  # e.g. an integer of more than 4300 digits
-        raise InputFileError(name, f"not a kvcontract report: {exc}") from None
+    data = read_json_file(name, "a kvcontract report")
     try:
         normalize(data)
     except ReportError as exc:
         raise InputFileError(name, f"not a kvcontract report: {exc}") from None
     return dict(data)
+
+
+def write_text(path: str, text: str) -> None:
+    """Write an output file; an unwritable path is a UsageError naming it."""
+    try:
+        target = Path(path)
+        if target.parent != Path(""):
+            target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise UsageError(f"cannot write {path}: {exc.strerror or exc}") from None

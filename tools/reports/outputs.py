@@ -63,14 +63,3 @@ def pair_outputs(
         )
     return [(fmt, None if path == STDOUT else path)
             for fmt, path in zip(formats, outputs, strict=True)]
-
-
-def write_text(path: str, text: str) -> None:
-    """Write an output file; an unwritable path is a UsageError naming it."""
-    try:
-        target = Path(path)
-        if target.parent != Path(""):
-            target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(text, encoding="utf-8")
-    except OSError as exc:
-        raise UsageError(f"cannot write {path}: {exc.strerror or exc}") from None

@@ -82,7 +82,7 @@ def _defect_results(report: Mapping[str, Any], normalized: Mapping[str, Any],
 
 
 def render_sarif(report: Mapping[str, Any]) -> str:
-    from kvcontract import __version__
+    from kvcontract.vocabulary import VERSION as __version__
 
     normalized = normalize(report)
     clauses = [c.id for c in CLAUSES]

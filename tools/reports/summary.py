@@ -18,7 +18,7 @@ import textwrap
 from collections.abc import Mapping
 from typing import Any
 
-from kvcontract.tools.reports.common import live_line
+from kvcontract.tools.reports.common import cost_line, live_line
 
 SUMMARY_WIDTH = 80
 """Columns the summary is laid out for."""
@@ -67,21 +67,6 @@ def clause_lines(report: Mapping[str, Any]) -> list[str]:
         lines.append("clauses " + "; ".join(f"{status}: {' '.join(c)}"
                                             for status, c in others.items()))
     return lines
-
-
-def cost_line(defect: Mapping[str, Any]) -> str:
-    """A defect's cost in the user's units: for a delay, what the deferral waits on and
-    whether that is bounded; for a crash, when the request fails; otherwise the preset
-    measurement's summary (empty when none was measured)."""
-    keys = {"delay": ("delay", "cost"), "crash": ("crash", "cost", "delay")}.get(
-        str(defect.get("impact")), ("cost", "delay"))
-    for key in keys:
-        value = defect.get(key)
-        if isinstance(value, Mapping):
-            text = value.get("summary") or value.get("text")
-            if text:
-                return str(text)
-    return ""
 
 
 def _tally(defects: list[Mapping[str, Any]]) -> str:

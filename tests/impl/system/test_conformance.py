@@ -25,8 +25,8 @@ from kvcontract.impl import reference
 from kvcontract.impl.system.events import Event, LookupEvent
 from kvcontract.impl.system.offload import ChunkState
 from kvcontract.impl.variants import get_implementation
-from kvcontract.proofs.symbolic import PathExplorer
 from kvcontract.spec.geometry import Geometry, swa
+from kvcontract.spec.symbolic import PathExplorer
 from kvcontract.tools.fuzz import Lockstep, Op, Scenario
 
 BIG_BS, SMALL_BS = 8, 4

@@ -135,7 +135,7 @@ def test_an_eagle_replay_window_without_its_peek_block_is_refuted() -> None:
 
 def test_upstream_s_mask_misses_the_peek_chunk_of_a_replay_boundary() -> None:
     """Upstream's block mask marks the block after the boundary, not the first block of
-    the chunk the EAGLE lookup peeks at (its C7 defect, ARCHITECTURE.md): refuted block
+    the chunk the EAGLE lookup peeks at (its C7 defect, docs/CONTRACT.md 12): refuted block
     by block too; it marks nothing extra (C8 holds)."""
     upstream = get_implementation("upstream-current")
     result = run_property(get_property("C7/replay-tail-supplied[eagle-zero]"), upstream)

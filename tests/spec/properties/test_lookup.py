@@ -281,7 +281,9 @@ def test_catalog_and_cases() -> None:
 
 
 def test_properties() -> None:
-    assert [p.theorem_id for p in lookup_properties()] == [
+    # None of these may vanish or move; a new clause's property follows them (adding one
+    # edits nothing here: ARCHITECTURE.md, "How to add a clause").
+    assert [p.theorem_id for p in lookup_properties()][:8] == [
         "C2/lookup-loads-only-hit", "C3/lookup-defers-only-in-scope", "C4/lookup-is-maximal",
         "C4/lookup-budget-is-maximal", "C5/eagle-peek", "C5/eagle-peeks-one-chunk",
         "C5/lookup-lookahead-drops-nothing", "C6/lookup-converges"]

@@ -60,18 +60,26 @@ TOY = CaseProperty("C4", "lookup-toy-no-external-hit", "toy: no external hit is 
 def with_catalogue() -> Iterator[Callable[[Iterable[Property]], None]]:
     """Add properties to the catalogue as a new module would (``PROPERTY_LISTS``), for
     the test only; the cached catalogue is rebuilt before and after."""
+    from kvcontract.spec.properties import scoped
+
     original = catalog.PROPERTY_LISTS
+
+    def rebuilt() -> None:
+        # Everything cached from the catalogue goes with it: a scoped catalogue built
+        # before would keep the old property objects (their judges are closures).
+        catalog.properties.cache_clear()
+        scoped._scoped_cached.cache_clear()
 
     def add(extra: Iterable[Property]) -> None:
         listed = list(extra)
         catalog.PROPERTY_LISTS = (*original, lambda: listed)
-        catalog.properties.cache_clear()
+        rebuilt()
 
     try:
         yield add
     finally:
         catalog.PROPERTY_LISTS = original
-        catalog.properties.cache_clear()
+        rebuilt()
 
 
 def test_a_toy_property_reaches_the_monitor(

@@ -97,7 +97,7 @@ def test_expected_verdicts(version: str) -> None:
     if _minor(version) < 31:
         assert statuses["C2"] == "violated"
     # Upstream's own multi-group loop defers for a full-attention pending chunk that no
-    # servable boundary reads (ARCHITECTURE.md, "Deferral scope"), in every release.
+    # servable boundary reads (docs/CONTRACT.md 12, "Deferral scope"), in every release.
     assert _row(run, "upstream-lookup-defers-only-in-scope")["verdict"] == V
     c4 = _row(run, "load-window-exact")
     values = c4["witness"]["values"]

@@ -19,6 +19,7 @@ import pytest
 from audit_releases import release_tree
 
 from kvcontract.errors import InputFileError
+from kvcontract.options import audit_request
 from kvcontract.tools.audit.binding import ROLES, bind
 from kvcontract.tools.audit.command import run_audit_command
 from kvcontract.tools.audit.targets import resolve_target
@@ -99,7 +100,8 @@ def restate_release(package: Path, out: Path, edit: Any = None) -> Path:
 
 
 def _audit(target: str, clauses: tuple[str, ...] = FAST_CLAUSES) -> dict[str, Any]:
-    return run_audit_command(target, clauses=clauses, quiet=True, costs=False, jobs=2)
+    return run_audit_command(
+        target, audit_request(clauses=clauses, timeout=2.0, costs=False, jobs=2), quiet=True)
 
 
 def _verdicts(report: dict[str, Any]) -> dict[str, tuple[str, Any]]:
@@ -203,8 +205,8 @@ def _sliding_window_lookup(self, keys, sliding_window_size, req_context,
 def _scan_rows(tmp_path: Path, source: str) -> list[dict[str, Any]]:
     patch = tmp_path / "scan.py"
     patch.write_text(source)
-    report = run_audit_command(f"module:{patch}", clauses=("C3",), quiet=True,
-                               costs=False, jobs=1)
+    report = run_audit_command(f"module:{patch}", audit_request(
+        clauses=("C3",), timeout=2.0, costs=False, jobs=1), quiet=True)
     rows = [r for r in report["results"] if r["theorem"].startswith("scan-")
             or r["theorem"].startswith("lookup-")]
     assert rows
@@ -255,8 +257,8 @@ def test_store_path_reading_what_group_config_lacks_is_unknown(
     patch = restate_release(release_033 / "vllm", tmp_path / "scratch.py", scratch)
     # The stand-ins' rule (on vLLM's engine the patched builder reads the attribute from
     # vLLM's own GroupOffloadConfig and crashes for real).
-    report = run_audit_command(f"module:{patch}@base=vllm:{release_033}", clauses=("C9",),
-                               quiet=True, costs=False, jobs=2, judge_mode="stand-ins")
+    report = run_audit_command(f"module:{patch}@base=vllm:{release_033}", audit_request(
+        clauses=("C9",), timeout=2.0, costs=False, jobs=2, judge_mode="stand-ins"), quiet=True)
     rows = [r for r in report["results"] if r["theorem"].startswith("upstream-store-")]
     assert rows and all(r["verdict"] == "UNKNOWN" for r in rows), rows
     assert all("GroupConfig" in r["message"] and "is_scratch_group" in r["message"]

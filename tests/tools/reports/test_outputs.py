@@ -10,7 +10,8 @@ import pytest
 
 from kvcontract.errors import UsageError
 from kvcontract.tools.reports.formats import FORMATS
-from kvcontract.tools.reports.outputs import FORMAT_SUFFIXES, format_for_path, write_text
+from kvcontract.tools.reports.model import write_text
+from kvcontract.tools.reports.outputs import FORMAT_SUFFIXES, format_for_path
 
 
 @pytest.mark.parametrize(

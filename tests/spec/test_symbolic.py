@@ -1,4 +1,4 @@
-"""kvcontract.proofs.symbolic: Python arithmetic on SymInt means what it means on ints
+"""kvcontract.spec.symbolic: Python arithmetic on SymInt means what it means on ints
 (floor semantics for positive divisors), and path enumeration lifts branching code to
 a term equal to the function for every input.
 
@@ -14,7 +14,7 @@ import pytest
 import z3
 
 from kvcontract.impl import reference as ref
-from kvcontract.proofs.symbolic import (
+from kvcontract.spec.symbolic import (
     LiftError,
     PathExplorer,
     SymBool,
