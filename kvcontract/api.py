@@ -24,9 +24,13 @@ kvcontract.assert_contract(impl, clauses=["C4"])              # AssertionError o
   reproducers takes the same forms.
 * :func:`replay` re-runs one witness of a report on an implementation, without a solver;
   :func:`replay_fuzz` re-runs a fuzz finding's program on an implementation.
+* The pipelines the command line runs too: options validated once
+  (:mod:`kvcontract.options`), then :func:`run_prove` and :func:`prove_document` (the
+  ``--json`` document of ``kvcontract prove``), the audit's ``produce_report`` (what
+  :func:`audit` returns) and the fuzzer's ``run_fuzz``. The API imports no command.
 
-Importing this module (or :mod:`kvcontract`) is cheap: the prover (Z3), the executable
-system (torch) and the command line are imported by the calls that need them.
+Importing this module (or :mod:`kvcontract`) is cheap: the prover (Z3) and the executable
+system (torch) are imported by the calls that need them.
 """
 
 from __future__ import annotations

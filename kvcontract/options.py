@@ -1,11 +1,13 @@
 """The arguments of the library API and the command line, validated once, here: each
 check raises :class:`~kvcontract.errors.UsageError` naming the option and the value.
 
-:mod:`kvcontract.api` validates a call's arguments through these, and every command of
-:mod:`kvcontract.tools.commands` its options, so a value the command line refuses the
-API refuses with the same message (the API names an argument where the command line
-names its option). Also the ``--model``/``--geometry``/``--bpc``/``--retention`` scope:
-preset geometries and geometry files resolved to ``(label, Geometry)`` pairs.
+Each command's options are one object built by one function that both the command line
+(after ``[tool.kvcontract]`` is merged) and :mod:`kvcontract.api` call:
+:func:`prove_options` (:class:`ProveOptions`), :func:`fuzz_options`
+(:class:`FuzzOptions`) and :func:`audit_request` (the audit's ``AuditRequest``), so a
+value the command line refuses the API refuses with the same message, which names the
+command line's option. Also the ``--model``/``--geometry``/``--bpc``/``--retention``
+scope: preset geometries and geometry files resolved to ``(label, Geometry)`` pairs.
 """
 
 from __future__ import annotations
