@@ -298,7 +298,7 @@ def _picture(prop: Property, witness: Mapping[str, Any], impl: Implementation,
     binding (which lacks the store horizon: upstream computes it inside
     ``_build_store_jobs``). ``observe``: where the audit judged the row (vLLM's engine),
     the observation of a case there."""
-    from kvcontract.tools.audit.binding import MissingRole, StandInGap, UpstreamError
+    from kvcontract.tools.audit.upstream_calls import MissingRole, StandInGap, UpstreamError
 
     theorem_id = prop.theorem_id
     try:

@@ -8,7 +8,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-from kvcontract.tools.audit.targets import OFFLOAD_CONFIG, SCHEDULER, resolve_target
+from kvcontract.tools.audit.audited_files import OFFLOAD_CONFIG, SCHEDULER
+from kvcontract.tools.audit.targets import resolve_target
 
 
 def installed_package() -> Path:

@@ -37,10 +37,12 @@ from kvcontract.errors import InputFileError, UsageError
 from kvcontract.impl.bundle import Implementation
 from kvcontract.spec.properties.domains import BLOCK_SIZES, BLOCKS_PER_CHUNK
 from kvcontract.spec.symbolic import LiftError, PathExplorer
-from kvcontract.tools.audit.binding import Binding, UpstreamError
-from kvcontract.tools.audit.engine import THEOREM_FIELDS, AuditOptions, AuditRun, clause_summary
+from kvcontract.tools.audit.engine import AuditOptions, AuditRun, clause_summary
+from kvcontract.tools.audit.recheck import THEOREM_FIELDS
+from kvcontract.tools.audit.roles import Binding
 from kvcontract.tools.audit.sandbox import run_jobs
 from kvcontract.tools.audit.targets import Target, _version_of
+from kvcontract.tools.audit.upstream_calls import UpstreamError
 from kvcontract.vocabulary import EXIT_FINDING, EXIT_OK, LookupResult, RequestStatus, Verdict
 
 _ARITH: dict[str, tuple[tuple[str, ...], Callable[[dict[str, Any]], tuple[Any, ...]]]] = {

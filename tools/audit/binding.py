@@ -19,8 +19,8 @@ Line numbers are preserved: a traceback or a SARIF location points at the upstre
 
 What :mod:`.lookup` and :mod:`.store` share with the adapters sits below all three:
 :mod:`.roles` (what is looked for, the :class:`Binding` record), :mod:`.stand_ins` and
-:mod:`.upstream_calls` (guarded calls, the time limit, :func:`stand_in_gap`); their public
-names are importable from here too (``__all__``).
+:mod:`.upstream_calls` (guarded calls, the time limit, :func:`stand_in_gap`): import
+their names from there.
 """
 
 from __future__ import annotations
@@ -49,7 +49,6 @@ from kvcontract.tools.audit.roles import (
     RoleBinding,
     RoleSpec,
     _where,
-    has_lookahead_hashes,
 )
 from kvcontract.tools.audit.stand_ins import (
     GroupConfig,
@@ -62,23 +61,15 @@ from kvcontract.tools.audit.stand_ins import (
 )
 from kvcontract.tools.audit.targets import Target
 from kvcontract.tools.audit.upstream_calls import (
-    EXIT_CALL_PAST_LIMIT,
-    UPSTREAM_MODULE,
-    CallBoard,
     MissingRole,
     StandInGap,
     UpstreamError,
-    UpstreamTimeout,
     _expired,
     _garbage,
     _guarded,
     _passthrough,
     _time_limit,
-    limit_loaded_release,
-    limited,
-    set_call_timeout,
     stand_in_gap,
-    watch_window,
 )
 from kvcontract.vocabulary import LookupResult
 
@@ -700,8 +691,4 @@ def reference_binding() -> Binding:
     return binding
 
 
-__all__ = ["EXIT_CALL_PAST_LIMIT", "FIELD_ROLES", "ROLES", "ROLE_BY_NAME", "UPSTREAM_MODULE",
-           "Binding", "CallBoard", "MissingRole", "RoleBinding", "SlidingWindowSpec",
-           "StandInGap", "UpstreamError", "UpstreamTimeout", "bind", "has_lookahead_hashes",
-           "limit_loaded_release", "limited", "reference_binding", "set_call_timeout",
-           "stand_in_gap", "watch_window"]
+__all__ = ["bind", "reference_binding"]

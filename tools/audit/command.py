@@ -17,11 +17,12 @@ from kvcontract.errors import UsageError
 from kvcontract.proofs.shards import Shard
 from kvcontract.spec.clauses import get_clause
 from kvcontract.spec.geometry import Geometry
-from kvcontract.tools.audit.binding import Binding, bind
+from kvcontract.tools.audit.binding import bind
 from kvcontract.tools.audit.engine import AuditOptions, AuditRun, run_audit
 from kvcontract.tools.audit.lifecycle_stage import lifecycle_section, print_lifecycle
 from kvcontract.tools.audit.on_engine import CONFLICT
 from kvcontract.tools.audit.report import build_report, print_bindings, print_report
+from kvcontract.tools.audit.roles import Binding
 from kvcontract.tools.audit.targets import Target, resolve_target
 from kvcontract.tools.reports.gate import FindingsBaseline
 from kvcontract.vocabulary import (

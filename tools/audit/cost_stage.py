@@ -20,7 +20,7 @@ from typing import Any
 
 from kvcontract.impl.bundle import Implementation
 from kvcontract.impl.variants import REFERENCE
-from kvcontract.tools.audit.binding import Binding, has_lookahead_hashes
+from kvcontract.tools.audit.roles import Binding, has_lookahead_hashes
 from kvcontract.tools.audit.root_cause import filled_implementation
 from kvcontract.vocabulary import Impact
 

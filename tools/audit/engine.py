@@ -53,12 +53,6 @@ from kvcontract.spec.properties.base import (
     latent_reason,
     raised,
 )
-from kvcontract.tools.audit.binding import (
-    Binding,
-    StandInGap,
-    UpstreamError,
-    UpstreamTimeout,
-)
 from kvcontract.tools.audit.derived_spaces import engine_family, stand_in_family
 from kvcontract.tools.audit.lookup import UPSTREAM_LOOKUP as _UPSTREAM_LOOP_PREFIX
 from kvcontract.tools.audit.recheck import (
@@ -70,8 +64,9 @@ from kvcontract.tools.audit.recheck import (
     _violation,
     theorem_fields,
 )
-from kvcontract.tools.audit.recheck import THEOREM_FIELDS as THEOREM_FIELDS
+from kvcontract.tools.audit.roles import Binding
 from kvcontract.tools.audit.sandbox import Outcome, run_jobs
+from kvcontract.tools.audit.upstream_calls import StandInGap, UpstreamError, UpstreamTimeout
 from kvcontract.tools.hypothesis_runs import deterministic_hypothesis
 from kvcontract.vocabulary import Impact
 
@@ -274,7 +269,7 @@ GPU_RETENTION_NOTE = ("the GPU manager's retention is not bound (the spec's own 
 
 
 def _role_names(binding: Binding, roles: list[str]) -> list[str]:
-    from kvcontract.tools.audit.binding import ROLE_BY_NAME
+    from kvcontract.tools.audit.roles import ROLE_BY_NAME
 
     return [ROLE_BY_NAME[r].qualnames[0] + " (missing)" for r in roles]
 

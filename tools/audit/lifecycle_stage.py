@@ -63,7 +63,7 @@ def _run_scenarios(overlay: Any) -> dict[str, Any]:
 
     env.require()
     installed = install(overlay) if not overlay.empty else list(overlay.notes)
-    from kvcontract.tools.audit.binding import limit_loaded_release
+    from kvcontract.tools.audit.upstream_calls import limit_loaded_release
 
     limit_loaded_release()  # a hanging audited function is stopped, named
     site = _deferral_site()

@@ -99,7 +99,8 @@ def live_target(spec: str, installed: str | None) -> LiveTarget:
     """The overlay that makes the installed vLLM run the target ``spec`` (a report's
     ``target``: ``@base=`` included), or why it cannot."""
     from kvcontract.errors import KvContractError
-    from kvcontract.tools.audit.targets import KNOWN_FILES, resolve_target
+    from kvcontract.tools.audit.audited_files import KNOWN_FILES
+    from kvcontract.tools.audit.targets import resolve_target
 
     try:
         target = resolve_target(spec)

@@ -36,8 +36,9 @@ from typing import Any
 
 from kvcontract.spec.properties import CaseProperty, Property
 from kvcontract.spec.properties.base import Family, LastCase
+from kvcontract.tools.audit.audited_files import KNOWN_FILES
 from kvcontract.tools.audit.derived_spaces import engine_family, stand_in_family
-from kvcontract.tools.audit.targets import KNOWN_FILES, Target
+from kvcontract.tools.audit.targets import Target
 from kvcontract.vocabulary import Impact, Verdict
 
 ENGINE_FAMILIES = (Family.LOOKUP, Family.STORE, Family.END_TO_END)
@@ -93,7 +94,7 @@ class EngineJudge:
         if self._judges is None or self._pid != os.getpid():
             if self.overlay is not None and not self.overlay.empty:
                 from kvcontract.live.overlay import install
-                from kvcontract.tools.audit.binding import StandInGap
+                from kvcontract.tools.audit.upstream_calls import StandInGap
 
                 try:
                     install(self.overlay)
@@ -102,7 +103,7 @@ class EngineJudge:
                                      f"{type(exc).__name__}: {exc}") from exc
             # The audited functions of the running vLLM (the patch's among them) under
             # the audit's per-call limit, as the bound functions are: a hang is UNKNOWN.
-            from kvcontract.tools.audit.binding import limit_loaded_release
+            from kvcontract.tools.audit.upstream_calls import limit_loaded_release
 
             limit_loaded_release()
             from kvcontract.live.judge.engines import EnginePool

@@ -17,8 +17,8 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from kvcontract.tools.audit.binding import Binding
 from kvcontract.tools.audit.engine import AuditRun, clause_summary
+from kvcontract.tools.audit.roles import Binding
 from kvcontract.vocabulary import (
     DEFAULT_FAIL_ON,
     EXIT_UNKNOWN,

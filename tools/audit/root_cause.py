@@ -38,16 +38,11 @@ from typing import Any
 from kvcontract.impl.bundle import Implementation
 from kvcontract.impl.variants import REFERENCE
 from kvcontract.spec.properties import CaseProperty, Property
-from kvcontract.tools.audit.binding import (
-    FIELD_ROLES,
-    ROLE_BY_NAME,
-    Binding,
-    SlidingWindowSpec,
-    _build_adapters,
-)
+from kvcontract.tools.audit.binding import _build_adapters
 from kvcontract.tools.audit.recheck import _fails as engine_fails
 from kvcontract.tools.audit.recheck import theorem_fields
-from kvcontract.tools.audit.roles import _pseudo_sources
+from kvcontract.tools.audit.roles import FIELD_ROLES, ROLE_BY_NAME, Binding, _pseudo_sources
+from kvcontract.tools.audit.stand_ins import SlidingWindowSpec
 
 HOW = ("rebound", "field", "inferred", "loop", "unisolated")
 """How a root cause was established, strongest first (module docstring)."""
@@ -140,7 +135,7 @@ def _runs(theorem: Property, impl: Any, witness: Any) -> bool:
     """Whether the witness can be judged on ``impl`` at all: a field the release could
     not be bound for (:class:`~kvcontract.tools.audit.binding.MissingRole`) makes every
     replacement look like a fix, so such a check proves nothing."""
-    from kvcontract.tools.audit.binding import MissingRole
+    from kvcontract.tools.audit.upstream_calls import MissingRole
 
     try:
         if isinstance(theorem, CaseProperty):

@@ -93,11 +93,8 @@ from kvcontract.spec.properties.store import (
     schedule_steps,
 )
 from kvcontract.tools.audit import lookup
-from kvcontract.tools.audit.derived_spaces import LOOKAHEAD_NOTE as LOOKAHEAD_NOTE
 from kvcontract.tools.audit.derived_spaces import (
-    every_case,
     filtered_space,
-    shared_cases,
     stand_in_family,
     without_absent_modes,
 )
@@ -809,6 +806,5 @@ def blame(theorem: CaseProperty, case: Any) -> tuple[list[str], str]:
 
 
 __all__ = ["UPSTREAM_NO_LOST_HITS", "UPSTREAM_STORE", "ConsumerError", "UpstreamOffers",
-           "blame", "every_case", "is_upstream", "make_store_runner", "missing",
-           "shared_cases", "unchecked", "upstream_end_to_end_theorems",
-           "upstream_store_theorems"]
+           "blame", "is_upstream", "make_store_runner", "missing", "unchecked",
+           "upstream_end_to_end_theorems", "upstream_store_theorems"]

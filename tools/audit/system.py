@@ -29,7 +29,9 @@ from typing import TYPE_CHECKING, Any
 from kvcontract.errors import KvContractError
 from kvcontract.impl.scheduler import group_first_live_block
 from kvcontract.tools.audit import store
-from kvcontract.tools.audit.binding import Binding, UpstreamTimeout, has_lookahead_hashes
+from kvcontract.tools.audit.derived_spaces import LOOKAHEAD_NOTE
+from kvcontract.tools.audit.roles import Binding, has_lookahead_hashes
+from kvcontract.tools.audit.upstream_calls import UpstreamTimeout
 from kvcontract.vocabulary import GroupKind, Impact, RequestStatus, Verdict
 
 if TYPE_CHECKING:
@@ -177,7 +179,7 @@ def left_out(binding: Binding, scenario: Scenario) -> str | None:
         return store.MAMBA_NOTE
     if (binding.target.kind != "builtin" and scenario.geometry.hash_lookahead
             and not has_lookahead_hashes(binding)):
-        return store.LOOKAHEAD_NOTE
+        return LOOKAHEAD_NOTE
     return None
 
 
@@ -256,7 +258,7 @@ _MALLOC_TRIM: Any = None
 def _stand_in_gap_of(exc: BaseException) -> str | None:
     """The stand-in gap behind a system crash, if any: a :class:`~.binding.StandInGap`
     (or one it was raised from) anywhere in the exception's chain."""
-    from kvcontract.tools.audit.binding import StandInGap
+    from kvcontract.tools.audit.upstream_calls import StandInGap
 
     seen: set[int] = set()
     current: BaseException | None = exc
@@ -362,7 +364,7 @@ def scenario_root_cause(binding: Binding, scenario: Scenario, clause: str,
 
     from kvcontract.impl.variants import REFERENCE
     from kvcontract.tools.audit import root_cause
-    from kvcontract.tools.audit.binding import FIELD_ROLES
+    from kvcontract.tools.audit.roles import FIELD_ROLES
 
     def still_fails(candidate: Implementation, run: SystemRunner = run_scenario) -> bool:
         try:

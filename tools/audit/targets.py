@@ -35,10 +35,7 @@ from pathlib import Path
 
 from kvcontract.errors import InputFileError, UnknownTargetError
 from kvcontract.impl.variants import VARIANTS
-from kvcontract.tools.audit.audited_files import KNOWN_FILES as KNOWN_FILES
-from kvcontract.tools.audit.audited_files import MANAGER as MANAGER
-from kvcontract.tools.audit.audited_files import OFFLOAD_CONFIG as OFFLOAD_CONFIG
-from kvcontract.tools.audit.audited_files import SCHEDULER as SCHEDULER
+from kvcontract.tools.audit.audited_files import KNOWN_FILES
 
 TARGET_FORMS = ["vllm:PATH", "vllm:installed", "module:FILE.py", "builtin:NAME"]
 

@@ -246,7 +246,7 @@ def test_via_is_the_spaces_driver_not_an_equality_of_uses() -> None:
 def test_the_audit_binds_uses_less_kvcontracts_own_step() -> None:
     """``uses`` names every function a case exercises (the turn of the loop too); the
     audit requires and blames only what it binds from upstream."""
-    from kvcontract.tools.audit.engine import KVCONTRACT_ONLY_FIELDS, theorem_fields
+    from kvcontract.tools.audit.recheck import KVCONTRACT_ONLY_FIELDS, theorem_fields
 
     assert "multigroup_lookup_step" in LOOKUP_FUNCTIONS
     assert "multigroup_lookup_step" in KVCONTRACT_ONLY_FIELDS

@@ -9,8 +9,10 @@ import pytest
 from audit_releases import release_params, release_tree
 
 from kvcontract.spec.lookup import LookupResult
-from kvcontract.tools.audit.binding import Binding, bind
-from kvcontract.tools.audit.targets import OFFLOAD_CONFIG, resolve_target
+from kvcontract.tools.audit.audited_files import OFFLOAD_CONFIG
+from kvcontract.tools.audit.binding import bind
+from kvcontract.tools.audit.roles import Binding
+from kvcontract.tools.audit.targets import resolve_target
 
 H, P, M, R = (LookupResult.HIT, LookupResult.HIT_PENDING, LookupResult.MISS,
               LookupResult.RETRY)

@@ -9,8 +9,9 @@ import pytest
 from audit_releases import release_tree
 
 from kvcontract.tools.audit.baseline import compare
-from kvcontract.tools.audit.binding import Binding, bind
+from kvcontract.tools.audit.binding import bind
 from kvcontract.tools.audit.engine import AuditOptions, AuditRun, clause_summary, run_audit
+from kvcontract.tools.audit.roles import Binding
 from kvcontract.tools.audit.targets import resolve_target
 
 CLAUSES = ["C2", "C3", "C4", "C9"]
@@ -195,12 +196,8 @@ def test_theorems_about_kvcontracts_own_steps_are_not_run_on_upstream() -> None:
     """An audited bundle keeps the reference's step functions (upstream has no such
     functions: its loop and store path are checked whole by the upstream-* theorems), so
     a proof of them would be a proof of the reference reported as upstream's."""
-    from kvcontract.tools.audit.engine import (
-        KVCONTRACT_ONLY_FIELDS,
-        is_kvcontract_only,
-        plan,
-        theorems_for,
-    )
+    from kvcontract.tools.audit.engine import is_kvcontract_only, plan, theorems_for
+    from kvcontract.tools.audit.recheck import KVCONTRACT_ONLY_FIELDS
 
     assert {"store_step_bounds", "store_chunk_offered", "multigroup_lookup_step",
             "get_num_offloadable_tokens"} <= set(KVCONTRACT_ONLY_FIELDS)

@@ -29,9 +29,9 @@ from typing import Any
 import pytest
 from audit_releases import release_tree
 
-from kvcontract.tools.audit import binding as binding_mod
-from kvcontract.tools.audit.binding import UPSTREAM_MODULE, CallBoard, UpstreamTimeout
+from kvcontract.tools.audit import stand_ins, upstream_calls
 from kvcontract.tools.audit.sandbox import run_jobs
+from kvcontract.tools.audit.upstream_calls import UPSTREAM_MODULE, CallBoard, UpstreamTimeout
 
 HANG_GUARD = 900
 """Seconds after which a subprocess counts as hung (a guard, far above any run)."""
@@ -170,7 +170,8 @@ def _calls(fn: Callable[..., Any], times: int = 2) -> Callable[[], dict[str, Any
         said, origins = [], []
         for _ in range(times):
             try:
-                said.append(f"returned {binding_mod.limited('hang (/upstream/hang.py:1)', fn)()}")
+                limited = upstream_calls.limited("hang (/upstream/hang.py:1)", fn)
+                said.append(f"returned {limited()}")
             except UpstreamTimeout as exc:
                 said.append(str(exc))
                 tb = exc.__traceback__
@@ -236,7 +237,7 @@ def test_a_swallowed_limit_still_stops_the_call() -> None:
         ''')))
     assert not going_on.ok
     assert going_on.error.startswith("hang (/upstream/hang.py:1) did not return within 0.3s")
-    assert f"status {binding_mod.EXIT_CALL_PAST_LIMIT}" in going_on.error
+    assert f"status {upstream_calls.EXIT_CALL_PAST_LIMIT}" in going_on.error
 
 
 def test_c_code_past_the_limit_is_killed() -> None:
@@ -293,7 +294,7 @@ def test_a_loaded_release_is_called_under_the_limit(monkeypatch: pytest.MonkeyPa
     monkeypatch.setitem(sys.modules, "fakevllm", types.ModuleType("fakevllm"))
 
     def job() -> dict[str, Any]:
-        wrapped = binding_mod.limit_loaded_release("fakevllm")
+        wrapped = upstream_calls.limit_loaded_release("fakevllm")
         try:
             user.get_sliding_window_size_in_chunks(None, 4)
         except UpstreamTimeout as exc:
@@ -325,4 +326,4 @@ def test_the_call_board_names_the_call_in_flight() -> None:
 def test_compiled_upstream_code_is_recognised() -> None:
     """The binding compiles upstream functions in a namespace named
     :data:`UPSTREAM_MODULE`: how a timeout names the upstream frame it stopped."""
-    assert binding_mod._namespace()["__name__"] == UPSTREAM_MODULE
+    assert stand_ins._namespace()["__name__"] == UPSTREAM_MODULE

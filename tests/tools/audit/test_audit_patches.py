@@ -20,8 +20,9 @@ from audit_releases import release_tree
 
 from kvcontract.errors import InputFileError
 from kvcontract.options import audit_request
-from kvcontract.tools.audit.binding import ROLES, bind
+from kvcontract.tools.audit.binding import bind
 from kvcontract.tools.audit.command import run_audit_command
+from kvcontract.tools.audit.roles import ROLES
 from kvcontract.tools.audit.targets import resolve_target
 
 FAST_CLAUSES = ("C3", "C4", "C9")

@@ -22,9 +22,10 @@ from kvcontract.spec.properties.store import (
     store_cases,
     store_properties,
 )
-from kvcontract.tools.audit import store
-from kvcontract.tools.audit.binding import Binding, RoleBinding, bind, has_lookahead_hashes
+from kvcontract.tools.audit import derived_spaces, store
+from kvcontract.tools.audit.binding import bind
 from kvcontract.tools.audit.engine import AuditOptions, run_audit
+from kvcontract.tools.audit.roles import Binding, RoleBinding, has_lookahead_hashes
 from kvcontract.tools.audit.targets import resolve_target
 from kvcontract.vocabulary import ENDED_STATUSES, Impact
 
@@ -295,4 +296,4 @@ def test_lookahead_geometries_are_left_out_where_the_release_has_no_such_mode() 
     assert theorems
     cases = list(theorems[0].space.cases())
     assert cases and not any(case.geometry.hash_lookahead for case in cases)
-    assert store.LOOKAHEAD_NOTE in theorems[0].space.describe()
+    assert derived_spaces.LOOKAHEAD_NOTE in theorems[0].space.describe()

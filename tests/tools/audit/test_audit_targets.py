@@ -12,8 +12,9 @@ import pytest
 from audit_releases import STALE_PENDING_SCAN, release_tree
 
 from kvcontract.errors import InputFileError, UnknownTargetError, UsageError
+from kvcontract.tools.audit.audited_files import MANAGER, SCHEDULER
 from kvcontract.tools.audit.binding import bind
-from kvcontract.tools.audit.targets import MANAGER, SCHEDULER, resolve_target
+from kvcontract.tools.audit.targets import resolve_target
 from kvcontract.tools.audit.wheels import FetchError, fetch_release
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from kvcontract.tools.audit.binding import stand_in_gap
+from kvcontract.tools.audit.upstream_calls import stand_in_gap
 
 BASE = '''
 KNOWN_TABLE = {}

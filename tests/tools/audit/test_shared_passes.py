@@ -12,7 +12,7 @@ from audit_releases import release_tree
 from kvcontract.spec.models import preset_geometries
 from kvcontract.spec.properties import CaseProperty
 from kvcontract.spec.properties.scoped import scoped_properties
-from kvcontract.tools.audit import engine, store, system
+from kvcontract.tools.audit import derived_spaces, engine, store, system
 from kvcontract.tools.audit.binding import bind
 from kvcontract.tools.audit.engine import AuditOptions
 from kvcontract.tools.audit.lookup import upstream_lookup_theorems
@@ -84,7 +84,7 @@ def test_a_shared_walk_finds_what_separate_passes_find(version: str) -> None:
     for budget in (40, 250_000):
         options = AuditOptions(budget=budget)
         for base, derived in pairs:
-            assert derived and store.shared_cases(derived[0].space) is not None
+            assert derived and derived_spaces.shared_cases(derived[0].space) is not None
             together = engine._families([base, derived], impl, options)
             alone = [engine._family(base, impl, options), engine._family(derived, impl, options)]
             assert [_plain_rows(r) for r in together] == [_plain_rows(r) for r in alone]

@@ -7,8 +7,8 @@ from __future__ import annotations
 from typing import Any
 
 from kvcontract.impl.variants import REFERENCE
-from kvcontract.tools.audit.binding import StandInGap
 from kvcontract.tools.audit.system import _scenario_rows
+from kvcontract.tools.audit.upstream_calls import StandInGap
 from kvcontract.tools.fuzz import seed_scenarios
 
 

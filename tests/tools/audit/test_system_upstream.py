@@ -15,10 +15,12 @@ from audit_releases import release_tree
 
 from kvcontract.impl.variants import get_implementation
 from kvcontract.spec.geometry import Geometry, fa, swa
-from kvcontract.tools.audit import store, system
-from kvcontract.tools.audit.binding import Binding, bind
+from kvcontract.tools.audit import derived_spaces, store, system
+from kvcontract.tools.audit.audited_files import SCHEDULER
+from kvcontract.tools.audit.binding import bind
 from kvcontract.tools.audit.engine import AuditOptions, run_audit
-from kvcontract.tools.audit.targets import SCHEDULER, resolve_target
+from kvcontract.tools.audit.roles import Binding
+from kvcontract.tools.audit.targets import resolve_target
 from kvcontract.tools.fuzz import run_scenario, seed_scenarios
 from kvcontract.vocabulary import Verdict
 
@@ -124,7 +126,7 @@ def test_seed_scenarios_run_on_033_with_upstream_s_store_path() -> None:
     unchecked = {u["theorem"]: u["reason"] for u in run.unchecked}
     # 0.33.0 has no lookahead block hashes: that scenario is left out too, named.
     assert unchecked == {"system[mamba-retention]": store.MAMBA_NOTE,
-                         "system[lookahead-eagle]": store.LOOKAHEAD_NOTE}
+                         "system[lookahead-eagle]": derived_spaces.LOOKAHEAD_NOTE}
 
 
 def test_plugged_store_path_offers_what_the_builder_offers() -> None:
