@@ -94,6 +94,12 @@ class Implementation:
     keyed_tokens: Callable[[int, int, int], int] = _reference.keyed_tokens
     """``(num_tokens, hash_block_size, hash_lookahead)``: the tokens a request's offload
     keys cover (its lookup's keys; with lookahead hashes also the store path's horizon)."""
+    # Mamba retention (C1): the first block of the chunk holding the group's state. The
+    # reference's by default (pure: lifted by the prover for all values).
+    mamba_first_live_block: Callable[..., Any] = _reference.mamba_first_live_block
+    """``(num_computed, chunk_tokens, blocks_per_chunk)``: the first block a Mamba group
+    keeps after ``num_computed`` tokens
+    (:func:`kvcontract.impl.reference.mamba_first_live_block`)."""
     # Shared-prefix junctions (C12, docs/CONTRACT.md 9.3): the boundary a request whose
     # hit a sparse group cut stores for besides its replay boundaries. The reference's by
     # default.

@@ -240,9 +240,10 @@ def multigroup_lookup_step(
     """
     if confirmed:  # nothing left to check at this boundary
         return max_hit, True, deferred, max_hit, LOOKUP_GOES_ON, False
+    # Not enough keys: a smaller boundary. An unconfirmed group has no deferral to drop
+    # (a deferral is recorded only with a confirmation, and both lapse together).
     if max_hit > num_keys * tokens_per_chunk:
-        max_hit = num_keys * tokens_per_chunk  # not enough keys: a smaller boundary
-        deferred = False  # a deferral was for the larger boundary
+        max_hit = num_keys * tokens_per_chunk
     start = local_hit // tokens_per_chunk
     if max_hit // tokens_per_chunk <= start:
         return max_hit, False, deferred, max_hit, LOOKUP_NO_CHUNK, False
@@ -280,6 +281,15 @@ def multigroup_lookup_step(
             return boundary, False, False, max_hit, LOOKUP_NOTHING_BEYOND, popped
         return boundary, verified, deferred_here, max_hit, LOOKUP_GOES_ON, popped
     return max_hit, True, deferred or deferred_here, max_hit, LOOKUP_GOES_ON, popped
+
+
+# -- Mamba retention (C1) ---------------------------------------------------------------
+def mamba_first_live_block(num_computed: Any, chunk_tokens: Any, blocks_per_chunk: Any) -> Any:
+    """The first block a Mamba group keeps after ``num_computed`` tokens: the first block
+    of the chunk holding its state at the last chunk end at or before them (vLLM keeps
+    Mamba states at block ends in align mode), block 0 before the first chunk end."""
+    state_chunk = num_computed // chunk_tokens - 1
+    return max(state_chunk, 0) * blocks_per_chunk
 
 
 # -- store reachability (producer) ---------------------------------------------------

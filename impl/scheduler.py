@@ -74,13 +74,6 @@ def full_attention_load_range(
     return -(-local_hit // block_tokens) // bpc, -(-hit // (block_tokens * bpc))
 
 
-def mamba_state_chunk(num_tokens: int, chunk_tokens: int) -> int:
-    """The chunk holding a Mamba group's state after ``num_tokens`` tokens: the state of
-    the last chunk end at or before them (vLLM keeps Mamba states at block ends in align
-    mode; -1: none yet)."""
-    return num_tokens // chunk_tokens - 1
-
-
 def mamba_load_range(hit: int, local_hit: int, chunk_tokens: int) -> tuple[int, int]:
     """Mamba: the state lives in the chunk that ends at the boundary (one chunk at most).
 
@@ -89,8 +82,7 @@ def mamba_load_range(hit: int, local_hit: int, chunk_tokens: int) -> tuple[int, 
     """
     assert hit % chunk_tokens == 0, "a Mamba group is loaded at chunk ends only"
     assert local_hit % chunk_tokens == 0, "a Mamba group is loaded at chunk ends only"
-    return max(local_hit // chunk_tokens, mamba_state_chunk(hit, chunk_tokens)), \
-        hit // chunk_tokens
+    return max(local_hit // chunk_tokens, hit // chunk_tokens - 1), hit // chunk_tokens
 
 
 def group_load_range(
@@ -133,9 +125,8 @@ def group_first_live_block(
         )
         return int(first)
     if group.kind is GroupKind.MAMBA:
-        state = mamba_state_chunk(num_computed, geometry.chunk_tokens(group))
-        first_block: int = max(state, 0) * geometry.blocks_per_chunk
-        return first_block
+        return int(impl.mamba_first_live_block(num_computed, geometry.chunk_tokens(group),
+                                               geometry.blocks_per_chunk))
     return 0
 
 
@@ -145,6 +136,12 @@ def _present_view(lookup: Callable[[int], LookupResult]) -> Callable[[int], Look
         return LookupResult.HIT if result == LookupResult.HIT_PENDING else result
 
     return view
+
+
+MAMBA_STATE_CHUNKS = 1
+"""The window a Mamba group's scan looks for: its state is one chunk, so one present key
+serves a boundary (a run of one; a required run of 0 would accept the same keys, since a
+run is counted only on a present one)."""
 
 
 def _scan_group(
@@ -166,7 +163,8 @@ def _scan_group(
         found: int | None = impl.prefix_lookup(lookup, start, stop)
         return found
     if group.kind is GroupKind.MAMBA:
-        mamba_found: int | None = impl.sliding_window_lookup(lookup, start, stop, 1, 1)
+        mamba_found: int | None = impl.sliding_window_lookup(
+            lookup, start, stop, MAMBA_STATE_CHUNKS, MAMBA_STATE_CHUNKS)
         return mamba_found
     assert group.sliding_window is not None
     assert window is not None
@@ -202,11 +200,12 @@ def lookup_complete_chunks(
 
     Groups are visited FA first, then SWA by window descending. Each group proposes
     the largest boundary at most ``max_hit`` it can serve; when a group shrinks the
-    boundary, every other group is re-checked at the new boundary (SWA coverage is not
-    monotone in the boundary). A group that finds a pending chunk in its window marks
-    itself deferred *for that boundary*: if another group later shrinks the boundary,
-    the mark is dropped and the group is re-checked (C3). The loop ends when every group
-    confirmed the same boundary; the boundary only decreases, so it terminates (C6).
+    boundary, the pass goes on at the new boundary and every other group is re-checked
+    there (SWA coverage is not monotone in the boundary). A group that finds a pending
+    chunk in its window marks itself deferred *for that boundary*: if another group later
+    shrinks the boundary, the mark is dropped and the group is re-checked (C3). The loop
+    ends when every group confirmed the same boundary; the boundary only decreases, so it
+    terminates (C6).
 
     Each group's turn is one ``impl.multigroup_lookup_step`` (pure, so the prover lifts
     it for every state: docs/CONTRACT.md 4.6); this function is the fold driver over it.
@@ -272,7 +271,6 @@ def lookup_complete_chunks(
                 f"multi-group lookup did not converge in {budget} iterations "
                 f"(trace {outcome.max_hit_trace})"
             )
-        progressed = False
         for g in order:
             group = geometry.groups[g]
             tpc = geometry.chunk_tokens(group)
@@ -313,10 +311,11 @@ def lookup_complete_chunks(
                 confirmed = dict.fromkeys(order, False)
                 deferred = dict.fromkeys(order, False)
             confirmed[g], deferred[g] = bool(confirmed_here), bool(deferred_here)
-            if shrunk:
-                progressed = True  # re-check every group at the smaller boundary
-                break
-        if not progressed and all(confirmed.values()):
+            # After a shrink the pass goes on at the smaller boundary and another pass
+            # re-checks the groups before this one (vLLM's order: the answer is the
+            # loop's fixed point whatever the order of the turns). Every flag lapses
+            # when maxhit changes, so all confirmed means all confirmed it.
+        if all(confirmed.values()):
             break
     if retry_seen or any(deferred.values()):
         outcome.reason = "pending chunk in the window or lookup in flight"
@@ -329,8 +328,8 @@ def lookup_complete_chunks(
         for g, (lo, hi) in load_ranges.items():
             outcome.loading.extend((g, k) for k in range(lo, hi) if is_loading(g, k))
         if outcome.loading:
-            g = outcome.loading[0][0]
-            outcome.reason = f"group {g} chunk being loaded by another request"
+            named = ", ".join(f"group {g} chunk {k}" for g, k in outcome.loading)
+            outcome.reason = f"being loaded by another request: {named}"
             return outcome
     outcome.hit_tokens = max_hit
     outcome.load_ranges = load_ranges
@@ -470,8 +469,10 @@ class StoreTracker:
             marked = self._marked_blocks(chunk, final_end)
             offer, unstorable = self.impl.store_chunk_offered(
                 status, chunk in self.offered, bool(marked),
-                # Blocks are listed in order: the first is the least (unused if none).
-                marked[0] if marked else 0, first_live,
+                # Blocks are listed in order: the first is the least. With none marked
+                # the chunk is not offered whatever this is: pass the first live block
+                # (a value with no meaning of its own to get wrong).
+                marked[0] if marked else first_live, first_live,
             )
             if unstorable:
                 self.unstorable.add(chunk)
@@ -481,10 +482,10 @@ class StoreTracker:
         self.next_stored_chunk_idx = next_after
         self.offers.append(new)
         # The job of this step (every offered chunk stored): block ids are the blocks'
-        # indices plus one, the freed ones null.
+        # indices plus one, the freed ones null pages.
         laid = store_job_placement(
             self.impl, new, self.geometry.blocks_per_chunk,
-            lambda block: 0 if block < first_live else block + 1)
+            lambda block: None if block < first_live else block + 1)
         self.placements.append([(new[rank], page, block_id - 1)
                                 for block_id, rank, page in laid])
         return new
@@ -492,14 +493,14 @@ class StoreTracker:
 
 def store_job_placement(
     impl: Implementation, chunks: Sequence[int], blocks_per_chunk: int,
-    block_id: Callable[[int], int],
+    block_id: Callable[[int], int | None],
 ) -> list[tuple[int, int, int]]:
     """One group's store job laid into its CPU chunks (docs/CONTRACT.md 5, "Placement"):
     ``(block id, rank of its CPU chunk among chunks, page)`` per live block of the stored
     ``chunks`` (ascending, in the job's order; ``block_id(block)`` is the group's table
-    entry, 0 for a null page), at the slot the implementation's ``store_block_slot``
-    gives it. A block placed past the job's chunks has no chunk to land in and is left
-    out (the slot it belongs in stays unwritten)."""
+    entry, None for a null page: a placeholder, nothing of it is written), at the slot the
+    implementation's ``store_block_slot`` gives it. A block placed past the job's chunks
+    has no chunk to land in and is left out (the slot it belongs in stays unwritten)."""
     laid: list[tuple[int, int, int]] = []
     first_live: int | None = None
     nulls = 0
@@ -507,13 +508,13 @@ def store_job_placement(
         for page in range(blocks_per_chunk):
             found = block_id(chunk * blocks_per_chunk + page)
             position = rank * blocks_per_chunk + page
-            if found == 0:
+            if found is None:
                 nulls += 1
                 continue
             if first_live is None:
                 first_live = position
             slot = int(impl.store_block_slot(position, first_live, nulls, blocks_per_chunk))
             at_rank, at_page = divmod(slot, blocks_per_chunk)
-            if 0 <= at_rank < len(chunks):
+            if at_rank in range(len(chunks)):
                 laid.append((found, at_rank, at_page))
     return laid

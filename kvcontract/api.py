@@ -341,10 +341,12 @@ def _module_implementation(spec: str) -> Implementation:
     except Exception as exc:
         raise InputFileError(raw, f"running it raised {type(exc).__name__}: {exc}") from None
     functions: dict[str, Any] = {}
-    for name in fields:
-        fn = getattr(module, name, None) if name in changed else getattr(REFERENCE, name)
+    for name, (_, qualname) in fields.items():
+        # A field is named for its role, its function for what it computes (the two
+        # EAGLE-drop fields share ``drops_eagle_block``): read the function's own name.
+        fn = getattr(module, qualname, None) if name in changed else getattr(REFERENCE, name)
         if not callable(fn):
-            raise UsageError(f"{spec}: {name} is not a function in the file")
+            raise UsageError(f"{spec}: {qualname} is not a function in the file")
         functions[name] = fn
     implementation = Implementation(
         name=spec, description=f"{path.name}: {', '.join(changed)} over the reference",

@@ -8,9 +8,10 @@ As a pytest plugin, named on the command line (never loaded by itself)::
 every lookup, load and store the tests drive through vLLM's offloading connector is judged
 against the contract as it happens (:mod:`kvcontract.tools.runtime_monitor`). Options:
 
-* ``--kvcontract-report FILE.json``: the report (``tests``, ``events``, ``judged``,
-  ``not_judged``, ``violations`` with test id, clause, impact, witness and reproducer,
-  ``errors``: the monitor's own); a one-screen summary is printed at the end either way;
+* ``--kvcontract-report FILE.json``: the report (``tests``, ``events``, ``judged`` per
+  clause, ``checks`` per check of a clause judged several ways, ``not_judged``,
+  ``violations`` with test id, clause, impact, witness and reproducer, ``errors``: the
+  monitor's own); a one-screen summary is printed at the end either way;
 * ``--kvcontract-reproducers DIR``: a pytest reproducer per lookup violation, runnable
   without vLLM's test harness (and on vLLM's engine where vLLM is installed);
 * ``--kvcontract-fail``: a test with a violation fails (otherwise the tests' outcomes

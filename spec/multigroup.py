@@ -16,7 +16,7 @@ import functools
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from kvcontract.spec.arith import Num, min_
+from kvcontract.spec.arith import Num, floordiv, max_, min_
 from kvcontract.spec.geometry import Geometry, GroupKind, GroupSpec
 from kvcontract.spec.lookup import HIT, HIT_PENDING, LookupResult, hashed_tokens
 from kvcontract.spec.retention import (
@@ -66,6 +66,15 @@ def load_range(geometry: Geometry, group: GroupSpec, hit: int, local_hit: int) -
     return int(start), int(end)
 
 
+def mamba_first_live_block(num_computed: Num, tokens_per_chunk: Num,
+                           blocks_per_chunk: Num) -> Num:
+    """The first block a Mamba group holds after ``num_computed`` tokens: the first block
+    of the chunk whose end is the last chunk end at or before them (its state; the start
+    of its load range for a hit there), block 0 before the first chunk end. On ints and
+    Z3 terms alike."""
+    return max_(floordiv(num_computed, tokens_per_chunk) - 1, 0) * blocks_per_chunk
+
+
 def first_live_block(geometry: Geometry, group: GroupSpec, num_computed: int) -> int:
     """First block a group still holds after ``num_computed`` tokens (blocks below it are
     freed or null).
@@ -82,8 +91,8 @@ def first_live_block(geometry: Geometry, group: GroupSpec, num_computed: int) ->
         )
         return int(first)
     if group.kind is GroupKind.MAMBA:
-        start, _ = load_range(geometry, group, num_computed, 0)
-        return int(start * geometry.blocks_per_chunk)
+        return int(mamba_first_live_block(num_computed, geometry.chunk_tokens(group),
+                                          geometry.blocks_per_chunk))
     return 0
 
 

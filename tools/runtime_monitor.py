@@ -28,13 +28,30 @@ A wrapper calls vLLM's method unchanged, then reads what it did from vLLM's own 
   (``Ret``), each loaded key's last answer (a load of a key the manager answered MISS or
   HIT_PENDING is upstream's "not found" / "not ready" crash), the chunks loaded against
   ``Load(N, L)``, and no load at all after a failed one;
-* ``build_connector_meta`` (C10): a store job's chunks hold only tokens computed by the
-  end of the step; each call is a scheduler step, the clock of C13: a request deferred
-  at step ``s`` is decided by ``s + D`` (:attr:`MonitorOptions.deferral_bound`), later a
-  ``delay``, never (it ends, or its test or run does, still deferred) a ``stall``;
-* ``update_connector_output`` (C14, C15): a store job the worker reports failed is not
-  completed as stored (the manager's ``complete_store`` hooked like its ``lookup``); a
-  request whose load failed is remembered;
+* ``build_connector_meta`` (C8, C9, C10): each request's store step offers to the
+  manager's ``prepare_store`` (hooked like its ``lookup``) exactly the chunks of the
+  spec's step from the same state
+  (:func:`kvcontract.spec.properties.store.spec_step_offers`, the store judges' own: the
+  mask at the spec's horizon, the replay boundaries and the request's junction, the
+  blocks still live; the state is vLLM's stored index and the chunks the request offered
+  since its first store step): more is C8 (waste), fewer C9 (a lost store), and vLLM's
+  index after a running step is the spec's (C9); a store job's chunks hold only tokens
+  computed by the end of the step (C10). Each call is a scheduler step, the clock of
+  C13: a request deferred at step ``s`` is decided by ``s + D``
+  (:attr:`MonitorOptions.deferral_bound`), later a ``delay``, never (it ends, or its test
+  or run does, still deferred) a ``stall``;
+* a deferral (C13, ``deferral-has-cause``): a lookup answered ``None`` has a cause the
+  contract allows: a transfer of the request's own in flight, a RETRY, a pending chunk
+  in the window of the contract's answer for the states seen (C3's rule: a needless
+  deferral in C3's scope is C3's finding), a chunk of that answer's load set another
+  request's load job holds; and (``decides-once-ready``) what it waits on has not ended:
+  a deferral whose every wait is on a job the worker reported done (its own
+  ``transfer_jobs``, a chunk still counted as being loaded, on a real manager a chunk
+  answered pending after its store ended) is a ``delay``;
+* ``update_connector_output`` (C13, C14, C15): the jobs the worker reports done; a store
+  job the worker reports failed is not completed as stored (the manager's
+  ``complete_store`` hooked like its ``lookup``); a request whose load failed is
+  remembered;
 * an exception vLLM raises with upstream's crash messages (C2, ``crash``).
 
 What it does not judge (and counts, by reason, in ``not_judged``, with the first test of
@@ -42,7 +59,14 @@ each): lookups while an asynchronous lookup is in flight (RETRY), while the requ
 transfers in flight or another request loads its chunks (the connector's own deferral
 rules), partial tails and their anchors, requests that skip or may not read the offloaded
 tier, lookups a test replaced on the connector instance, stand-in requests, and states
-that involve chunks vLLM has no offload keys for. A lookup violation has a witness (the
+that involve chunks vLLM has no offload keys for; deferrals that wait on a job or a
+loading count the monitor never saw (a test's fixture); store steps of a request whose
+stores restarted (a preemption, a cache reset: the store spec has neither), whose step
+counts tokens the request does not hold yet (asynchronous scheduling's placeholders,
+draft tokens) or output tokens before its prompt is computed, of a Mamba group, where
+vLLM's block table or hashes hold fewer chunks than the spec's storable ones, or where
+the connector's alignment, retention or hash mode is not the geometry's. Shared-prefix
+junctions (C12) are taken as vLLM registered them, not judged. A lookup violation has a witness (the
 lookup case, replayable by ``kvcontract.replay`` on the reference and by
 ``kvcontract.api.replay_audit`` on vLLM's engine) and, where a reproducer folder is set, a
 pytest file that replays it; every violation carries its request's last connector
@@ -68,15 +92,22 @@ from collections import Counter, OrderedDict, deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from kvcontract.impl.system.events import AllocationEvent, LookupEvent
 from kvcontract.spec import multigroup
 from kvcontract.spec.geometry import Geometry, GroupSpec
 from kvcontract.spec.lifecycle import DEFAULT_DEFERRAL_BOUND, deferral_age, within_deferral_bound
 from kvcontract.spec.properties.lookup import LookupCase
+from kvcontract.spec.properties.lookup import contract_answer as lookup_contract_answer
+from kvcontract.spec.properties.store import spec_step_offers, step_bounds
+from kvcontract.spec.reachability import (
+    group_marked_blocks,
+    store_replay_boundaries,
+    stored_token_count,
+)
 from kvcontract.tools.monitor import Monitor
-from kvcontract.vocabulary import GroupKind, Impact, LookupResult
+from kvcontract.vocabulary import GroupKind, Impact, LookupResult, RequestStatus
 
 MONITOR_REPORT_VERSION = 1
 """The version of the monitor's report document (``kvcontract_monitor``)."""
@@ -150,6 +181,9 @@ class MonitorReport:
     tests: int = 0
     events: Counter[str] = field(default_factory=Counter)
     judged: Counter[str] = field(default_factory=Counter)
+    checks: Counter[str] = field(default_factory=Counter)
+    """Judgements of the checks that share a clause, by theorem-style name
+    (``C13/deferral-has-cause``, ``C9/store-step``); each is in ``judged`` too."""
     not_judged: Counter[str] = field(default_factory=Counter)
     examples: dict[str, dict[str, str]] = field(default_factory=dict)
     """Per reason a lookup or load was not judged, the first one seen (test and detail)."""
@@ -166,12 +200,19 @@ class MonitorReport:
             "tests": self.tests,
             "events": dict(sorted(self.events.items())),
             "judged": dict(sorted(self.judged.items(), key=lambda kv: _clause_order(kv[0]))),
+            "checks": dict(sorted(self.checks.items(),
+                                  key=lambda kv: (_clause_order(kv[0].split("/")[0]), kv[0]))),
             "not_judged": dict(self.not_judged.most_common()),
             "not_judged_examples": dict(self.examples),
             "violations": [v.to_json() for v in self.violations],
             "errors": list(self.errors),
             "gaps": list(self.gaps),
         }
+
+    def judge(self, check: str) -> None:
+        """Count one judgement of ``check`` (``C13/decides-once-ready``) and its clause."""
+        self.judged[check.split("/")[0]] += 1
+        self.checks[check] += 1
 
     def skip(self, reason: str, test: str, detail: str = "") -> None:
         """Count what was not judged, by reason, keeping the first example of each."""
@@ -190,6 +231,10 @@ class MonitorReport:
             lines.append("  judged: " + ", ".join(
                 f"{c} {n}" for c, n in sorted(self.judged.items(),
                                                key=lambda kv: _clause_order(kv[0]))))
+        if self.checks:
+            lines.append("  of which: " + ", ".join(
+                f"{c} {n}" for c, n in sorted(self.checks.items(), key=lambda kv: (
+                    _clause_order(kv[0].split("/")[0]), kv[0]))))
         for reason, count in self.not_judged.most_common(4):
             lines.append(f"  not judged ({count}): {reason}")
         by_clause = Counter(v.clause for v in self.violations)
@@ -365,13 +410,17 @@ class _ConnectorWatch:
     """The monitor's view of one connector: its geometry, its judge, the answers its
     manager gave per request (bounded)."""
 
-    def __init__(self, connector: Any, hash_lookahead: int | None, options: MonitorOptions):
+    def __init__(self, connector: Any, hash_lookahead: int | None, options: MonitorOptions,
+                 geometry: Geometry | None = None):
         self.options = options
-        try:
-            self.geometry, self.why_not = geometry_of(connector.config, hash_lookahead)
-        except Exception as exc:  # a config of another shape (a test's stand-in connector)
-            self.geometry, self.why_not = None, (f"its config is not readable "
-                                                 f"({type(exc).__name__}: {exc})")
+        self.geometry: Geometry | None = geometry
+        self.why_not: str | None = None
+        if geometry is None:  # given: a test's stand-in connector
+            try:
+                self.geometry, self.why_not = geometry_of(connector.config, hash_lookahead)
+            except Exception as exc:  # a config of another shape (a test's stand-in)
+                self.geometry, self.why_not = None, (f"its config is not readable "
+                                                     f"({type(exc).__name__}: {exc})")
         self.judge = Monitor(self.geometry) if self.geometry is not None else None
         self.answers: OrderedDict[str, dict[Any, LookupResult | None]] = OrderedDict()
         self.recording: dict[Any, LookupResult | None] | None = None
@@ -391,6 +440,42 @@ class _ConnectorWatch:
         self.recent: OrderedDict[str, deque[str]] = OrderedDict()
         """Per request, its last connector events (bounded like ``answers``)."""
         self.events = 0
+        self.offered: OrderedDict[str, list[set[int]]] = OrderedDict()
+        """Per request and geometry group, the chunks its store steps offered to the
+        manager (C8, C9: the state before each step), from its first store step on;
+        kept past ``request_finished`` for the step that builds its last stores."""
+        self.restarted: set[str] = set()
+        """Requests whose stores restarted from chunk 0 (a preemption's lookup, a cache
+        reset): the store spec has no such restart, their steps are not judged."""
+        self.store_ended: OrderedDict[Any, int] = OrderedDict()
+        """Per manager key, the step at which the last store job holding it ended (none
+        since submitted): what a pending answer for it waits on has ended (C13). Kept on
+        a real manager only."""
+        self.load_ended: OrderedDict[Any, int] = OrderedDict()
+        """Per manager key, the step at which a load job holding it ended (C13)."""
+        self.ended_jobs: OrderedDict[int, int] = OrderedDict()
+        """Per job the worker reported done (its last report), the step (C13)."""
+
+    def open_offers(self, request_id: str, groups: int, base: Sequence[int]) -> list[set[int]]:
+        """The request's offered chunks per group; a first store step starts them with
+        the chunks below vLLM's stored index (a hit's chunks are never offered)."""
+        offered = self.offered.get(request_id)
+        if offered is None:
+            offered = self.offered[request_id] = [set(range(base[g])) for g in range(groups)]
+            while len(self.offered) > self.options.max_requests:
+                self.restarted.discard(self.offered.popitem(last=False)[0])
+        return offered
+
+    def job_ended(self, job_id: int, is_store: bool, keys: Sequence[Any],
+                  real_manager: bool) -> None:
+        """A job the worker reported done (completed or failed): its keys' last job."""
+        _remember(self.ended_jobs, job_id, self.steps, 16 * self.options.max_requests)
+        if is_store and not real_manager:
+            return
+        ended = self.store_ended if is_store else self.load_ended
+        for key in keys:
+            if _hashable(key):
+                _remember(ended, key, self.steps, 16 * self.options.max_requests)
 
     def remember(self, request_id: str, answers: dict[Any, LookupResult | None]) -> None:
         self.answers[request_id] = answers
@@ -409,11 +494,17 @@ class _ConnectorWatch:
         ring.append(f"#{self.events} {text}")
 
     def forget(self, request_id: str) -> None:
+        """Drop what is kept for a finished request (its store state stays until the
+        step that builds its last stores: :meth:`forget_stores`)."""
         self.deferred_since.pop(request_id, None)
         self.recent.pop(request_id, None)
         self.answers.pop(request_id, None)
         self.judged_cases.pop(request_id, None)
         self.failed_loads.discard(request_id)
+
+    def forget_stores(self, request_id: str) -> None:
+        self.offered.pop(request_id, None)
+        self.restarted.discard(request_id)
 
 
 Sink = Callable[[tuple[Any, ...], dict[str, Any], Any], None]
@@ -475,6 +566,69 @@ def hook_manager_method(manager: Any, name: str, sink: Sink) -> bool:
 def _deliver(sink: Sink, args: tuple[Any, ...], kwargs: dict[str, Any], result: Any) -> None:
     with contextlib.suppress(Exception):  # the monitor never changes what vLLM sees
         sink(args, kwargs, result)
+
+
+class _NotJudged(Exception):
+    """A store step left unjudged (counted by its reason first)."""
+
+
+def _hashable(key: Any) -> bool:
+    try:
+        hash(key)
+    except TypeError:
+        return False
+    return True
+
+
+def _why_extra(extra: Sequence[int], offered: set[int], index: int, storable: int,
+               live_from: int, marked: dict[int, list[int]]) -> str:
+    """Why the spec's step leaves each of ``extra`` out, in the spec's own terms."""
+    reasons: dict[str, list[int]] = {}
+    for chunk in extra:
+        blocks = marked[chunk]
+        reason = ("offered before" if chunk in offered else
+                  f"past the {storable} storable chunks" if chunk >= storable else
+                  "no reachable boundary demands it (the mask marks none of its blocks)"
+                  if not blocks else
+                  f"its marked block {blocks[0]} is freed (blocks live from {live_from})"
+                  if blocks[0] < live_from else
+                  f"below the stored index {index}")
+        reasons.setdefault(reason, []).append(chunk)
+    return "; ".join(f"{chunks} {reason}" for reason, chunks in reasons.items())
+
+
+def _chunks_of(keys: set[Any], groups: Sequence[Any]) -> dict[Any, tuple[int, int]]:
+    """``(group, chunk)`` of each of ``keys`` among the groups' offload keys, searched
+    from the last chunk down (a store step offers recent chunks: the search stops once
+    every key is found, so a step costs what it offers, not the request's length)."""
+    where: dict[Any, tuple[int, int]] = {}
+    for g, group_state in enumerate(groups):
+        offload_keys = group_state.offload_keys
+        for k in range(len(offload_keys) - 1, -1, -1):
+            if len(where) == len(keys):
+                return where
+            key = offload_keys[k]
+            if _hashable(key) and key in keys:
+                where[key] = (g, k)
+    return where
+
+
+def _remember(ordered: OrderedDict[Any, int], key: Any, value: int, bound: int) -> None:
+    """``ordered[key] = value``, newest last, at most ``bound`` entries."""
+    ordered[key] = value
+    ordered.move_to_end(key)
+    while len(ordered) > bound:
+        ordered.popitem(last=False)
+
+
+def _open_jobs(connector: Any) -> dict[int, tuple[bool, tuple[Any, ...], str]]:
+    """The connector's open transfer jobs: ``{job id: (is store, keys, request id)}``."""
+    jobs = getattr(connector, "_jobs", None)
+    if not isinstance(jobs, dict):
+        return {}
+    return {job_id: (bool(getattr(job, "is_store", False)),
+                     tuple(getattr(job, "keys", ()) or ()), str(getattr(job, "req_id", "")))
+            for job_id, job in jobs.items()}
 
 
 def _argument(args: tuple[Any, ...], kwargs: dict[str, Any], index: int, name: str,
@@ -663,7 +817,11 @@ class RuntimeMonitor:
 
         watch.unobserved = not hook_manager_method(connector.manager, "lookup", sink)
         being_loaded = getattr(connector, "_chunks_being_loaded", None)
-        return {"in_flight": bool(getattr(status, "transfer_jobs", None)),
+        if status is not None and request.request_id in watch.offered:
+            # vLLM restarts a re-admitted request's stores at chunk 0 (a preemption).
+            watch.restarted.add(request.request_id)
+        own = getattr(status, "transfer_jobs", None)
+        return {"in_flight": bool(own), "own": frozenset(own or ()),
                 "being_loaded": frozenset(being_loaded or ()), "answers": answers}
 
     def _after_lookup_complete_chunks(self, connector: Any, signature: _Parameters,
@@ -693,6 +851,8 @@ class RuntimeMonitor:
                    f"({len(answers)} keys asked)")
         self._about = (watch, request.request_id)
         self._judge_deferral(watch, request.request_id, hit)
+        if hit is None:
+            self._judge_deferral_cause(watch, connector, request, status, state, bound)
         if request.request_id in watch.failed_loads:
             self.report.judged["C15"] += 1
             if hit:  # a deferral (None) or 0 reads nothing from the offloaded tier
@@ -749,8 +909,82 @@ class RuntimeMonitor:
                              "states agree with it", self.current_test,
                              f"request {request.request_id}: hit={hit}")
 
-    def _lookup_out_of_scope(self, watch: _ConnectorWatch, connector: Any, request: Any,
-                             status: Any, state: dict[str, Any], hit: Any) -> str | None:
+    # -- what a deferral waits on (C13) --------------------------------------------------
+    def _judge_deferral_cause(self, watch: _ConnectorWatch, connector: Any, request: Any,
+                              status: Any, state: dict[str, Any],
+                              bound: dict[str, Any]) -> None:
+        """A deferral (``None``) has a cause the contract allows (docs/CONTRACT.md C3,
+        C13: ``C13/deferral-has-cause``): a transfer of the request's own in flight, a
+        RETRY, a HIT_PENDING chunk in the window of the contract's answer for the states
+        seen, or a chunk of that answer's load set ``Load(N, L)`` that another request is
+        loading. And what it waits on has not ended (``C13/decides-once-ready``): an own
+        job or a load job still open, a pending chunk whose store is still open (judged
+        on a real manager only: a test's mock answers what the test configured). A wait
+        counts as ended only on a job the monitor saw end; one on a job or a loading
+        count it never saw (a test's fixture) is not judged."""
+        request_id = request.request_id
+        why = self._deferral_out_of_scope(watch, connector, request, status, state)
+        if why is not None:
+            self.report.skip(f"C13 deferral: {why}", self.current_test,
+                             f"request {request_id}")
+            return
+        assert watch.geometry is not None
+        # The connector's jobs now are those the lookup saw: it neither opens nor ends one.
+        jobs = state["jobs"] = _open_jobs(connector)
+        answers: dict[Any, LookupResult | None] = state["answers"]
+        causes: dict[str, str] = {}
+        """Per cause, whether what it waits on is ``open``, ``ended`` or ``unknown``."""
+        if state["own"]:
+            causes["own-transfer"] = (
+                "open" if any(job in jobs for job in state["own"]) else
+                "ended" if all(job in watch.ended_jobs for job in state["own"]) else
+                "unknown")
+        if LookupResult.RETRY in answers.values():
+            causes["retry"] = "open"  # the tier's own lookup: nothing to see it end
+        local = int(bound["num_computed_tokens"])
+        cases: tuple[LookupCase, ...] = ()
+        if not causes:
+            cases = self._states_of(watch, request, status, answers, bound)
+            if not cases:
+                self.report.skip("C13 deferral: the states seen decide no contract answer",
+                                 self.current_test, f"request {request_id}")
+                return
+        if any(lookup_contract_answer(case).pending_in_window for case in cases):
+            causes["hit-pending"] = self._pending_wait(watch, connector, answers, jobs)
+        loading = self._loading_wait(watch, status, state, cases, local, request_id)
+        if loading is not None:
+            causes["loading-elsewhere"] = loading
+        self.report.judge("C13/deferral-has-cause")
+        if not causes:
+            if self._lookup_out_of_scope(watch, connector, request, status, state,
+                                         None) is None:
+                return  # in C3's scope: a needless deferral there is C3's finding
+            answer = lookup_contract_answer(cases[0]).best_present
+            self._found("C13", "deferral-has-cause",
+                        f"request {request_id} deferred (local hit {local}) with no cause "
+                        "the contract allows: no transfer of its own in flight, no RETRY, "
+                        f"no pending chunk in the window of the contract's answer {answer}, "
+                        "no chunk of its load set being loaded by another request",
+                        None, cases[0].to_json(), Impact.DELAY)
+            return
+        waits = set(causes.values())
+        if "open" not in waits and "unknown" in waits:
+            self.report.skip("C13 deferral: it waits on a job or a loading count the "
+                             "monitor never saw (a test's fixture)", self.current_test,
+                             f"request {request_id}: {causes}")
+            return
+        self.report.judge("C13/decides-once-ready")
+        if waits == {"ended"}:
+            self._found("C13", "decides-once-ready",
+                        f"request {request_id} deferred on {', '.join(causes)}, but every "
+                        "job it waits on has ended: " + self._ended_text(state),
+                        None, None, Impact.DELAY)
+
+    @staticmethod
+    def _connector_out_of_scope(watch: _ConnectorWatch, connector: Any,
+                                status: Any) -> str | None:
+        """Why no lookup of this connector can be judged (None: it can): no geometry, no
+        request state, or a lookup internal a test replaced on the instance."""
         if watch.geometry is None:
             return f"geometry: {watch.why_not}"
         if status is None:
@@ -758,10 +992,103 @@ class RuntimeMonitor:
         replaced = sorted(set(vars(connector)) & set(LOOKUP_INTERNALS))
         if replaced:
             return f"a test replaced the connector's own {replaced[0]} (a mock)"
+        return None
+
+    @staticmethod
+    def _stand_in(request: Any, status: Any) -> bool:
+        """A test's mock request or request state (every attribute of a MagicMock)."""
+        return not isinstance(getattr(request, "num_tokens", None), int) or not isinstance(
+            getattr(status, "group_states", None), tuple)
+
+    def _deferral_out_of_scope(self, watch: _ConnectorWatch, connector: Any, request: Any,
+                               status: Any, state: dict[str, Any]) -> str | None:
+        why = self._connector_out_of_scope(watch, connector, status)
+        if why is not None:
+            return why
+        if self._stand_in(request, status):
+            return "a stand-in request or request state (a test's mock)"
+        if watch.unobserved:
+            return "the manager's lookup answers could not be observed"
+        if any(r is None for r in state["answers"].values()):
+            return "a lookup answer that is no LookupResult (an unconfigured mock)"
+        if not state["own"] and watch.complete_hit and watch.complete_hit[-1] is not None:
+            return "a partial-tail deferral (docs/CONTRACT.md 9.2; not judged online)"
+        return None
+
+    def _states_of(self, watch: _ConnectorWatch, request: Any, status: Any,
+                   answers: dict[Any, LookupResult | None],
+                   bound: dict[str, Any]) -> tuple[LookupCase, ...]:
+        """The contract's lookup cases for the answers seen (:func:`judge_states`)."""
+        assert watch.geometry is not None
+        local = int(bound["num_computed_tokens"])
+        seen = [[answers.get(key) for key in gs.offload_keys] for gs in status.group_states]
+        budget = bound.get("max_num_new_tokens")
+        caps = [local + int(x) for x in (budget, getattr(status, "max_load_tokens", None))
+                if x is not None]
+        return judge_states(watch.geometry, int(request.num_tokens), local, seen,
+                            [len(gs.offload_keys) for gs in status.group_states],
+                            min(caps) if caps else None).cases
+
+    def _loading_wait(self, watch: _ConnectorWatch, status: Any, state: dict[str, Any],
+                      cases: Sequence[LookupCase], local: int, request_id: str) -> str | None:
+        """None when no chunk of the contract's load set is counted as being loaded;
+        else ``open`` when another request's load job holding one is open, ``ended``
+        when the monitor saw the last load of each end, ``unknown`` otherwise."""
+        assert watch.geometry is not None
+        being_loaded = state["being_loaded"]
+        if not being_loaded or not cases:
+            return None
+        geometry = watch.geometry
+        counted: set[Any] = set()
+        for case in cases:
+            best = lookup_contract_answer(case).best_present
+            if best is None or best <= local:
+                continue
+            for spec, group_state in zip(geometry.groups, status.group_states, strict=True):
+                lo, hi = multigroup.load_range(geometry, spec, best, local)
+                counted.update(key for key in group_state.offload_keys[lo:hi]
+                               if key in being_loaded)
+        if not counted:
+            return None
+        if any(not is_store and owner != request_id and set(keys) & counted
+               for is_store, keys, owner in state["jobs"].values()):
+            return "open"
+        return "ended" if all(key in watch.load_ended for key in counted) else "unknown"
+
+    def _pending_wait(self, watch: _ConnectorWatch, connector: Any,
+                      answers: dict[Any, LookupResult | None],
+                      jobs: dict[int, tuple[bool, tuple[Any, ...], str]]) -> str:
+        """Whether the stores of the chunks answered HIT_PENDING may still be open:
+        ``unknown`` on a test's mock manager (its answers are the test's); on a real one
+        ``ended`` when the store of each ended at an earlier step and none holding it is
+        open, else ``open``."""
+        from unittest import mock
+
+        if isinstance(connector.manager, mock.NonCallableMock):
+            return "unknown"
+        pending = [key for key, answer in answers.items()
+                   if answer is LookupResult.HIT_PENDING]
+        storing = {key for is_store, keys, _ in jobs.values() if is_store for key in keys}
+        ended = all(key not in storing and watch.store_ended.get(key, watch.steps) < watch.steps
+                    for key in pending)
+        return "ended" if ended else "open"
+
+    @staticmethod
+    def _ended_text(state: dict[str, Any]) -> str:
+        own = sorted(state["own"])
+        if own:
+            return f"its transfer_jobs {own} ended (the worker reported them)"
+        return ("the chunks it waits on are counted as being loaded, or answered pending, "
+                "after every job holding them ended")
+
+    def _lookup_out_of_scope(self, watch: _ConnectorWatch, connector: Any, request: Any,
+                             status: Any, state: dict[str, Any], hit: Any) -> str | None:
+        why = self._connector_out_of_scope(watch, connector, status)
+        if why is not None:
+            return why
         if state["in_flight"]:
             return "the request had transfers in flight (the connector's own deferral)"
-        if not isinstance(getattr(request, "num_tokens", None), int) or not isinstance(
-                getattr(status, "group_states", None), tuple):
+        if self._stand_in(request, status):
             return "a stand-in request or request state (a test's mock)"
         # ``is True``: a flag a release lacks reads False, never a mock's truthy attribute.
         # 0.33.0 names the request's flag skip_reading_prefix_cache, 0.34.0
@@ -887,12 +1214,45 @@ class RuntimeMonitor:
                         violation.impact)
 
     # -- stores -----------------------------------------------------------------------------
+    def _before_build_connector_meta(self, connector: Any, signature: _Parameters,
+                                     args: tuple[Any, ...],
+                                     kwargs: dict[str, Any]) -> dict[str, Any] | None:
+        """The state before each store step of the step's requests (vLLM's stored index
+        per group) and, through the manager's ``prepare_store``, what the step offers."""
+        watch = self._watch(connector)
+        statuses = getattr(connector, "_req_status", None)
+        if watch is None or watch.geometry is None or not isinstance(statuses, dict):
+            return None
+        output = signature.named(args, kwargs).get("scheduler_output")
+        scheduled = getattr(output, "num_scheduled_tokens", None)
+        finished = getattr(output, "finished_req_ids", None) or ()
+        if not isinstance(scheduled, dict):
+            return None
+        before: dict[str, tuple[Any, tuple[int, ...]]] = {}
+        for request_id in [*scheduled, *finished]:
+            status: Any = statuses.get(request_id)
+            with contextlib.suppress(Exception):  # gone, or a stand-in state: not judged
+                before[request_id] = (status, tuple(int(gs.next_stored_chunk_idx)
+                                                    for gs in status.group_states))
+        calls: list[tuple[tuple[Any, ...], Any, bool]] = []
+
+        def sink(call_args: tuple[Any, ...], call_kwargs: dict[str, Any], result: Any) -> None:
+            calls.append((tuple(_argument(call_args, call_kwargs, 0, "keys") or ()),
+                          _argument(call_args, call_kwargs, 1, "req_context"),
+                          result is None))
+
+        observed = hook_manager_method(connector.manager, "prepare_store", sink)
+        return {"before": before, "calls": calls, "observed": observed}
+
     def _after_build_connector_meta(self, connector: Any, signature: _Parameters,
                                     args: tuple[Any, ...], kwargs: dict[str, Any],
-                                    result: Any, state: Any) -> None:
+                                    result: Any, state: dict[str, Any] | None) -> None:
         watch = self._watch(connector)
         if watch is not None:
             watch.steps += 1
+        if state is not None:
+            with contextlib.suppress(Exception):
+                hook_manager_method(connector.manager, "prepare_store", lambda *_: None)
         jobs = getattr(connector, "_jobs", None)
         if watch is None or not isinstance(jobs, dict):
             return
@@ -903,6 +1263,9 @@ class RuntimeMonitor:
                 continue
             watch.seen_jobs.add(job_id)
             self.report.events["store"] += 1
+            for key in getattr(job, "keys", ()) or ():
+                with contextlib.suppress(TypeError):
+                    watch.store_ended.pop(key, None)  # stored again: open
             watch.note(str(job.req_id), f"store job {job_id}: "
                        f"{len(getattr(job, 'keys', ()) or ())} keys")
             self._about = (watch, str(job.req_id))
@@ -930,6 +1293,197 @@ class RuntimeMonitor:
                                     f"holds chunk {chunk} (tokens up to {(chunk + 1) * tpc}) "
                                     f"past the {horizon} tokens computed by this step",
                                     None, None, None)
+        if state is not None:
+            self._judge_store_steps(watch, connector, signature.named(args, kwargs), state)
+
+    def _judge_store_steps(self, watch: _ConnectorWatch, connector: Any,
+                           bound: dict[str, Any], state: dict[str, Any]) -> None:
+        """Each request's store step against the spec's step from the same state (C8,
+        C9; ``C9/store-steps-refine-spec``'s form): the chunks it offered to
+        ``prepare_store`` are exactly :func:`~kvcontract.spec.properties.store.
+        spec_step_offers`' (more: C8, waste; fewer: C9, a lost store), and vLLM's stored
+        index after a running step is the spec's. The state before the step is vLLM's
+        own: its stored index, and the chunks the request offered since its first store
+        step plus those below the index it started with (a hit's)."""
+        output = bound.get("scheduler_output")
+        finished = set(getattr(output, "finished_req_ids", None) or ())
+        for request_id, (status, before) in state["before"].items():
+            self._about = (watch, str(request_id))
+            offers = self._offers_of(watch, request_id, status, before, state["calls"])
+            why = self._store_out_of_scope(watch, connector, request_id, status, state)
+            if offers is None or why is not None:
+                self.report.skip(f"store step: {why or 'a stand-in request state'}",
+                                 self.current_test, f"request {request_id}")
+            else:
+                with contextlib.suppress(_NotJudged):
+                    self._judge_store_step(watch, connector, output, request_id, status,
+                                           before, *offers)
+            if offers is not None and not offers[1]:
+                # What a step offered is offered, judged or not (a refused offer is not:
+                # vLLM offers it again).
+                for offered, got in zip(watch.offered.get(request_id, ()), offers[0],
+                                        strict=False):
+                    offered |= got
+            if request_id in finished:
+                watch.forget_stores(request_id)
+
+    def _offers_of(self, watch: _ConnectorWatch, request_id: str, status: Any,
+                   before: tuple[int, ...], calls: Sequence[tuple[tuple[Any, ...], Any, bool]],
+                   ) -> tuple[list[set[int]], bool] | None:
+        """``(chunks offered per group, whether the manager refused an offer)`` of the
+        request's ``prepare_store`` calls this step (keys of no complete chunk, a
+        partial tail's, left out); None for a stand-in state. Opens the request's
+        offered chunks at its first store step."""
+        geometry = watch.geometry
+        assert geometry is not None
+        context = getattr(status, "req_context", None)
+        groups = getattr(status, "group_states", None)
+        if context is None or not isinstance(groups, tuple) or len(groups) != len(
+                geometry.groups) or len(before) != len(geometry.groups):
+            return None
+        got: list[set[int]] = [set() for _ in geometry.groups]
+        refused = False
+        mine = [(keys, none) for keys, call_context, none in calls if call_context is context]
+        if mine:
+            where = _chunks_of({key for keys, _ in mine for key in keys if _hashable(key)},
+                               groups)
+            for keys, none in mine:
+                chunks = [where[key] for key in keys if _hashable(key) and key in where]
+                refused |= none and bool(chunks)
+                for g, k in chunks:
+                    got[g].add(k)
+        watch.open_offers(request_id, len(geometry.groups), before)
+        return got, refused
+
+    def _store_out_of_scope(self, watch: _ConnectorWatch, connector: Any, request_id: str,
+                            status: Any, state: dict[str, Any]) -> str | None:
+        geometry = watch.geometry
+        assert geometry is not None
+        request = getattr(status, "req", None)
+        if not all(isinstance(getattr(request, name, None), int) for name in (
+                "num_prompt_tokens", "num_tokens", "num_computed_tokens")) or not callable(
+                    getattr(request, "is_finished", None)):
+            return "a stand-in request or request state (a test's mock)"
+        if request_id in watch.restarted:
+            return ("its stores restarted at chunk 0 (a preemption's lookup or a cache "
+                    "reset; the store spec has neither)")
+        if not state["observed"]:
+            return "the manager's prepare_store could not be observed"
+        config = connector.config
+        for what, theirs, ours in (
+                ("alignment", getattr(config, "alignment_tokens", geometry.alignment_tokens),
+                 geometry.alignment_tokens),
+                ("retention interval",
+                 getattr(config, "retention_interval", geometry.retention_interval),
+                 geometry.retention_interval),
+                ("lookahead block hashes", bool(getattr(
+                    connector, "use_lookahead_block_hashes", geometry.hash_lookahead)),
+                 bool(geometry.hash_lookahead))):
+            if theirs != ours:
+                return f"the connector's {what} ({theirs}) is not the geometry's ({ours})"
+        return None
+
+    def _judge_store_step(self, watch: _ConnectorWatch, connector: Any, output: Any,
+                          request_id: str, status: Any, before: tuple[int, ...],
+                          got: list[set[int]], refused: bool) -> None:
+        geometry = watch.geometry
+        assert geometry is not None
+        request = status.req
+        prompt, total = int(request.num_prompt_tokens), int(request.num_tokens)
+        computed = int(request.num_computed_tokens)
+        if getattr(request.status, "name", None) == "FINISHED_ABORTED":
+            step, scheduled = RequestStatus.ABORTED, 0
+        elif request.is_finished():
+            step, scheduled = RequestStatus.FINISHED, 0
+        else:
+            step = RequestStatus.PREFILLING if computed < prompt else RequestStatus.DECODING
+            if computed < prompt < total:
+                # vLLM samples no token for a partial prefill: a test's stand-in model
+                # runner did, so the step is prefill and decode at once (no spec status).
+                self._store_skip("the request holds output tokens before its prompt is "
+                                 "computed (a test's model runner sampled a partial "
+                                 "prefill)", request_id)
+            planned = (getattr(output, "num_scheduled_tokens", {}) or {}).get(request_id)
+            if not isinstance(planned, int):
+                self._store_skip("a running request the step schedules nothing for",
+                                 request_id)
+            scheduled = planned
+        prompt_only = getattr(connector.config, "offload_prompt_only", True)
+        cap = getattr(status, "max_offload_tokens", None)
+        if not isinstance(prompt_only, bool) or not (cap is None or isinstance(cap, int)):
+            self._store_skip("a stand-in configuration (a test's mock)", request_id)
+        if stored_token_count(step, computed, scheduled, total, prompt, cap,
+                              prompt_only) > total:
+            self._store_skip("the step's tokens are not all the request's yet "
+                             "(asynchronous scheduling's placeholders, or draft tokens)",
+                             request_id)
+        replay = store_replay_boundaries(geometry, prompt)
+        junction = getattr(request, "shared_prefix_boundary", 0)
+        if geometry.retention_interval is not None and isinstance(junction, int) and junction:
+            replay = tuple(sorted({*replay, junction}))  # docs/CONTRACT.md 9.3
+        offered = watch.offered[request_id]
+        bpc = geometry.blocks_per_chunk
+        for g, (spec, group_state) in enumerate(zip(geometry.groups, status.group_states,
+                                                    strict=True)):
+            if spec.kind is GroupKind.MAMBA:
+                self.report.skip("store step: a Mamba group (vLLM stores its state through "
+                                 "the GPU's boundary hand-off)", self.current_test)
+                continue
+            storable, final, live_from = step_bounds(geometry, spec, step, computed,
+                                                     scheduled, total, prompt, prompt_only,
+                                                     cap)
+            if storable > min(len(group_state.block_ids) // bpc,
+                              len(group_state.offload_keys)):
+                self.report.skip("store step: vLLM's block table or block hashes hold fewer "
+                                 "chunks than the spec's storable ones", self.current_test,
+                                 f"request {request_id} group {g}")
+                continue
+            expected, index = spec_step_offers(geometry, g, step, computed, scheduled, total,
+                                               prompt, offered[g], before[g], prompt_only,
+                                               replay, cap)
+            extra = sorted(got[g] - set(expected))
+            missing = sorted(set(expected) - got[g])
+            null = [c for c in missing if any(
+                b < len(group_state.block_ids) and not group_state.block_ids[b]
+                for b in group_marked_blocks(geometry, spec, c, final, replay))]
+            if null:
+                self.report.skip("store step: a chunk the spec stores holds a block the "
+                                 "connector's table has as null", self.current_test,
+                                 f"request {request_id} group {g} chunks {null}")
+                missing = [c for c in missing if c not in null]
+            self.report.judge("C8/store-step")
+            self.report.judge("C9/store-step")
+            what = (f"request {request_id} group {g} ({step.value}, {computed}+{scheduled} "
+                    f"of {total} tokens, prompt {prompt})")
+            witness = {"geometry": geometry.to_dict(), "group": g, "status": step.value,
+                       "num_computed": computed, "num_scheduled": scheduled,
+                       "num_tokens": total, "prompt_len": prompt, "prompt_only": prompt_only,
+                       "max_offload_tokens": cap, "replay_boundaries": list(replay),
+                       "next_before": before[g], "offered_before": sorted(offered[g]),
+                       "offered": sorted(got[g]), "spec_offers": list(expected)}
+            if extra:
+                self._found("C8", "store-step",
+                            f"{what}: offered chunks {extra} the spec's step does not "
+                            f"(it offers {list(expected)}): " + _why_extra(
+                                extra, offered[g], before[g], storable, live_from,
+                                {c: group_marked_blocks(geometry, spec, c, final, replay)
+                                 for c in extra}),
+                            None, witness, Impact.WASTE)
+            if missing:
+                self._found("C9", "store-step",
+                            f"{what}: never offered chunks {missing} the spec's step offers "
+                            f"(it offered {sorted(got[g])})", None, witness, Impact.LOST_HIT)
+            after = int(group_state.next_stored_chunk_idx)
+            if not refused and step not in (RequestStatus.FINISHED, RequestStatus.ABORTED) \
+                    and after != index:
+                self._found("C9", "store-index",
+                            f"{what}: next_stored_chunk_idx is {after} after the step, the "
+                            f"spec's is {index} (before it: {before[g]})", None, witness,
+                            Impact.LOST_HIT if after > index else Impact.WASTE)
+
+    def _store_skip(self, why: str, request_id: str) -> NoReturn:
+        self.report.skip(f"store step: {why}", self.current_test, f"request {request_id}")
+        raise _NotJudged
 
     # -- the deferral bound (C13) ------------------------------------------------------------
     def _judge_deferral(self, watch: _ConnectorWatch, request_id: str, hit: Any) -> None:
@@ -949,7 +1503,7 @@ class RuntimeMonitor:
         if first is None:
             return
         bound, step = self.options.deferral_bound, watch.steps
-        self.report.judged["C13"] += 1
+        self.report.judge("C13/deferral-bounded")
         if within_deferral_bound(first, step, bound):
             return
         age = deferral_age(first, step)
@@ -978,17 +1532,24 @@ class RuntimeMonitor:
     def _before_update_connector_output(self, connector: Any, signature: _Parameters,
                                         args: tuple[Any, ...],
                                         kwargs: dict[str, Any]) -> dict[str, Any] | None:
+        from unittest import mock
+
         output = signature.named(args, kwargs).get("connector_output")
         meta = getattr(output, "kv_connector_worker_meta", None)
         failed = getattr(meta, "failed_jobs", None)
         jobs = getattr(connector, "_jobs", None)
-        if not failed or not isinstance(jobs, dict):
-            return None  # a release whose worker reports no failures (0.33.0) has none
+        if not isinstance(jobs, dict):
+            return None
+        # The jobs that may end here (C13: what a deferral waits on); a store's keys are
+        # kept on a real manager only (a test's mock answers lookups as the test says).
+        real = not isinstance(getattr(connector, "manager", None), mock.NonCallableMock)
+        open_jobs = dict(jobs)  # the job objects: their keys are read once one ends
+        # A release whose worker reports no failures (0.33.0) has none.
         reported = {job_id: (bool(jobs[job_id].is_store), tuple(jobs[job_id].keys),
                              jobs[job_id].req_id)
-                    for job_id in failed if job_id in jobs}
+                    for job_id in failed or () if job_id in jobs}
         if not reported:
-            return None
+            return {"open": open_jobs, "real": real, "reported": {}}
         calls: list[tuple[tuple[Any, ...], bool]] = []
 
         def sink(call_args: tuple[Any, ...], call_kwargs: dict[str, Any], result: Any) -> None:
@@ -996,16 +1557,24 @@ class RuntimeMonitor:
                           bool(_argument(call_args, call_kwargs, 2, "success", True))))
 
         observed = hook_manager_method(connector.manager, "complete_store", sink)
-        return {"reported": reported, "calls": calls, "observed": observed}
+        return {"open": open_jobs, "real": real, "reported": reported, "calls": calls,
+                "observed": observed}
 
     def _after_update_connector_output(self, connector: Any, signature: _Parameters,
                                        args: tuple[Any, ...], kwargs: dict[str, Any],
                                        result: Any, state: dict[str, Any] | None) -> None:
         if state is None:
             return
+        watch = self._watch(connector)
+        if watch is not None:
+            for job_id, job in state["open"].items():
+                if job_id not in connector._jobs:
+                    watch.job_ended(job_id, bool(getattr(job, "is_store", False)),
+                                    tuple(getattr(job, "keys", ()) or ()), state["real"])
+        if not state["reported"]:
+            return
         with contextlib.suppress(Exception):
             hook_manager_method(connector.manager, "complete_store", lambda *_: None)
-        watch = self._watch(connector)
         for job_id, (is_store, keys, request_id) in state["reported"].items():
             if job_id in connector._jobs:
                 continue  # another worker has yet to report it
@@ -1045,6 +1614,11 @@ class RuntimeMonitor:
                            args: tuple[Any, ...], kwargs: dict[str, Any], result: Any,
                            state: Any) -> None:
         self.report.events["reset"] += 1
+        watch = self._watches.get(connector)
+        if watch is not None:
+            # vLLM restarts every request's stores at chunk 0 (the spec has no reset).
+            watch.restarted.update(watch.offered)
+            watch.store_ended.clear()
 
     def _raised(self, connector: Any, where: str, exc: BaseException) -> None:
         self.report.events["exception"] += 1

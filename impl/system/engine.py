@@ -1209,7 +1209,8 @@ class OffloadSystem:
                   if key in slot_of]
         laid = store_job_placement(
             self.impl, [chunk for chunk, _ in stored], bpc,
-            lambda block: table[block] if block < len(table) else NULL_BLOCK)
+            lambda block: table[block] if block < len(table) and table[block] != NULL_BLOCK
+            else None)
         pages: list[tuple[int, int, int]] = [
             (block_id, slot_of[stored[rank][1]], page) for block_id, rank, page in laid]
         failed = self.fail_stores > 0

@@ -99,12 +99,14 @@ class EndToEndJudge:
             # chunks, so the next case runs its producer afresh.
             self._last = None
             first = first_consumer(case)
-            stored = self._first_consumer(judge, producer.history[:first.shared_tokens]
-                                          + self.pool.tokens(first.num_tokens
-                                                             - first.shared_tokens))
+            stored, junction = self._first_consumer(
+                judge, producer.history[:first.shared_tokens]
+                + self.pool.tokens(first.num_tokens - first.shared_tokens))
             offered = [chunks | {c for c in stored.get(g, ()) if c < keys[g]}
                        for g, chunks in enumerate(offered)]
         observation = EndToEndObservation(None, offered, keys)
+        if consumer.kind == "junction":
+            observation.junction = junction
         hit, loads = self._consume(judge, tokens)
         observation.hit_tokens = hit
         observation.load_ranges = {g: (min(c), max(c) + 1) for g, c in loads.items() if c}
@@ -119,10 +121,13 @@ class EndToEndJudge:
         self._last = _Producer(case, run, history, judge)
         return self._last
 
-    def _first_consumer(self, judge: JudgeEngine, tokens: list[int]) -> dict[int, set[int]]:
+    def _first_consumer(self, judge: JudgeEngine, tokens: list[int]
+                        ) -> tuple[dict[int, set[int]], int]:
         """A junction case's first consumer: it arrives after a GPU prefix-cache reset,
         runs (no store cap) until it finished, and its store jobs complete; the chunks
-        it offered, per group."""
+        it offered, per group, and the junction it registered (the request's
+        ``shared_prefix_boundary`` once it ran: the GPU cache was reset, so only the
+        connector's lookup can have raised it from 0, and nothing lowers it)."""
         session = judge.session
         if not judge.engine.scheduler.reset_prefix_cache(reset_connector=False):
             raise NotRealized("vLLM refused to reset its GPU prefix cache before the "
@@ -137,6 +142,7 @@ class EndToEndJudge:
             session.step(len(tokens) + 1)
             if request.is_finished():
                 break
+        junction = int(request.shared_prefix_boundary)
         check_gaps(session)
         stored: dict[int, set[int]] = {}
         for offer in observation.stores[mark:]:
@@ -147,7 +153,7 @@ class EndToEndJudge:
         release_request(judge, request)
         if not finished:
             raise NotRealized("vLLM did not finish the first consumer in eight steps")
-        return stored
+        return stored, junction
 
     def _consume(self, judge: JudgeEngine, tokens: list[int],
                  ) -> tuple[int | None, dict[int, tuple[int, ...]]]:

@@ -36,12 +36,17 @@ the job done, unless a step flushes it first. So a job is corrupt when:
   reported nor flushed);
 * a slot the contract's mask marks (docs/CONTRACT.md 5: what a later load reads)
   receives no block.
+
+A wrong block in a slot the mask does not mark is graded waste, not corruption: no load
+reads that slot (as none reads a null placeholder there), the bytes are copied for
+nothing. Each finding says which it is (``DataTrace.marks``: the mask at the horizon of
+the step that built the job).
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -56,10 +61,17 @@ from kvcontract.live.judge.engines import (
 from kvcontract.live.judge.lookups import NotRealized
 from kvcontract.live.trace import TraceRequest
 from kvcontract.spec.geometry import GroupKind
+from kvcontract.spec.properties.base import Violation
 from kvcontract.spec.properties.end_to_end import producer_end
-from kvcontract.spec.properties.store import StoreCase, StoreRun, schedule_steps
+from kvcontract.spec.properties.store import (
+    StoreCase,
+    StoreRun,
+    StoreStep,
+    schedule_steps,
+    step_bounds,
+)
 from kvcontract.spec.reachability import group_marked_blocks
-from kvcontract.vocabulary import RequestStatus
+from kvcontract.vocabulary import Impact, RequestStatus
 
 
 @dataclass
@@ -79,6 +91,11 @@ class EngineOffers:
 Content = tuple[int, int]
 """What a block holds: (chain digest of the request's tokens up to the block's last
 written slot, slots written)."""
+
+Marks = Callable[[int, int], Sequence[int]]
+"""Per geometry group and chunk, the blocks the contract's mask marks (docs/CONTRACT.md
+5: the slots a load at a reachable boundary reads), at the horizon of the step that
+built a job."""
 
 
 @dataclass
@@ -104,6 +121,8 @@ class _Job:
     placed: list[tuple[int, int, int, int]] = field(default_factory=list)
     """(geometry group, chunk, page, block index in the request) per live block, as the
     worker lays the job (null pages are placeholders: nothing of theirs is placed)."""
+    marks: Marks | None = None
+    """The mask at the step that built the job (None: not known to the trace)."""
 
 
 def chain(tokens: list[int], block_size: int, position: int, filled: int) -> Content:
@@ -130,6 +149,10 @@ class DataTrace:
     """Per store job, per vLLM group: the connector's own block table of the job's
     request when the job was built (a freed block keeps its id there until it is
     reallocated and zeroed)."""
+    marks: Marks | None = None
+    """The mask of the step being traced (set by the driver before each step; a job
+    keeps the one of the step that built it), so a corrupt slot is said to be one a
+    load reads or not."""
     _starts: dict[str, int] = field(default_factory=dict)
 
     def _block_size(self, vgroup: int) -> int:
@@ -232,7 +255,7 @@ class DataTrace:
         for v, (size, first) in enumerate(zip(sizes, starts, strict=False)):
             groups.append((v, ids[offset:offset + size], first, chunks.get(v, [])))
             offset += size
-        job = _Job(job_id, str(transfer.req_id), step, groups)
+        job = _Job(job_id, str(transfer.req_id), step, groups, marks=self.marks)
         bpc = self.judge.engine.geometry.blocks_per_chunk
         tables = self.positions.get(job_id, {})
         for v, blocks, first, group_chunks in groups:
@@ -249,13 +272,17 @@ class DataTrace:
         return job
 
     def _copy(self, job: _Job, when: str) -> None:
-        """The job's copy: every slot it fills must hold its position's content."""
+        """The job's copy: every slot it fills must hold its position's content. A wrong
+        slot the mask marks (a load reads it) is corruption; one it does not mark holds
+        bytes no load reads, copied for nothing (waste). The job's worst slot is
+        reported."""
         job.copied = True
         table = self.tables.get(job.request)
         if table is None:
             return
         bpc = self.judge.engine.geometry.blocks_per_chunk
         geometry = self.judge.engine.geometry
+        wrong: list[Violation] = []
         for v, blocks, first, chunks in job.groups:
             if not blocks:
                 continue
@@ -273,9 +300,10 @@ class DataTrace:
                     # (_unfilled).
                     continue
                 if index >= len(chunks):
-                    self.found.append(
+                    self.found.append(Violation(
                         f"store job {job.job_id} of {self._name(job)}: vLLM group {v} has "
-                        f"more GPU blocks than its {len(chunks)} CPU chunks hold")
+                        f"more GPU blocks than its {len(chunks)} CPU chunks hold",
+                        Impact.CORRUPTION))
                     return
                 chunk = chunks[index][1]
                 position = chunk * bpc + position_in_chunk
@@ -286,13 +314,21 @@ class DataTrace:
                             else f"{held[1]} written slots of another position or request"
                             if held[1] != bs or held[0] != expected[0] else "")
                     owner = _owner(self.tables, block, v, job.request)
-                    self.found.append(
+                    read, impact = "", Impact.CORRUPTION
+                    if job.marks is not None and position not in job.marks(g, chunk):
+                        read, impact = ("; the mask does not mark the slot: no load reads "
+                                        "it", Impact.WASTE)
+                    elif job.marks is not None:
+                        read = "; the mask marks the slot: a load reads it"
+                    wrong.append(Violation(
                         f"store job {job.job_id} of {self._name(job)} (built at step "
                         f"{job.built}, copied {when}) puts GPU block {block} into chunk "
                         f"{chunk} slot {position_in_chunk} of geometry group {g} (block "
                         f"{position} of the request), but the block holds {what}"
-                        + (f"; it is {owner}" if owner else ""))
-                    return
+                        + (f"; it is {owner}" if owner else "") + read, impact))
+        if wrong:
+            self.found.append(next((w for w in wrong if w.impact is Impact.CORRUPTION),
+                                   wrong[0]))
 
 
 def _position(table: list[int], block: int, slot_block: int, pages: list[int]) -> int:
@@ -395,6 +431,7 @@ def _run(judge: JudgeEngine, case: StoreCase, pool: EnginePool, name: str,
         for index, step in enumerate(steps):
             marks = len(session.observation.stores)
             jobs_before = len(trace.jobs)
+            trace.marks = _step_marks(case, step)
             if step.status is RequestStatus.ABORTED:
                 engine.scheduler.finish_requests(request.request_id,
                                                  _vllm_status().FINISHED_ABORTED)
@@ -441,6 +478,24 @@ def _run(judge: JudgeEngine, case: StoreCase, pool: EnginePool, name: str,
                    steps[-1].num_computed)
     run.integrity = tuple(trace.found) + _unfilled(case, trace, offers)
     return run
+
+
+def _step_marks(case: StoreCase, step: StoreStep) -> Marks:
+    """The contract's mask at ``step`` of ``case``: each group's final segment closed
+    where the spec's step closes it (the prompt horizon while running, the real one on
+    finish or abort), with the spec's replay boundaries."""
+    geometry = case.geometry
+    finals = [step_bounds(geometry, group, step.status, step.num_computed,
+                          step.num_scheduled, step.num_tokens, case.prompt_len,
+                          case.prompt_only, case.max_offload_tokens)[1]
+              for group in geometry.groups]
+    boundaries = case.replay_boundaries
+
+    def marked(g: int, chunk: int) -> Sequence[int]:
+        return group_marked_blocks(geometry, geometry.groups[g], chunk, finals[g],
+                                   boundaries)
+
+    return marked
 
 
 def run_producer(judge: JudgeEngine, case: StoreCase, pool: EnginePool, name: str,

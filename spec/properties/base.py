@@ -34,7 +34,7 @@ from kvcontract.spec.clauses import get_clause
 from kvcontract.spec.geometry import Geometry
 from kvcontract.spec.lemmas import GeneralLemma
 from kvcontract.spec.lookup import LookupResult
-from kvcontract.vocabulary import Impact
+from kvcontract.vocabulary import GroupKind, Impact
 
 
 class Family(str, Enum):
@@ -317,6 +317,11 @@ class FormulaProperty(_Theorem):
     """The geometry a witness's values describe, when they describe one that vLLM may or
     may not build (the multi-group store masks); ``None``: every witness is buildable
     (one group of any block size)."""
+    group_kind: GroupKind | None = None
+    """The one kind of group the statement is about when it is neither a window's (its
+    variables name ``sw`` and ``e``) nor every group's: a scoped run keeps it for the
+    given geometries' groups of that kind only (``GroupKind.MAMBA``: the Mamba
+    retention)."""
     reads_gpu_retention: bool = False
     """The statement reads what the GPU manager retains (the spec's ``Ret``/``Load``
     with ``e``) next to the window functions it calls: an audit that has not bound

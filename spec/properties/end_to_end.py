@@ -566,14 +566,22 @@ def consumers(producer: StoreCase) -> list[Consumer]:
 def junction_prefixes(producer: StoreCase) -> list[int]:
     """The prefixes ``k = mA + 1`` of a finished producer at which a first consumer
     (:func:`first_consumer`) registers a junction by the spec: its hit is cut below the
-    full-attention boundary (docs/CONTRACT.md 9.3)."""
+    full-attention boundary (docs/CONTRACT.md 9.3); and ``k = mA + t`` (``t`` the
+    smallest sparse chunk, when it is less than ``A``), where the sparse groups' keys
+    reach a chunk past the full-attention boundary, so a junction taken from their keys
+    rather than from what the full-attention groups serve shows."""
     geometry = producer.geometry
     step = _consumer_step(geometry)
+    sparse = min((geometry.chunk_tokens(g) for g in geometry.groups
+                  if g.kind is not GroupKind.FULL),
+                 default=step)
+    offsets = sorted({1, sparse} if 1 < sparse < step else {1})
     found = []
-    for k in range(step + 1, producer.prompt_len, step):
-        first = Consumer("sibling", k + step + SIBLING_DIVERGENCE, k)
-        if spec_junction(geometry, producer, first):
-            found.append(k)
+    for base in range(step, producer.prompt_len, step):
+        for k in (base + d for d in offsets if base + d < producer.prompt_len):
+            first = Consumer("sibling", k + step + SIBLING_DIVERGENCE, k)
+            if spec_junction(geometry, producer, first):
+                found.append(k)
     return found
 
 
@@ -595,7 +603,8 @@ def end_to_end_domain() -> str:
         "EAGLE replay boundaries (the implementation's own for the producer); consumers: a "
         "resend, a continuation, siblings sharing k = mA - 1, mA, mA + 1 and P - 1 tokens, "
         "and (finished producers, retention 0 or R, non-EAGLE FA + SWA) junction "
-        "consumers sharing k = mA + 1 with the producer and with a first consumer of "
+        "consumers sharing k = mA + 1 and mA + t (t the smallest sparse chunk) with the "
+        "producer and with a first consumer of "
         "k + A + 3 tokens whose hit was cut at a shared-prefix junction, which stored "
         "for it; "
         f"on {names}"
@@ -613,6 +622,8 @@ class EndToEndObservation:
     keys: dict[int, int]
     load_ranges: dict[int, tuple[int, int]] = field(default_factory=dict)
     error: str | None = None
+    junction: int | None = None
+    """The junction the first consumer registered (``junction`` consumers; None else)."""
 
 
 def manager_state(observation: EndToEndObservation, g: int, k: int) -> LookupResult:
@@ -663,7 +674,10 @@ def observe_junction(case: EndToEndCase, impl: Implementation,
         for step in steps:
             tracker.step(step.status, step.num_computed, step.num_scheduled, step.num_tokens)
         stored.append({c for c in offered_chunks(tracker) if c < keys[g]})
-    return lookup_over(case, impl, [o | more for o, more in zip(offered, stored, strict=True)])
+    observation = lookup_over(case, impl,
+                              [o | more for o, more in zip(offered, stored, strict=True)])
+    observation.junction = junction
+    return observation
 
 
 def observe_consumer(case: EndToEndCase, impl: Implementation,
@@ -851,6 +865,25 @@ def no_lost_hit(case: EndToEndCase, observation: EndToEndObservation) -> str | N
     return None
 
 
+def junction_registered(case: EndToEndCase, observation: EndToEndObservation) -> str | None:
+    """C12: the junction a first consumer registers is the spec's: the boundary its
+    full-attention groups serve (the producer's owed full-attention chunks, its keys),
+    when a sparse group cut its hit below it. A larger one holds and stores sparse
+    history for a boundary no full-attention chunk serves (waste); a smaller one or none
+    leaves the later consumer's window at the junction unstored (its hit is lost)."""
+    if observation.error is not None or observation.junction is None:
+        return None  # no_lost_hit reports a lookup that did not converge
+    want = spec_junction(case.geometry, case.producer, first_consumer(case))
+    got = observation.junction
+    if got == want:
+        return None
+    found: str = Violation(
+        f"{_describe(case)}: the first consumer registered the junction {got}; the "
+        f"boundary its full-attention groups serve, past its cut hit, is {want}",
+        Impact.WASTE if got > want else Impact.LOST_HIT)
+    return found
+
+
 def picture(case: EndToEndCase, impl: Implementation) -> Picture:
     """The manager's contents as the consumer sees them and the spec's ranges at the
     promised boundary (at the accepted one when it is larger); offending: the chunks
@@ -899,6 +932,17 @@ def end_to_end_properties() -> list[CaseProperty]:
             END_TO_END_SPACE, no_lost_hit, END_TO_END_FUNCTIONS, picture,
             impact=Impact.LOST_HIT,
             # upstream's store path as the producer, upstream's loop as the consumer
+            observable_on=frozenset({Observer.UPSTREAM_STORE_PATH, Observer.UPSTREAM_LOOP}),
+        ),
+        CaseProperty(
+            "C12", "junction-registered-exact",
+            "a first consumer whose hit a sparse group cut registers the junction the "
+            "full-attention groups serve",
+            END_TO_END_SPACE, junction_registered, END_TO_END_FUNCTIONS, picture,
+            impact=Impact.LOST_HIT,
+            domain_note="the junction consumers' first consumers",
+            relevant=lambda case: case.consumer.kind == "junction",
+            # vLLM's own lookup registers it (the request's shared_prefix_boundary)
             observable_on=frozenset({Observer.UPSTREAM_STORE_PATH, Observer.UPSTREAM_LOOP}),
         ),
     ]

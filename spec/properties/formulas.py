@@ -36,7 +36,7 @@ from kvcontract.spec.arith import (
     not_,
     or_,
 )
-from kvcontract.spec.geometry import Geometry, fa, swa
+from kvcontract.spec.geometry import Geometry, GroupKind, fa, mamba, swa
 from kvcontract.spec.lemmas import (
     CANCEL,
     CDIV_BOUNDS,
@@ -82,6 +82,19 @@ def retained_blocks_exact(env: Env, impl: Implementation) -> tuple[list[Bool], B
     # Block indices start at 0: a range starting below it names blocks that do not exist
     # (the membership test alone only looks at blocks >= 0).
     return hyps, and_(first >= 0, in_range(i, first, end) == holds_retained_token)
+
+
+def mamba_retention_exact(env: Env, impl: Implementation) -> tuple[list[Bool], Bool]:
+    """A Mamba group keeps exactly from the first block of the chunk holding its state at
+    the last chunk end at or before ``n`` (block 0 before the first chunk end): freeing
+    that chunk mid-chunk loses the state a hit at that end loads; keeping an older one
+    holds GPU blocks nothing reads."""
+    n, bs, bpc = env["n"], env["bs"], env["bpc"]
+    hyps = [n >= 0, bs >= 1, bpc >= 1]
+    env.assume(hyps)
+    tpc = bs * bpc
+    first = env.call(impl.mamba_first_live_block, n, tpc, bpc)
+    return hyps, first == multigroup.mamba_first_live_block(n, tpc, bpc)
 
 
 def load_set_exact(env: Env, impl: Implementation) -> tuple[list[Bool], Bool]:
@@ -1080,6 +1093,17 @@ def _picture_retained(v: Mapping[str, int], impl: Implementation) -> Picture:
                         f"the implementation keeps blocks [{first}, {end}); block {v['i']}")
 
 
+def _picture_mamba_retention(v: Mapping[str, int], impl: Implementation) -> Picture:
+    n, bs, bpc = max(0, v["n"]), max(1, v["bs"]), max(1, v["bpc"])
+    tpc = bs * bpc
+    first = int(impl.mamba_first_live_block(n, tpc, bpc))
+    owed = int(multigroup.mamba_first_live_block(n, tpc, bpc))
+    return Picture(Geometry((mamba(bs),), blocks_per_chunk=bpc), max(n, 1), None,
+                   offending={0: {first // bpc, owed // bpc}},
+                   notes=[f"after {n} tokens the implementation keeps from block {first}, "
+                          f"the contract from block {owed} (the state's chunk)"])
+
+
 def _picture_load_set(v: Mapping[str, int], impl: Implementation) -> Picture:
     _, hit, local, bs, bpc, sw, e, _ = _swa_scene(v)
     lo, hi = (int(x) for x in impl.load_chunk_range(hit, local, bs, bpc, sw, e))
@@ -1211,14 +1235,15 @@ MASK = ("is_block_reachable",)
 def _chunk_property(
     clause: str, name: str, description: str, variables: str, statement: Statement,
     uses: tuple[str, ...], picture: Callable[[Mapping[str, int], Implementation], Picture],
-    reads_gpu_retention: bool = False,
+    reads_gpu_retention: bool = False, group_kind: GroupKind | None = None,
 ) -> FormulaProperty:
-    """A theorem of one sliding-window group over the chunk case split (block size and
-    blocks per chunk, both tried symbolically first)."""
+    """A theorem of one group (sliding-window unless ``group_kind`` says otherwise) over
+    the chunk case split (block size and blocks per chunk, both tried symbolically
+    first)."""
     return FormulaProperty(clause, name, description, _w(variables), statement,
                            domains.chunk_configs, domains.CHUNK_DOMAIN, uses=uses,
                            picture=picture, symbolic_sizes=("bs", "bpc"),
-                           reads_gpu_retention=reads_gpu_retention)
+                           reads_gpu_retention=reads_gpu_retention, group_kind=group_kind)
 
 
 def _mask_tag(eagle: bool, retention: str) -> str:
@@ -1274,6 +1299,10 @@ def formula_properties() -> list[FormulaProperty]:
             picture=_picture_retained,
             symbolic_sizes=("bs",),
         ),
+        _chunk_property("C1", "mamba-retention-exact",
+                        "a Mamba group keeps exactly the chunk of its state at the last chunk "
+                        "end", "n", mamba_retention_exact, ("mamba_first_live_block",),
+                        _picture_mamba_retention, group_kind=GroupKind.MAMBA),
         _chunk_property("C1", "load-set-exact",
                         "Load(N, L) holds exactly the chunks with a fresh retained block",
                         "N Lb c sw e", load_set_exact, SWA_LOAD, _picture_load_set),

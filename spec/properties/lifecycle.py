@@ -31,7 +31,8 @@ from typing import Any
 
 from kvcontract.errors import WitnessError
 from kvcontract.impl.bundle import Implementation
-from kvcontract.spec.arith import Bool, and_, or_
+from kvcontract.impl.reference import NO_BOUND
+from kvcontract.spec.arith import Bool, and_, implies, not_, or_
 from kvcontract.spec.geometry import Geometry, GroupSpec, fa, swa
 from kvcontract.spec.lifecycle import (
     DEFAULT_DEFERRAL_BOUND,
@@ -891,6 +892,19 @@ def deadline_rule_bounds_age(env: Env, impl: Implementation) -> tuple[list[Bool]
     return hyps, and_(base, step, deadline)
 
 
+def deadline_rule_not_early(env: Env, impl: Implementation) -> tuple[list[Bool], Bool]:
+    """The other side of the deadline: a deferral whose clock started at ``start`` does
+    not expire before step ``start + D``, and without a deadline (``NO_BOUND``) it never
+    expires. Expiring earlier decides the lookup over the ready chunks while a load the
+    request waits on may still complete: its tokens are recomputed (a lost hit)."""
+    t, start, bound = env["t"], env["start"], env["D"]
+    hyps = [start >= 0, t >= start, bound >= 0]
+    env.assume(hyps)
+    expires = env.call(impl.deferral_expired, start, t, bound)
+    unbounded = env.call(impl.deferral_expired, start, t, NO_BOUND)
+    return hyps, and_(implies(expires, t >= start + bound), not_(unbounded))
+
+
 def lifecycle_properties() -> list[Property]:
     """C13-C15: the deadline rule for every step (formula), and every lifecycle judge on
     every program of the case space (exhaustive)."""
@@ -905,6 +919,18 @@ def lifecycle_properties() -> list[Property]:
         symbolic_sizes=("D",),
         symbolic_domain="every bound D >= 0",
         impact=Impact.STALL,
+    ), FormulaProperty(
+        "C13", "deadline-not-early",
+        "a deferral expires no earlier than D steps after its clock started, and never "
+        "without a deadline",
+        ("t", "start"), deadline_rule_not_early,
+        lambda: [Config(f"D={bound}", {"D": bound}) for bound in DEADLINE_BOUNDS],
+        "every clock start >= 0 and step t >= start, "
+        f"D in {{{', '.join(str(b) for b in DEADLINE_BOUNDS)}}} and no deadline",
+        uses=("deferral_expired",),
+        symbolic_sizes=("D",),
+        symbolic_domain="every bound D >= 0, and no deadline",
+        impact=Impact.LOST_HIT,
     )]
     for clause, name, description, judge in JUDGES:
         # Every judge reads a trace alone, so the fuzzer's monitor judges it on the

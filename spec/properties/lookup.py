@@ -180,6 +180,18 @@ def lookup_extra_catalog() -> list[tuple[str, Geometry, int, int, int | None]]:
          Geometry((fa(4, eagle=True), swa(4, 8)), hash_lookahead=1), 13, 0, None),
         ("SWA4(sw8,eagle),lookahead", Geometry((swa(4, 8, eagle=True),), hash_lookahead=1),
          17, 0, None),
+        # A GPU hit inside a chunk (bpc > 1: a block-aligned hit need not be chunk-aligned)
+        # with less than one chunk between it and the cap, which lies past the end of the
+        # hit's chunk: worth loading by the contract (N // tpc > L // tpc, counted from the
+        # end of L's chunk), not by a rule that counts a whole chunk from L itself
+        # (:func:`short_of_a_chunk`). FA alone, 12 of 12 (the runtime monitor's request in
+        # vLLM's own test_offloading_connector); FA + SWA, the cap one token short of the
+        # prompt (12 of 13, and 16 of 17 from a hit in the second chunk).
+        ("FA4,bpc3,local4", Geometry((fa(4),), blocks_per_chunk=3), 12, 4, None),
+        ("FA4+SWA4(sw8),bpc3,local4", Geometry((fa(4), swa(4, 8)), blocks_per_chunk=3),
+         13, 4, None),
+        ("FA4+SWA4(sw8),bpc2,local12", Geometry((fa(4), swa(4, 8)), blocks_per_chunk=2),
+         17, 12, None),
     ]
 
 
@@ -471,6 +483,59 @@ def budget_is_maximal(case: LookupCase, observation: LookupObservation) -> str |
     return is_maximal(case, observation)
 
 
+@functools.lru_cache(maxsize=4096)
+def _chunk_of_local_hit(geometry: Geometry, num_tokens: int, local_hit: int,
+                        budget: int | None) -> tuple[int, int, int] | None:
+    """``(group, tpc, first candidate)`` of the first group whose chunk the local hit
+    lies inside with less than one chunk of it to the first candidate (the cap, clamped
+    to the group's keys); None when no group has that shape."""
+    if not local_hit:
+        return None
+    cap = int(multigroup.lookup_cap(geometry, num_tokens, budget))
+    for g, group in enumerate(geometry.groups):
+        tpc = geometry.chunk_tokens(group)
+        first = min(cap, multigroup.complete_chunks(geometry, group, num_tokens) * tpc)
+        if local_hit % tpc and 0 < first - local_hit < tpc:
+            return g, tpc, first
+    return None
+
+
+def short_of_a_chunk(case: LookupCase) -> bool:
+    """Whether the case's local hit lies inside a chunk of some group, with less than one
+    chunk of that group between it and the lookup's first candidate (the cap, clamped to
+    the group's keys). There the contract's worth-loading rule, counted from the end of
+    the local hit's chunk (docs/CONTRACT.md 4.4: ``N // tpc > L // tpc``), may serve a
+    boundary that a rule counting a whole chunk from the local hit itself refuses."""
+    return _chunk_of_local_hit(case.geometry, case.num_tokens, case.local_hit,
+                               case.max_hit_tokens) is not None
+
+
+def local_hit_is_maximal(case: LookupCase, observation: LookupObservation) -> str | None:
+    """C4 from a local hit inside a chunk with less than a chunk to the cap
+    (:func:`short_of_a_chunk`): the accepted hit is the largest servable boundary; the
+    tokens between the local hit and the end of its chunk count towards a chunk (vLLM
+    0.33.0 and 0.34.0 answer nothing there: the early exit of ``_lookup_complete_chunks``
+    counts a whole chunk from the local hit). Vacuous on the other cases
+    (``lookup-is-maximal`` judges those); its own row, so the audit reports this shape
+    apart from the loop's other C4 findings. A lost hit names the group whose chunk the
+    local hit lies in, and whether the lookup looked up any chunk (an early exit does
+    not)."""
+    shape = _chunk_of_local_hit(case.geometry, case.num_tokens, case.local_hit,
+                                case.max_hit_tokens)
+    if shape is None:
+        return None
+    message = is_maximal(case, observation)
+    hit = observation.hit_tokens
+    if message is None or hit is None or hit >= expected_hit(case):
+        return message  # no finding, or not a lost hit (graded by is_maximal)
+    g, tpc, first = shape
+    local = case.local_hit
+    looked = "" if observation.lookups else ", and the lookup looked up no chunk"
+    return (f"{message}: the local hit {local} lies inside chunk {local // tpc} of group "
+            f"{g} ({tpc} tokens a chunk); the cap {first} is less than a chunk past it "
+            f"({first - local} tokens), yet past that chunk's end{looked}")
+
+
 def lookahead_drops_nothing(case: LookupCase, observation: LookupObservation) -> str | None:
     """C5 under lookahead block hashes: an EAGLE group reads like any other group. Its
     block hashes cover the drafter's lookahead, so no chunk of it is volatile: it pops
@@ -649,4 +714,14 @@ def lookup_properties() -> list[CaseProperty]:
         make("C6", "lookup-converges",
              "the loop terminates, maxhit never grows, the final N is servable by every group",
              converges, ON_UPSTREAM_LOOP),
+        # After the others (their order is pinned): the worth-loading rule from a local
+        # hit inside a chunk, on its own row like the budget's. Judged on upstream's loop
+        # (the audit); the monitor judges every lookup by lookup-is-maximal already.
+        make("C4", "lookup-local-hit-is-maximal",
+             "from a local hit inside a chunk with less than a chunk to the cap, the "
+             "accepted hit is the largest boundary every group can serve",
+             local_hit_is_maximal, ON_UPSTREAM_LOOP,
+             "judged on the cases whose local hit lies inside a chunk with less than one "
+             "chunk between it and the cap (vacuous on the others)",
+             relevant=short_of_a_chunk),
     ]

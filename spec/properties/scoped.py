@@ -510,6 +510,8 @@ def scoped_formula(prop: FormulaProperty, scope: Scope) -> FormulaProperty | Non
             configs=lambda: list(configs), symbolic_sizes=(),
             domain=f"the alignment, retention and EAGLE of the given geometries: {labels}",
         )
+    if prop.group_kind is not None:
+        return _kind_scoped(prop, scope, prop.group_kind)
     if not set(_WINDOW) <= set(prop.variables):
         return prop
     sample = prop.configs()[0].values
@@ -522,6 +524,26 @@ def scoped_formula(prop: FormulaProperty, scope: Scope) -> FormulaProperty | Non
         configs=lambda: list(configs), symbolic_sizes=(),
         domain=f"the SWA groups of the given geometries: {labels}",
     )
+
+
+def _kind_scoped(prop: FormulaProperty, scope: Scope, kind: GroupKind
+                 ) -> FormulaProperty | None:
+    """A property of one kind of group on the given geometries' groups of that kind: one
+    configuration per distinct (``bs``, ``bpc``), None when no group has that kind."""
+    configs: dict[tuple[int, int], list[str]] = {}
+    for label, geometry in scope:
+        for group in geometry.groups:
+            if group.kind is kind:
+                key = (geometry.block_tokens(group), geometry.blocks_per_chunk)
+                configs.setdefault(key, []).append(label)
+    if not configs:
+        return None
+    chosen = [Config(f"bs={bs}, bpc={bpc} ({', '.join(labels)})", {"bs": bs, "bpc": bpc})
+              for (bs, bpc), labels in configs.items()]
+    labels = "; ".join(c.label for c in chosen)
+    return dataclasses.replace(prop, configs=lambda: list(chosen), symbolic_sizes=(),
+                               domain=f"the {kind.value} groups of the given geometries: "
+                                      f"{labels}")
 
 
 # -- the scoped catalogue ------------------------------------------------------------------------

@@ -190,10 +190,15 @@ def store_variation_catalog() -> list[StoreVariation]:
         # Chunks of eight SWA blocks whose window frees six of them in one step: vLLM
         # reallocates some freed ones at once and zeroes them in its connector's table,
         # so a stored chunk holds null pages after live ones (C10 placement; vLLM
-        # 0.33.0's jobs shift the window's blocks to lower offsets). Finished only.
+        # 0.33.0's jobs shift the window's blocks to lower offsets). Aborted mid-prefill
+        # (retention None), the final tail's chunk has its marked blocks freed: the spec
+        # never stores it, while vLLM's abort path rewinds below its stored index and
+        # copies the chunk from its connector's stale table, blocks already reused for
+        # later positions included (C9 waste, C10 on the engine's data trace;
+        # docs/vllm-findings.md, "the final tail an abort stores from a stale block
+        # table").
         StoreVariation("FA16+SWA4(sw8),bpc8", Geometry((fa(16), swa(4, 8)),
-                                                       blocks_per_chunk=8), (136,),
-                       aborts=False),
+                                                       blocks_per_chunk=8), (136,)),
         # Lookahead block hashes (docs/CONTRACT.md 2.1): an EAGLE group's mask has no peek
         # block, no chunk is held back while decoding, and P - 1 is the only replay
         # boundary.
@@ -522,11 +527,15 @@ def stores_well_formed(case: StoreCase, run: StoreRun) -> str | None:
     traced run (vLLM's engine), every store job copies what its chunks' positions hold."""
     if run.integrity is not None:
         # What the copies hold, traced on vLLM's engine: a freed block whose content is
-        # intact when copied (vLLM zeroes a reallocated one, fences a copying one) is
-        # not corrupt; what the model's block ranges can only suspect is measured.
+        # intact when copied is not corrupt; what the model's block ranges can only
+        # suspect is measured. A finding the trace graded keeps its impact (a wrong
+        # block in a slot the mask does not mark is waste: no load reads it), any other
+        # is corruption; the worst is reported.
         if not run.integrity:
             return None
-        traced: str = Violation(run.integrity[0], Impact.CORRUPTION)
+        graded = [f if isinstance(f, Violation) else Violation(f, Impact.CORRUPTION)
+                  for f in run.integrity]
+        traced: str = min(graded, key=lambda f: list(Impact).index(f.impact))
         return traced
     steps = schedule_steps(case)
     for g, tracker in enumerate(run.trackers):
@@ -559,13 +568,17 @@ def stores_well_formed(case: StoreCase, run: StoreRun) -> str | None:
 
 
 def stores_placed(case: StoreCase, run: StoreRun) -> str | None:
-    """C10 placement: every live block a store job writes lands in its own CPU chunk at
-    its own offset (``block mod bpc``), null pages before it or not. Read off each
+    """C10 placement: every live block of a chunk a store job stores that the mask marks
+    is written (a load of the chunk reads it), and every live block written lands in its
+    own CPU chunk at its own offset (``block mod bpc``), null pages before it or not.
+    Read off each
     step's job as laid into its chunks (``placements``: the model's tracker through the
     implementation's ``store_block_slot``; on vLLM, its store jobs' block ids, group sizes
     and block indices laid as its CPU worker lays them)."""
     bpc = case.geometry.blocks_per_chunk
+    steps = schedule_steps(case)
     for g, tracker in enumerate(run.trackers):
+        group = case.geometry.groups[g]
         for index, placed in enumerate(tracker.placements):
             for chunk, page, block in placed:
                 if block >= 0 and block != chunk * bpc + page:
@@ -574,6 +587,28 @@ def stores_placed(case: StoreCase, run: StoreRun) -> str | None:
                         f"(chunk {block // bpc}, offset {block % bpc}) into chunk {chunk} at "
                         f"offset {page}: a load of chunk {chunk} reads it in place of "
                         f"block {chunk * bpc + page}", Impact.CORRUPTION)
+                    return found
+            if index >= len(steps) or index >= len(tracker.offers):
+                continue
+            # Every live block of a stored chunk that the mask marks is written: a load
+            # of the chunk reads it (an unmarked one no load reads; a freed marked one is
+            # stores_well_formed's finding; a slot written with bytes of unknown origin
+            # is the data trace's question, not a left-out block).
+            step = steps[index]
+            _, final, live_from = step_bounds(
+                case.geometry, group, step.status, step.num_computed, step.num_scheduled,
+                step.num_tokens, case.prompt_len, case.prompt_only, case.max_offload_tokens)
+            written = {(chunk, page) for chunk, page, _ in placed}
+            for chunk in sorted(set(tracker.offers[index])):
+                left_out = [b for b in group_marked_blocks(case.geometry, group, chunk, final,
+                                                           case.replay_boundaries)
+                            if b >= live_from and (chunk, b % bpc) not in written]
+                if left_out:
+                    found = Violation(
+                        f"group {g}: the store job of step {index} stores chunk {chunk} "
+                        f"without block {left_out[0]}, which its mask marks: a load of chunk "
+                        f"{chunk} reads offset {left_out[0] % bpc} unwritten",
+                        Impact.CORRUPTION)
                     return found
     return None
 

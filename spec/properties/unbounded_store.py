@@ -270,7 +270,8 @@ def stores_well_formed(env: Env, impl: Implementation) -> tuple[list[Bool], Bool
     """Every chunk a step offers is complete within the offloadable tokens, which never
     exceed the committed ones (the prompt with ``offload_prompt_only``, at most
     ``max_offload_tokens``, never the final sampled slot), and every block of it the mask
-    marks is at or past the first live block."""
+    marks is at or past the first live block; the step's candidates start at a chunk
+    index (0 or later)."""
     n, chunk, tpc = env["n"], env["c"], env["T"]
     summary_hyps, has_marked, first_marked = _summary(env)
     block, block_marked = env["b"], env["mb"] == 1
@@ -302,13 +303,15 @@ def stores_well_formed(env: Env, impl: Implementation) -> tuple[list[Bool], Bool
         # The chunk ends within the offloadable tokens ((c + 1) * T <= tokens, stated
         # as c < tokens // T for T >= 1: linear in the lifted term), and those lie within
         # the committed ones: together the chunk ends within what is committed.
-        return implies(offers, and_(
+        # The candidates are chunk indices (a negative one would name no chunk: its
+        # key, read from the end of the request's hashes, is another chunk's).
+        return and_(first >= 0, implies(offers, and_(
             chunk < floordiv(tokens, tpc),
             tokens <= committed,
             implies(prompt_only, tokens <= env["P"]),
             True if cap is None else tokens <= cap,
             implies(block_marked, block >= env["fl"]),  # C10: no freed (null) block
-        ))
+        )))
 
     return hyps, _for_each(env, _FORMED_CHOICES, goal)
 
@@ -422,7 +425,7 @@ def unbounded_store_properties() -> list[FormulaProperty]:
             "C10", "store-steps-well-formed",
             "every chunk a store step offers is complete within the offloadable tokens, "
             "which never exceed the committed ones, and has no marked block below the "
-            "first live block",
+            "first live block; the candidates start at chunk 0 or later",
             ("st", "eagle", "capped", "po", "n", "c", "oc", "hm", "fm", "fl", "b", "mb",
              "nc", "ns", "nt", "P", "M"),
             stores_well_formed, _chunk_sizes, "T in {1,2,4,16}",

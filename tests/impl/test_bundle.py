@@ -27,11 +27,13 @@ mode, and the tokens a request's keys cover (docs/CONTRACT.md 2.1): optional, th
 reference's by default."""
 PLACEMENT = ("store_block_slot",)
 """Where a stored block lands in its CPU chunk (C10): optional, the reference's."""
+MAMBA_RETENTION = ("mamba_first_live_block",)
+"""The first block a Mamba group keeps (C1): optional, the reference's."""
 JUNCTION = ("shared_prefix_junction",)
 """The shared-prefix junction a cut request registers (C12, docs/CONTRACT.md 9.3):
 optional, the reference's."""
 OPTIONAL = (*STORE_STEP, "multigroup_lookup_step", "initial_lookup_cap", *DEADLINE,
-            *FAILED_TRANSFER, *PLACEMENT, *HASH_MODE, *JUNCTION)
+            *FAILED_TRANSFER, *PLACEMENT, *HASH_MODE, *MAMBA_RETENTION, *JUNCTION)
 """Every function with a default (the reference's): the store step's decisions, one
 group's turn of the multi-group lookup, the deferral deadline and what a failed store
 publishes."""

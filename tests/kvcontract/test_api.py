@@ -113,6 +113,19 @@ def test_load_module_file(patches: Path) -> None:
     assert api.load_implementation("module:window.py") is not impl
 
 
+def test_a_whole_copy_of_the_reference_loads(patches: Path) -> None:
+    """A file defining every function of impl/reference.py (a user's edited copy): the
+    two EAGLE-drop fields are read from their one function, ``drops_eagle_block``."""
+    import inspect
+
+    from kvcontract.impl import reference
+
+    (patches / "copy.py").write_text(inspect.getsource(reference), encoding="utf-8")
+    impl = api.load_implementation("module:copy.py")
+    assert impl.lookup_drops_eagle_block(True, 0) and not impl.store_drops_eagle_block(True, 1)
+    assert impl.lookup_drops_eagle_block.__name__ == "drops_eagle_block"
+
+
 @pytest.mark.parametrize(("source", "name", "error", "match"), [
     (None, "missing.py", InputFileError, "no such file"),
     ("x = 1\n", "notes.txt", UsageError, r"module:FILE\.py"),

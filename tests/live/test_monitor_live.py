@@ -70,8 +70,9 @@ def test_vllm_meets_the_contract_on_the_states_it_saw() -> None:
     report = monitor.report
     assert hits[0] == 16
     assert report.violations == [] and report.errors == []
-    # Lookup (C3, C4), load keys and load set (C2), retention (C1), stores (C10).
-    assert {"C1", "C2", "C3", "C4", "C10"} <= set(report.judged)
+    # Lookup (C3, C4), load keys and load set (C2), retention (C1), stores (C8-C10).
+    assert {"C1", "C2", "C3", "C4", "C8", "C9", "C10"} <= set(report.judged)
+    assert report.checks["C8/store-step"] == report.checks["C9/store-step"] >= 2
     assert report.events["lookup"] >= 1 and report.events["load"] == 1
 
 
@@ -84,6 +85,31 @@ def test_the_stale_pending_defect_in_vllms_scanner_is_a_c3_violation() -> None:
     assert found[0].repeats == len(hits)
     assert found[0].witness is not None and found[0].witness["num_tokens"] == 25
     assert monitor.report.errors == []
+
+
+def test_a_deferral_on_a_stalled_store_has_its_cause_on_vllm() -> None:
+    """A resend of a producer whose first store never completes: vLLM's real manager
+    answers its window's chunks HIT_PENDING, so each deferral has its cause (C3's
+    pending chunk in the window) and waits on a store still open."""
+    from kvcontract.live.session import LiveSession
+
+    with _monitored() as monitor:
+        session = LiveSession.open(Geometry((fa(4), swa(4, 8))))
+        tokens = prompt_tokens(25)
+        session.stall_next_store()
+        session.add_request("producer", tokens, 2)
+        for _ in range(3):
+            session.step(64)
+        session.evict_gpu_cache()
+        session.add_request("consumer", tokens, 2)
+        for _ in range(3):
+            session.step(64)
+        observation = session.close()
+    report = monitor.report
+    assert [m.external for m in observation.matches][1:] == [None, None, None]
+    assert report.checks["C13/deferral-has-cause"] == 3
+    assert report.checks["C13/decides-once-ready"] == 3
+    assert report.violations == [] and report.errors == []
 
 
 def test_a_failed_store_is_judged_unpublished_on_vllm() -> None:

@@ -355,9 +355,48 @@ SYNTACTIC = textwrap.dedent('''
 
     def drive_count(impl, group, n):
         return impl.count(1 if group.eagle else 0, n)
+
+
+    def slot(position, first_live_page, nulls_before):
+        return position
+
+
+    def slot_read(position, first_live_page, nulls_before):
+        return position - nulls_before
+
+
+    def place(impl, pages):
+        laid = []
+        first = None
+        nulls = 0
+        for position, live in enumerate(pages):
+            if not live:
+                nulls += 1
+                continue
+            if first is None:
+                first = position
+            laid.append(impl.slot(position, first, nulls))
+        return laid
+
+
+    def place_read(impl, pages):
+        nulls = 0
+        for position, live in enumerate(pages):
+            if not live:
+                nulls += 1
+        return impl.slot_read(0, 0, nulls)
+
+
+    def place_returned(impl, pages):
+        nulls = 0
+        for live in pages:
+            if not live:
+                nulls += 1
+        return impl.slot(0, 0, nulls), nulls
 ''')
 TOY_INDEX = SourceIndex({"toy": (SYNTACTIC, None)},
-                        {"step": ("toy", "step"), "count": ("toy", "count")})
+                        {"step": ("toy", "step"), "count": ("toy", "count"),
+                         "slot": ("toy", "slot"), "slot_read": ("toy", "slot_read")})
 
 
 def _shown(function: str, after: str) -> str | None:
@@ -415,6 +454,34 @@ def test_a_flag_argument_changed_to_another_true_value_is_equivalent() -> None:
     assert syntactic_equivalence(SYNTACTIC, points[0], None) is None  # no callee source
 
 
+def test_a_value_only_an_unread_parameter_receives_is_equivalent() -> None:
+    detail = _shown("place", "nulls += 2")
+    assert detail is not None and "unread argument" in detail and "slot(nulls_before)" in detail
+    detail = _shown("place", "if not first is None:")
+    assert detail is not None and "slot(first_live_page)" in detail
+    assert _shown("place", "if not not live:") is None  # decides what is laid
+    # The callee reads the parameter, or the value escapes: behaviour.
+    assert _shown("place_read", "nulls += 2") is None
+    assert _shown("place_returned", "nulls += 2") is None
+    points = [p for p in enumerate_points(SYNTACTIC, "toy", "toy.py", {"place"})
+              if "nulls += 2" in p.after]
+    assert syntactic_equivalence(SYNTACTIC, points[0], None) is None  # no callee source
+
+
+def test_the_unread_argument_rule_follows_the_target() -> None:
+    """The placement driver's null count is unread by the reference's slot, read by the
+    variant whose slot counts nulls (first-block-null-offset): equivalent for the one,
+    not for the other."""
+    for name, shown in (("reference", True), ("first-block-null-offset", False)):
+        target = resolve_target(name)
+        index = SourceIndex({m.name: (m.source, m.base_source) for m in target.modules},
+                            dict(target.field_functions))
+        point = next(p for p in target.points(["store_job_placement"])
+                     if "nulls += 2" in p.after)
+        found = syntactic_equivalence(target.module(point.module).source, point, index)
+        assert (found is not None) is shown, name
+
+
 def _reference_point(function: str, before: str, after: str) -> Any:
     target = resolve_target("reference")
     found = [p for p in target.points([function]) if before in p.before and after in p.after]
@@ -428,8 +495,9 @@ def _reference_point(function: str, before: str, after: str) -> Any:
      "idempotent assignment"),
     ("lookup_complete_chunks", "1 if drops else 0", "2 if drops else 0",
      "flag argument"),
-    ("lookup_complete_chunks", "g = outcome.loading[0][0]", "g = outcome.loading[0][1]",
-     "message only"),
+    ("multigroup_lookup_step", "if max_hit > num_keys * tokens_per_chunk:",
+     "if max_hit >= num_keys * tokens_per_chunk:", "idempotent assignment"),
+    ("store_job_placement", "nulls = 0", "nulls = 1", "unread argument"),
 ])
 def test_the_issue_s_equivalent_survivors_are_shown(function: str, before: str, after: str,
                                                     rule: str) -> None:

@@ -205,7 +205,8 @@ def test_gen_tests_prints_progress_lines(tmp_path: Path, mtp_file: Path) -> None
                        "--jobs", "1", "--out", str(tmp_path / "repro"))
     assert done.returncode == 0, done.stderr
     progress = [line for line in done.stderr.splitlines() if "proving [" in line]
-    assert sorted(line.split("] ")[1] for line in progress) == [
-        "C1/allocation-bound", "C1/load-set-exact", "C1/retained-blocks-exact"]
-    assert progress[-1].startswith("kvcontract: proving [3/3] ")
+    names = sorted(line.split("] ")[1] for line in progress)
+    assert {"C1/allocation-bound", "C1/load-set-exact", "C1/retained-blocks-exact"} <= set(names)
+    assert all(n.startswith("C1/") for n in names)
+    assert progress[-1].startswith(f"kvcontract: proving [{len(names)}/{len(names)}] ")
     assert "wrote 2 test files" in done.stdout

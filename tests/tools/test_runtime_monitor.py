@@ -7,6 +7,7 @@ from __future__ import annotations
 import ast
 import json
 from pathlib import Path
+from types import SimpleNamespace
 from unittest import mock
 
 import pytest
@@ -15,6 +16,7 @@ from kvcontract.spec.geometry import Geometry, fa, swa
 from kvcontract.tools.runtime_monitor import (
     Finding,
     MonitorReport,
+    RuntimeMonitor,
     hook_manager_method,
     judge_states,
     reproducer_source,
@@ -135,13 +137,17 @@ def test_the_report_document_and_summary() -> None:
     report = MonitorReport(vllm="0.34.0", tests=3)
     report.events.update({"lookup": 4, "load": 1})
     report.judged.update({"C10": 2, "C2": 3})
+    report.judge("C13/deferral-has-cause")
+    report.judge("C13/deferral-bounded")
     report.skip("an asynchronous lookup was in flight (RETRY)", "t.py::test_y", "request r")
     report.violations.append(_finding())
     document = report.to_json()
     assert list(document) == ["kvcontract_monitor", "vllm", "variant", "tests", "events",
-                              "judged", "not_judged", "not_judged_examples", "violations",
-                              "errors", "gaps"]
-    assert list(document["judged"]) == ["C2", "C10"]  # clause order, not string order
+                              "judged", "checks", "not_judged", "not_judged_examples",
+                              "violations", "errors", "gaps"]
+    assert list(document["judged"]) == ["C2", "C10", "C13"]  # clause order, not string order
+    assert document["judged"]["C13"] == 2
+    assert list(document["checks"]) == ["C13/deferral-bounded", "C13/deferral-has-cause"]
     assert document["violations"][0]["clause"] == "C3"
     json.dumps(document)
     lines = report.summary_lines()
@@ -227,3 +233,205 @@ def test_a_request_whose_load_failed_offered_a_hit_again_is_a_c15_violation() ->
     assert lookup(connector, SimpleNamespace(request_id="r"), 0) == (12, True)
     assert [(f.clause, f.kind) for f in monitor.report.violations] == [("C15", "failed-load")]
     assert monitor.report.judged["C15"] == 1 and monitor.report.errors == []
+
+
+# -- C13: what a deferral waits on; C8, C9: the store step ------------------------------------
+# A stand-in connector with what the hooks read, and a geometry given to its watch (no vLLM).
+def _watched(connector: object, geometry: Geometry) -> RuntimeMonitor:
+    from kvcontract.tools.runtime_monitor import _ConnectorWatch
+
+    monitor = RuntimeMonitor()
+    monitor._watches[connector] = _ConnectorWatch(connector, 0, monitor.options, geometry)
+    return monitor
+
+
+def _request(request_id: str, tokens: int, computed: int = 0,
+             finished: bool = False) -> SimpleNamespace:
+    return SimpleNamespace(request_id=request_id, num_tokens=tokens, num_prompt_tokens=tokens,
+                           num_computed_tokens=computed, shared_prefix_boundary=0,
+                           status=SimpleNamespace(name="FINISHED_STOPPED" if finished
+                                                  else "RUNNING"),
+                           is_finished=lambda: finished)
+
+
+def _status(request: SimpleNamespace, keys: list[list[str]], blocks: list[int]) -> SimpleNamespace:
+    return SimpleNamespace(
+        req=request, req_context=object(), transfer_jobs=set(), max_load_tokens=None,
+        max_offload_tokens=None,
+        group_states=tuple(SimpleNamespace(offload_keys=list(group), block_ids=[1] * count,
+                                           next_stored_chunk_idx=0)
+                           for group, count in zip(keys, blocks, strict=True)))
+
+
+class _Connector:
+    """An offloading connector's scheduler side, as far as the monitor reads it."""
+
+    def __init__(self) -> None:
+        self.config = SimpleNamespace(offload_prompt_only=True)
+        self.manager = mock.MagicMock()
+        self._req_status: dict[str, SimpleNamespace] = {}
+        self._jobs: dict[int, SimpleNamespace] = {}
+        self._chunks_being_loaded: set[str] = set()
+
+
+FA4 = Geometry((fa(4),))
+STATES = {"k0": H, "k1": H, "k2": M, "k3": H}
+"""A 16-token request over FA4: chunks 0-1 ready, 2 missing, 3 ready: the contract's
+answer is 8, its load set chunks 0-1."""
+
+
+def _deferral(loading: str | None, job: str = "open",
+              own_job: int | None = None) -> RuntimeMonitor:
+    """The 16-token request's lookup defers while ``loading`` is counted as being loaded
+    by request ``r1``'s load job, or with its own job in flight; the job is ``open``,
+    ``ended`` (the worker reported it done, and the count or ``transfer_jobs`` still
+    hold it) or ``none`` (a fixture's count: no job the monitor saw)."""
+    connector = _Connector()
+    monitor = _watched(connector, FA4)
+    request = _request("r2", 16)
+    status = _status(request, [list(STATES)], [4])
+    connector._req_status["r2"] = status
+    connector.manager.lookup.side_effect = lambda key, context: STATES[key]
+    if loading is not None:
+        connector._chunks_being_loaded.add(loading)
+        if job != "none":
+            connector._jobs[3] = SimpleNamespace(is_store=False, keys=(loading,), req_id="r1")
+    if own_job is not None:
+        status.transfer_jobs.add(own_job)
+        if job != "none":
+            connector._jobs[own_job] = SimpleNamespace(is_store=True, keys=("k0",), req_id="r2")
+    if job == "ended":
+        def update_connector_output(self: _Connector, connector_output: object) -> None:
+            self._jobs.clear()  # a connector that forgets to drop the counts
+
+        monitor._wrap("update_connector_output", update_connector_output)(
+            connector, SimpleNamespace(kv_connector_worker_meta=None))
+
+    def get_num_new_matched_tokens(self: _Connector, request: object,
+                                   num_computed_tokens: int) -> tuple[None, bool]:
+        if not status.transfer_jobs:
+            for key in STATES:  # a connector that defers on any chunk being loaded
+                self.manager.lookup(key, status.req_context)
+        return None, False
+
+    lookup = monitor._wrap("get_num_new_matched_tokens", get_num_new_matched_tokens)
+    assert lookup(connector, request, 0) == (None, False)
+    assert monitor.report.errors == []
+    return monitor
+
+
+def _kinds(monitor: RuntimeMonitor) -> list[tuple[str, str]]:
+    return [(f.clause, f.kind) for f in monitor.report.violations]
+
+
+def test_a_deferral_on_a_chunk_loaded_elsewhere_outside_the_load_set_has_no_cause() -> None:
+    # Chunk 3 lies past the MISS: the contract's answer 8 loads chunks 0-1 only.
+    monitor = _deferral("k3")
+    assert _kinds(monitor) == [("C13", "deferral-has-cause")]
+    finding = monitor.report.violations[0]
+    assert finding.impact == "delay" and "contract's answer 8" in finding.message
+    assert finding.witness is not None and finding.witness["num_tokens"] == 16
+    assert monitor.report.checks["C13/deferral-has-cause"] == 1
+
+
+def test_a_deferral_on_a_chunk_of_the_load_set_another_request_loads_has_its_cause() -> None:
+    monitor = _deferral("k1")
+    assert _kinds(monitor) == []
+    assert monitor.report.checks["C13/deferral-has-cause"] == 1
+    assert monitor.report.checks["C13/decides-once-ready"] == 1
+
+
+def test_a_deferral_on_a_load_that_ended_does_not_decide_once_ready() -> None:
+    # Chunk 1 is still counted as being loaded after its load job ended.
+    monitor = _deferral("k1", job="ended")
+    assert _kinds(monitor) == [("C13", "decides-once-ready")]
+    assert monitor.report.violations[0].impact == "delay"
+
+
+def test_a_loading_count_no_job_the_monitor_saw_holds_is_not_judged() -> None:
+    # A test that adds a key to the connector's count by hand (vLLM's
+    # test_swa_offload_window_covers_unaligned_hit): nothing is known to have ended.
+    monitor = _deferral("k1", job="none")
+    assert _kinds(monitor) == []
+    assert monitor.report.checks["C13/decides-once-ready"] == 0
+    assert any("never saw" in reason for reason in monitor.report.not_judged)
+
+
+def test_a_deferral_on_the_requests_own_transfers() -> None:
+    assert _kinds(_deferral(None, own_job=5)) == []
+    stale = _deferral(None, job="ended", own_job=5)
+    assert _kinds(stale) == [("C13", "decides-once-ready")]
+    assert "transfer_jobs [5]" in stale.report.violations[0].message
+
+
+def test_a_needless_deferral_in_c3s_scope_is_c3s_finding_not_c13s() -> None:
+    # Nothing is being loaded and nothing is pending: C3 reports the deferral.
+    monitor = _deferral(None)
+    assert _kinds(monitor) == [("C3", "lookup")]
+    assert monitor.report.checks["C13/deferral-has-cause"] == 1
+
+
+FA16_SWA4 = Geometry((fa(16), swa(4, 8)))
+"""A = 16 tokens, SWA blocks of 4 with a window of 8 (need 2 of every 4): a 32-token
+prompt's SWA chunks 2, 3, 6, 7 are stored, and FA chunks 0-1 (docs/CONTRACT.md 5)."""
+
+
+def _store_step(swa_offers: list[int], swa_index: int = 8,
+                sampled: int = 0) -> RuntimeMonitor:
+    """A 32-token prompt prefilled in one step; the connector offers FA chunks 0-1 and
+    the SWA chunks given, and moves its stored indices to 2 and ``swa_index``. With
+    ``sampled`` output tokens the request holds them before its prompt is computed."""
+    connector = _Connector()
+    monitor = _watched(connector, FA16_SWA4)
+    request = _request("r", 32)
+    request.num_tokens += sampled
+    status = _status(request, [["f0", "f1"], [f"s{k}" for k in range(8)]], [2, 8])
+    connector._req_status["r"] = status
+
+    def build_connector_meta(self: _Connector, scheduler_output: object) -> None:
+        fa_state, swa_state = status.group_states
+        keys = fa_state.offload_keys[:2] + [swa_state.offload_keys[k] for k in swa_offers]
+        self.manager.prepare_store(keys, status.req_context)
+        fa_state.next_stored_chunk_idx, swa_state.next_stored_chunk_idx = 2, swa_index
+
+    build = monitor._wrap("build_connector_meta", build_connector_meta)
+    build(connector, SimpleNamespace(num_scheduled_tokens={"r": 32}, finished_req_ids=set()))
+    assert monitor.report.errors == []
+    return monitor
+
+
+def test_a_store_step_that_offers_the_spec_steps_chunks_holds() -> None:
+    monitor = _store_step([2, 3, 6, 7])
+    assert _kinds(monitor) == []
+    assert monitor.report.checks["C8/store-step"] == 2  # one judgement per group
+    assert monitor.report.checks["C9/store-step"] == 2
+
+
+def test_a_store_step_that_offers_an_undemanded_chunk_is_c8_waste() -> None:
+    monitor = _store_step([2, 3, 5, 6, 7])
+    assert _kinds(monitor) == [("C8", "store-step")]
+    finding = monitor.report.violations[0]
+    assert finding.impact == "waste" and "offered chunks [5]" in finding.message
+    assert "[5] no reachable boundary demands it" in finding.message
+    assert finding.witness is not None and finding.witness["spec_offers"] == [2, 3, 6, 7]
+
+
+def test_a_store_step_that_misses_a_demanded_chunk_is_a_c9_lost_store() -> None:
+    monitor = _store_step([2, 3, 6])
+    assert _kinds(monitor) == [("C9", "store-step")]
+    assert monitor.report.violations[0].impact == "lost-hit"
+    assert "never offered chunks [7]" in monitor.report.violations[0].message
+
+
+def test_a_stored_index_past_the_spec_steps_is_c9() -> None:
+    # The index moves past a chunk the step could not store yet (the spec's is 8).
+    monitor = _store_step([2, 3, 6, 7], swa_index=9)
+    assert _kinds(monitor) == [("C9", "store-index")]
+
+
+def test_a_step_of_a_request_sampled_mid_prefill_is_not_judged() -> None:
+    # vLLM's model runner samples no token for a partial prefill; a stand-in that does
+    # makes a step both prefill and decode, which no spec status describes.
+    monitor = _store_step([2, 3, 5, 6, 7], sampled=1)
+    assert _kinds(monitor) == [] and monitor.report.checks["C8/store-step"] == 0
+    assert any("partial prefill" in reason for reason in monitor.report.not_judged)

@@ -686,7 +686,8 @@ def syntactic_equivalence(source: str, point: Any, index: SourceIndex | None = N
         return None
     parents = {id(child): parent for parent in ast.walk(found.tree)
                for child in ast.iter_child_nodes(parent)}
-    for rule in (_idempotent_assignment, _message_only, _message_branch, _flag_argument):
+    for rule in (_idempotent_assignment, _message_only, _message_branch, _flag_argument,
+                 _unread_argument):
         detail = rule(found, parents, index)
         if detail is not None:
             return Equivalence(True, "syntactic", detail)
@@ -861,17 +862,9 @@ def _message_branch(found: Any, parents: dict[int, ast.AST],
     (:func:`_is_message_statement`): it decides whether a message is written, nothing
     else; and the test raises in neither form (:func:`_is_total`)."""
     node = found.node
-    current: ast.AST = node
-    while True:
-        parent = parents.get(id(current))
-        if parent is None or (isinstance(parent, ast.stmt) and not isinstance(parent, ast.If)):
-            return None
-        if isinstance(parent, ast.If):
-            if parent.test is not current:
-                return None
-            guard = parent
-            break
-        current = parent
+    guard = _guarding_if(node, parents)
+    if guard is None:
+        return None
     branches = [*guard.body, *guard.orelse]
     if not all(_is_message_statement(stmt, found) for stmt in branches):
         return None
@@ -1097,6 +1090,132 @@ def _flag_argument(found: Any, parents: dict[int, ast.AST],
     return (f"flag argument: {qualname} ({module}) reads its parameter `{parameter}` only "
             f"as a truth value, and `{ast.unparse(argument)}` and `{ast.unparse(changed)}` "
             "have the same truth value for every value of the names in them (Z3)")
+
+
+# (d) a value only parameters the target never reads receive ----------------------------
+_BINDINGS = (ast.Assign, ast.AugAssign, ast.AnnAssign)
+
+
+def _bound_name(stmt: ast.stmt) -> str | None:
+    """The one local name a plain binding statement binds (``x = e``, ``x += e``,
+    ``x: T = e``), or None."""
+    if isinstance(stmt, ast.Assign):
+        targets = stmt.targets
+        return targets[0].id if len(targets) == 1 and isinstance(targets[0], ast.Name) else None
+    if isinstance(stmt, (ast.AugAssign, ast.AnnAssign)) and isinstance(stmt.target, ast.Name):
+        return None if stmt.value is None else stmt.target.id
+    return None
+
+
+def _guarding_if(node: ast.AST, parents: dict[int, ast.AST]) -> ast.If | None:
+    """The ``if`` whose test holds ``node`` (no other statement between them), or None."""
+    current: ast.AST = node
+    while True:
+        parent = parents.get(id(current))
+        if parent is None or (isinstance(parent, ast.stmt) and not isinstance(parent, ast.If)):
+            return None
+        if isinstance(parent, ast.If):
+            return parent if parent.test is current else None
+        current = parent
+
+
+def _binding_guard(node: ast.AST, parents: dict[int, ast.AST]) -> ast.If | None:
+    """The ``if`` whose test holds ``node``, when it has no ``else`` and its body only
+    binds local names (:func:`_bound_name`)."""
+    guard = _guarding_if(node, parents)
+    if guard is None or guard.orelse:
+        return None
+    return guard if all(_bound_name(stmt) is not None for stmt in guard.body) else None
+
+
+def _unread_parameter(use: ast.Name, parents: dict[int, ast.AST], found: Any,
+                      index: SourceIndex) -> str | None:
+    """``callee(parameter)`` when ``use`` is itself an argument of a call to a function of
+    the snapshot whose definition never reads that parameter, else None."""
+    call = parents.get(id(use))
+    if not (isinstance(call, ast.Call) and (any(a is use for a in call.args)
+                                            or any(k.value is use for k in call.keywords))):
+        return None
+    callee = _resolve_callee(call.func, found, index)
+    if callee is None:
+        return None
+    _, qualname, fn = callee
+    parameter = _parameter_for(call, use, fn)
+    if parameter is None or any(
+            isinstance(n, ast.Call) and isinstance(n.func, ast.Name)
+            and n.func.id in ("locals", "vars", "eval", "exec") for n in ast.walk(fn)):
+        return None
+    if any(isinstance(n, ast.Name) and n.id == parameter for n in ast.walk(fn)):
+        return None
+    return f"{qualname}({parameter})"
+
+
+def _unread_argument(found: Any, parents: dict[int, ast.AST],
+                     index: SourceIndex | None) -> str | None:
+    """The change is in the value of a plain binding of a local name, or in the test of
+    an ``if`` whose body only binds local names; and every read of every name such a
+    change can reach is either another such binding (whose value is total, or a test
+    that is) or, by itself, an argument of a call to a function of the snapshot (a
+    bundle field of the campaign's target, or a function of the same module) whose
+    definition never reads that parameter; no nested scope captures those names; and
+    the changed expression raises exactly where the original does. The values differ,
+    and only where the target never looks (e.g. the null count a placement driver hands
+    an implementation whose slot ignores it)."""
+    if index is None:
+        return None
+    node, function = found.node, found.function
+    stmt = _statement(node, parents)
+    if stmt is None:
+        return None
+    guard = _binding_guard(node, parents)
+    root: ast.AST | None
+    if guard is not None:
+        root, reached = guard.test, {_bound_name(s) for s in guard.body}
+    elif (isinstance(stmt, _BINDINGS) and _bound_name(stmt) is not None
+          and _within(node, stmt.value)):
+        root, reached = stmt.value, {_bound_name(stmt)}
+    else:
+        return None
+    why = _raises_alike(found, parents, root)
+    if why is None:
+        return None
+    if any(isinstance(n, (ast.Global, ast.Nonlocal)) for n in ast.walk(function)):
+        return None
+    names: set[str] = {n for n in reached if n is not None}
+    receivers: list[str] = []
+    frontier = list(names)
+    while frontier:
+        name = frontier.pop()
+        if _captured(name, function, parents):
+            return None
+        for use in ast.walk(function):
+            if not (isinstance(use, ast.Name) and use.id == name
+                    and isinstance(use.ctx, ast.Load)):
+                continue
+            receiver = _unread_parameter(use, parents, found, index)
+            if receiver is not None:
+                receivers.append(receiver)
+                continue
+            holder = _statement(use, parents)
+            tested = _binding_guard(use, parents)
+            if tested is not None and _is_total(tested.test):
+                bound = {_bound_name(s) for s in tested.body}
+            elif (isinstance(holder, _BINDINGS) and _bound_name(holder) is not None
+                  and holder.value is not None and _is_total(holder.value)
+                  and _within(use, holder.value)):
+                bound = {_bound_name(holder)}
+            else:
+                return None
+            for more in bound:
+                if more is not None and more not in names:
+                    names.add(more)
+                    frontier.append(more)
+    if not receivers:
+        return None
+    shown = ", ".join(f"`{n}`" for n in sorted(names))
+    read_by = ", ".join(dict.fromkeys(receivers))
+    return (f"unread argument: {shown} reach(es) only {read_by}, a parameter the target's "
+            f"definition never reads ({why}; a syntactic fact)")
 
 
 def _resolve_callee(func: ast.expr, found: Any, index: SourceIndex

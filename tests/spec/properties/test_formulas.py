@@ -39,6 +39,11 @@ MTP, UNALIGNED, UPSTREAM = "mtp-extra-retained", "unaligned-hit", "upstream-curr
 # Keys for every whole hash block, the lookahead ignored (docs/CONTRACT.md 2.1).
 IGNORES_LOOKAHEAD = dataclasses.replace(REFERENCE, name="ignores-lookahead",
                                         keyed_tokens=lambda n, tph, t: n // tph * tph)
+# The state's chunk rounded up: mid-chunk, the chunk still being computed, not the last
+# chunk end's (the state a hit there loads is freed).
+MAMBA_CEIL = dataclasses.replace(
+    REFERENCE, name="mamba-ceil",
+    mamba_first_live_block=lambda n, tpc, bpc: max(-(-n // tpc) - 1, 0) * bpc)
 PLAIN_NONE = {"A": 16, "B": 4, "bpc": 1, "eagle": 0, "R": -1}
 PLAIN_INTERVAL = {"A": 16, "B": 4, "bpc": 1, "eagle": 0, "R": 32}
 # FA 528 + SWA 32, bpc 2: A = 1056 falls inside SWA chunk 16 (tpc 64): docs/CONTRACT.md 12.
@@ -146,6 +151,9 @@ WITNESSES: list[tuple[str, dict[str, int], Implementation | str, dict[int, set[i
     # An EAGLE group under lookahead hashes drops nothing; the mixed lookup still does.
     ("C5/eagle-drop-per-hash-mode", {"x": 1, "h": 1, "T": 1}, "legacy-drop-lookahead-store",
      {}),
+    # Mamba, 4-token chunks, 5 tokens computed: the state of the chunk end at 4 lives in
+    # chunk 0; rounding up keeps only chunk 1.
+    ("C1/mamba-retention-exact", {"n": 5, "bs": 4, "bpc": 1}, MAMBA_CEIL, {0: {0, 1}}),
     # FA boundary 16 over a hit of 0, retention 0: the junction is 16; 0.33.0's connector
     # registers none.
     ("C12/junction-rule-exact", {"q": 1, "F": 16, "L": 0, "h": 0, "R": 0},

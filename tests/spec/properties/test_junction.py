@@ -11,12 +11,14 @@ from kvcontract.spec.properties.end_to_end import (
     EndToEndCase,
     consumers,
     first_consumer,
+    junction_registered,
     no_lost_hit,
     promise,
     run_end_to_end,
     spec_junction,
 )
 from kvcontract.spec.properties.store import StoreCase
+from kvcontract.vocabulary import Impact
 
 RETENTION0 = Geometry((fa(16), swa(4, 8)), retention_interval=0)
 VARIANT = VARIANTS["no-shared-prefix-junction"]
@@ -62,8 +64,30 @@ def test_no_junction_when_the_hit_reaches_the_full_attention_boundary() -> None:
 def test_junction_consumers_are_enumerated_where_the_spec_cuts() -> None:
     producer = StoreCase("test", RETENTION0, 53, (53,), "finished", decode=3)
     found = [c for c in consumers(producer) if c.kind == "junction"]
-    assert found and all(c.shared_tokens % 16 == 1 for c in found)
+    # One token past a multiple of A, and one sparse chunk past it (the sparse keys
+    # reach past the full-attention boundary there).
+    assert {c.shared_tokens % 16 for c in found} == {1, 4}
     for consumer in found:
         case = EndToEndCase(producer, consumer)
         assert spec_junction(RETENTION0, producer, first_consumer(case)) > 0
-        assert no_lost_hit(case, run_end_to_end(case, REFERENCE)) is None
+        observed = run_end_to_end(case, REFERENCE)
+        assert no_lost_hit(case, observed) is None
+        assert observed.junction == spec_junction(RETENTION0, producer, first_consumer(case))
+        assert junction_registered(case, observed) is None
+
+
+def test_a_junction_taken_from_the_sparse_keys_is_refuted() -> None:
+    """The first consumer shares 20 tokens: its full-attention group (16-token chunks)
+    serves 16, its SWA keys reach 20. A junction at 20 holds and stores sparse history
+    for a boundary no full-attention chunk serves (waste); none loses the later hit."""
+    import dataclasses
+
+    producer = StoreCase("test", RETENTION0, 53, (53,), "finished", decode=3)
+    case = next(EndToEndCase(producer, c) for c in consumers(producer)
+                if c.kind == "junction" and c.shared_tokens == 20)
+    observed = run_end_to_end(case, REFERENCE)
+    assert observed.junction == 16
+    wider = junction_registered(case, dataclasses.replace(observed, junction=20))
+    assert wider is not None and wider.impact is Impact.WASTE and "junction 20" in wider
+    none = junction_registered(case, dataclasses.replace(observed, junction=0))
+    assert none is not None and none.impact is Impact.LOST_HIT

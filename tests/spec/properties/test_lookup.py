@@ -4,6 +4,7 @@ sw 8, 17 tokens) and its section-12 sibling, with observations built by hand."""
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from typing import Any
 
@@ -12,7 +13,7 @@ import pytest
 from kvcontract.errors import GeometryError
 from kvcontract.impl.variants import REFERENCE, get_implementation
 from kvcontract.spec import multigroup
-from kvcontract.spec.geometry import Geometry, fa, mamba, swa
+from kvcontract.spec.geometry import Geometry, GroupKind, fa, mamba, swa
 from kvcontract.spec.lookup import HIT, HIT_PENDING, MISS, LookupResult
 from kvcontract.spec.properties import WitnessError, get_property
 from kvcontract.spec.properties.lookup import (
@@ -31,11 +32,13 @@ from kvcontract.spec.properties.lookup import (
     expected_hit,
     is_maximal,
     loads_only_hit,
+    local_hit_is_maximal,
     lookup_cases,
     lookup_catalog,
     lookup_extra_catalog,
     lookup_properties,
     run_lookup,
+    short_of_a_chunk,
 )
 from kvcontract.vocabulary import Impact
 
@@ -305,7 +308,9 @@ def test_pass_count_counts_the_clamps() -> None:
     """Found by ``kvcontract.strategies`` on a geometry vLLM builds, outside the catalogue:
     SWA bs 4 (sw 15) + SWA bs 2 (sw 12), bpc 2, 29 tokens. Clamping maxhit to a group's
     keys lowers it too, and the trace records the clamp (28 -> 24), so the reference's
-    3 passes are within the ranking bound (decreases + 1), and every clause holds."""
+    passes are within the ranking bound (decreases + 1: 3 passes when a shrink restarted
+    the pass; 2 since a shrink goes on with the pass, as vLLM's loop does), and every
+    clause holds."""
     from kvcontract.impl import get_implementation
     from kvcontract.spec.geometry import Geometry, swa
     from kvcontract.spec.lookup import LookupResult
@@ -318,7 +323,7 @@ def test_pass_count_counts_the_clamps() -> None:
                       ((pending, hit, pending), (hit, hit, pending, miss, pending, hit, pending)))
     reference = get_implementation("reference")
     observed = run_lookup(case, reference)
-    assert observed.iterations == 3 and observed.max_hit_trace == [28, 24, 12]
+    assert observed.iterations == 2 and observed.max_hit_trace == [28, 24, 12]
     for theorem in ("C2/lookup-loads-only-hit", "C3/lookup-defers-only-in-scope",
                     "C4/lookup-is-maximal", "C5/eagle-peek", "C6/lookup-converges"):
         assert get_property(theorem).check(case, reference) is None, theorem
@@ -382,16 +387,18 @@ def test_budget_caps_the_contract_answer() -> None:
 
 
 def test_extra_catalog() -> None:
-    """A few thousand cases after the others: budgets below maxhit, the clamp, and the
-    lookahead-hash geometries (keys for the hashed tokens only: 4, 3 + 3 and 4)."""
+    """A few thousand cases after the others: budgets below maxhit, the clamp, the
+    lookahead-hash geometries (keys for the hashed tokens only: 4, 3 + 3 and 4), and the
+    local hits inside a chunk (1, 1 + 1 and 2 + 2 keys)."""
     cases = list(lookup_cases())
     extra = {name for name, *_ in lookup_extra_catalog()}
     first = next(i for i, case in enumerate(cases) if case.geometry_name in extra)
     assert all(case.geometry_name in extra for case in cases[first:])
     budgeted = [case for case in cases if case.max_hit_tokens is not None]
     lookahead = 3 ** 4 + 3 ** 6 + 3 ** 4
+    inside = 3 ** 1 + 3 ** 2 + 3 ** 4
     assert len(budgeted) == 3 ** 4 * 3
-    assert len(cases) - first == 3 ** 4 * 3 + 3 ** 7 + lookahead
+    assert len(cases) - first == 3 ** 4 * 3 + 3 ** 7 + lookahead + inside
     assert sum(1 for case in cases if case.geometry.hash_lookahead) == lookahead
     assert all(case.max_hit_tokens < case.num_tokens - 1 for case in budgeted)
 
@@ -453,3 +460,69 @@ def test_a_budget_below_the_prompt_is_judged_on_its_own_row() -> None:
     assert message is not None and "12" in message
     unbudgeted = LookupCase("x", geometry, 17, 0, ((HIT,) * 4,))
     assert budget_is_maximal(unbudgeted, LookupObservation(0)) is None
+
+
+def _from_the_local_hit(max_hit: Any, confirmed: Any, deferred: Any, local_hit: Any,
+                        tokens_per_chunk: Any, num_keys: Any, *rest: Any) -> Any:
+    """The reference's turn with the worth-loading rule of vLLM 0.33.0 and 0.34.0's early
+    exits of ``_lookup_complete_chunks`` (in the reference's loop): less than a whole
+    chunk between the local hit and the (clamped) boundary gives nothing."""
+    from kvcontract.impl.reference import LOOKUP_NO_CHUNK
+
+    clamped = min(max_hit, num_keys * tokens_per_chunk)
+    if not confirmed and clamped - local_hit < tokens_per_chunk:
+        return clamped, False, deferred, clamped, LOOKUP_NO_CHUNK, False
+    return REFERENCE.multigroup_lookup_step(max_hit, confirmed, deferred, local_hit,
+                                            tokens_per_chunk, num_keys, *rest)
+
+
+def test_a_local_hit_inside_the_last_chunk_is_in_the_catalogue() -> None:
+    """docs/vllm-findings.md (the runtime monitor's C4 finding): FA bs 4, 3 blocks a
+    chunk, a 12-token request with a 4-token GPU hit and chunk 0 ready: the contract
+    serves 12 (the chunk is loaded whole, 4 tokens of it already on the GPU). The
+    catalogue has that shape (a local hit inside a chunk, less than a chunk to the cap,
+    past the hit's chunk) on FA alone and FA + SWA, after every other case; the
+    reference passes every lookup theorem on each of them, and a rule that counts a
+    whole chunk from the local hit loses the hit on its own row."""
+    cases = list(lookup_cases())
+    shaped = [i for i, case in enumerate(cases) if short_of_a_chunk(case)]
+    assert len(shaped) == 3 + 3 ** 2 + 3 ** 4
+    assert shaped == list(range(len(cases) - len(shaped), len(cases)))  # the last ones
+    names = {cases[i].geometry_name for i in shaped}
+    assert names == {"FA4,bpc3,local4", "FA4+SWA4(sw8),bpc3,local4",
+                     "FA4+SWA4(sw8),bpc2,local12"}
+    for i in shaped:
+        case = cases[i]
+        geometry, local = case.geometry, case.local_hit
+        cap = int(multigroup.lookup_cap(geometry, case.num_tokens, case.max_hit_tokens))
+        assert geometry.blocks_per_chunk > 1 and case.max_hit_tokens is None
+        assert geometry.groups[0].kind is GroupKind.FULL
+        for group in geometry.groups:
+            tpc = geometry.chunk_tokens(group)
+            assert local % geometry.block_tokens(group) == 0 and local % tpc
+            assert cap - local < tpc and cap // tpc > local // tpc
+        for prop in lookup_properties():
+            assert prop.check(case, REFERENCE) is None, (prop.theorem_id, case)
+    monitor = LookupCase("FA4,bpc3,local4", Geometry((fa(4),), blocks_per_chunk=3),
+                         12, 4, ((HIT,),))
+    assert monitor in {cases[i] for i in shaped}
+    assert expected_hit(monitor) == 12 and run_lookup(monitor, REFERENCE).hit_tokens == 12
+    prop = get_property("C4/lookup-local-hit-is-maximal")
+    counted = dataclasses.replace(REFERENCE, name="from-the-local-hit",
+                                  multigroup_lookup_step=_from_the_local_hit)
+    assert _run_lookup(monitor, counted).hit_tokens == 4
+    assert prop.check(monitor, counted) == (
+        "the lookup accepted 4; the largest servable boundary is 12: the local hit 4 lies "
+        "inside chunk 0 of group 0 (12 tokens a chunk); the cap 12 is less than a chunk "
+        "past it (8 tokens), yet past that chunk's end, and the lookup looked up no chunk")
+    # It loses exactly where the contract serves more than the local hit (a pending
+    # chunk included: the contract defers there, the rule answers the local hit).
+    lost = [i for i in shaped if prop.check(cases[i], counted) is not None]
+    assert lost == [i for i in shaped if expected_hit(cases[i]) > cases[i].local_hit]
+    assert len(lost) == 42
+    # Vacuous outside the shape: a chunk-aligned local hit, or a chunk or more to gain.
+    aligned = LookupCase("x", FA_SWA, 21, 4, ((HIT,) * 5, (HIT,) * 5))
+    assert not short_of_a_chunk(aligned)
+    assert local_hit_is_maximal(aligned, LookupObservation(4)) is None
+    assert not short_of_a_chunk(LookupCase("x", Geometry((fa(4),), blocks_per_chunk=3),
+                                           24, 4, ((HIT,) * 2,)))

@@ -26,15 +26,16 @@ VARIANT = VARIANTS["first-block-null-offset"]
 BPC = 4
 
 
-def _table(nulls: set[int], size: int) -> list[int]:
-    """Block ids of a group: block ``b`` has id ``b + 1``, the ``nulls`` are null (0)."""
-    return [0 if b in nulls else b + 1 for b in range(size)]
+def _table(nulls: set[int], size: int) -> list[int | None]:
+    """Block ids of a group: block ``b`` has id ``b + 1``, the ``nulls`` are null pages."""
+    return [None if b in nulls else b + 1 for b in range(size)]
 
 
-def _laid(impl: object, chunks: list[int], table: list[int]) -> list[tuple[int, int, int]]:
+def _laid(impl: object, chunks: list[int], table: list[int | None]
+          ) -> list[tuple[int, int, int]]:
     """``(chunk, page, block)`` of each live block the job writes."""
     laid = store_job_placement(impl, chunks, BPC,  # type: ignore[arg-type]
-                               lambda b: table[b] if b < len(table) else 0)
+                               lambda b: table[b] if b < len(table) else None)
     return [(chunks[rank], page, block_id - 1) for block_id, rank, page in laid]
 
 
@@ -73,9 +74,16 @@ def test_a_null_page_of_a_later_chunk_shifts_it_and_drops_what_overflows() -> No
     assert _laid(VARIANT, [1, 2], table)[4:] == [(2, 0, 9), (2, 1, 10), (2, 2, 11)]
 
 
-def _run_with(placements: list[list[tuple[int, int, int]]]) -> types.SimpleNamespace:
-    tracker = types.SimpleNamespace(placements=placements)
-    return types.SimpleNamespace(trackers=[tracker])
+def _run_with(placements: list[list[tuple[int, int, int]]],
+              offers: list[list[int]] | None = None) -> types.SimpleNamespace:
+    """A run whose SWA group's jobs are ``placements`` (and offered ``offers``: by default
+    the chunks the placements name)."""
+    if offers is None:
+        offers = [sorted({chunk for chunk, _, _ in step}) for step in placements]
+    tracker = types.SimpleNamespace(placements=placements, offers=offers)
+    idle = types.SimpleNamespace(placements=[[] for _ in placements],
+                                 offers=[[] for _ in placements])
+    return types.SimpleNamespace(trackers=[idle, tracker])
 
 
 CASE = StoreCase("FA16+SWA4(sw8),bpc4", Geometry((fa(16), swa(4, 8)), blocks_per_chunk=BPC),
@@ -91,7 +99,19 @@ def test_the_judge_fires_on_a_misplaced_block_only() -> None:
     assert "writes block 14 (chunk 3, offset 2) into chunk 3 at offset 1" in found
     assert getattr(found, "impact", None) is Impact.CORRUPTION
     # A block of no known position (a stale id on the engine) is the data trace's.
-    assert stores_placed(CASE, _run_with([[(3, 1, -1)]])) is None  # type: ignore[arg-type]
+    unknown = _run_with([[(3, 1, -1)]], offers=[[]])
+    assert stores_placed(CASE, unknown) is None  # type: ignore[arg-type]
+
+
+def test_the_judge_fires_on_a_marked_block_left_out() -> None:
+    """Chunk 3 stored at step 1 (55 tokens computed, 8 scheduled): the mask marks blocks
+    14 and 15 (the window of the boundary at 63); a job without block 14 leaves the slot a
+    load reads unwritten. Blocks 12 and 13, unmarked, may be left out."""
+    unmarked_out = _run_with([[], [(3, 2, 14), (3, 3, 15)]])
+    assert stores_placed(CASE, unmarked_out) is None  # type: ignore[arg-type]
+    found = stores_placed(CASE, _run_with([[], [(3, 0, 12), (3, 3, 15)]]))  # type: ignore[arg-type]
+    assert found is not None and "without block 14, which its mask marks" in found
+    assert getattr(found, "impact", None) is Impact.CORRUPTION
 
 
 def test_the_model_records_its_placement_per_step() -> None:

@@ -125,7 +125,10 @@ def test_formula_properties_on_the_groups_sizes() -> None:
 
 def test_no_swa_group_no_window_properties() -> None:
     scoped = _by_id(QWEN)
-    assert not any(t.startswith(("C1/", "C7/")) for t in scoped)
+    assert not any(t.startswith("C7/") for t in scoped)
+    # Full attention and Mamba: of C1, only the Mamba group's retention, at its sizes.
+    assert [t for t in scoped if t.startswith("C1/")] == ["C1/mamba-retention-exact"]
+    assert "the mamba groups of the given geometries" in scoped["C1/mamba-retention-exact"].domain
     assert "C2/lookup-loads-only-hit" in scoped and "C12/no-lost-hits" in scoped
 
 

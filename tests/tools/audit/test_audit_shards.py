@@ -247,20 +247,24 @@ def test_a_shard_s_parent_finds_what_an_unsharded_audit_finds() -> None:
 
 
 def test_more_shards_than_units(tmp_path: Path) -> None:
-    """C1 on a built-in is three theorems: shards 4 and 5 of 5 get nothing to do, exit 0
-    (the merge decides), and the five merge into the unsharded audit."""
+    """C1 on a built-in is a few theorems (n, one a unit): with n + 2 shards the last two
+    get nothing to do, exit 0 (the merge decides), and all merge into the unsharded
+    audit."""
     args = ["audit", "--target", "reference", "--clause", "C1", "--quiet", "--jobs", "1"]
     whole = tmp_path / "whole.json"
     assert invoke([*args, "--json", str(whole)]).exit_code == 0
-    paths = [str(tmp_path / f"s{i}.json") for i in range(1, 6)]
+    units = len(_read(whole)["results"])
+    shards = units + 2
+    paths = [str(tmp_path / f"s{i}.json") for i in range(1, shards + 1)]
     for index, path in enumerate(paths, 1):
-        result = invoke([*args, "--shard", f"{index}/5", "--json", path])
+        result = invoke([*args, "--shard", f"{index}/{shards}", "--json", path])
         assert result.exit_code == 0, result.output
     sizes = [len(_read(Path(p))["results"]) for p in paths]
-    assert sizes == [1, 1, 1, 0, 0]
+    assert sizes == [1] * units + [0, 0]
     merged = tmp_path / "merged.json"
     assert invoke(["merge", *paths, "--quiet", "--json", str(merged)]).exit_code == 0
     assert comparable(_read(merged)) == comparable(_read(whole))
     # Merged without the idle shards, the set is incomplete.
-    result = invoke(["merge", *paths[:3]])
-    assert result.exit_code == 2 and "4/5, 5/5 missing" in result.output
+    result = invoke(["merge", *paths[:units]])
+    assert result.exit_code == 2 and (
+        f"{units + 1}/{shards}, {shards}/{shards} missing" in result.output)
