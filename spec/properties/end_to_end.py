@@ -865,6 +865,11 @@ def no_lost_hit(case: EndToEndCase, observation: EndToEndObservation) -> str | N
     return None
 
 
+def is_junction_consumer(case: EndToEndCase) -> bool:
+    """A ``junction`` consumer's case (the cases a junction property judges)."""
+    return case.consumer.kind == "junction"
+
+
 def junction_registered(case: EndToEndCase, observation: EndToEndObservation) -> str | None:
     """C12: the junction a first consumer registers is the spec's: the boundary its
     full-attention groups serve (the producer's owed full-attention chunks, its keys),
@@ -941,7 +946,7 @@ def end_to_end_properties() -> list[CaseProperty]:
             END_TO_END_SPACE, junction_registered, END_TO_END_FUNCTIONS, picture,
             impact=Impact.LOST_HIT,
             domain_note="the junction consumers' first consumers",
-            relevant=lambda case: case.consumer.kind == "junction",
+            relevant=is_junction_consumer,
             # vLLM's own lookup registers it (the request's shared_prefix_boundary)
             observable_on=frozenset({Observer.UPSTREAM_STORE_PATH, Observer.UPSTREAM_LOOP}),
         ),

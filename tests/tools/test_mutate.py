@@ -560,6 +560,38 @@ def test_every_syntactic_claim_on_a_comparable_function_agrees_with_the_comparis
     assert checked >= 2  # the comparable claims (a guarded assignment in each)
 
 
+def test_a_finished_request_is_compared_in_the_contract_s_finished_states() -> None:
+    """``tokens = num_tokens - 1`` on finish, then clamped to the computed tokens: without
+    the ``- 1`` the clamp alone leaves the final sampled slot out in every finished state
+    vLLM produces (all but that slot computed, or an error finish before the prompt's
+    end), so the mutant is equivalent there; ``- 2`` is not."""
+    import ast
+    import types
+
+    target = resolve_target("reference")
+
+    def compared(after: str) -> Any:
+        point = next(p for p in target.points(["get_num_offloadable_tokens"])
+                     if p.before.strip() == "tokens = num_tokens - 1"
+                     and p.after.strip() == after)
+        source = target.module(point.module).source
+        loaded = []
+        for name, tree in (("original", ast.parse(source)),
+                           ("mutant", mutate_tree(source, point))):
+            module = types.ModuleType(f"kvcontract_finished_{name}")
+            sys.modules[module.__name__] = module
+            try:
+                exec(compile(tree, f"{name}.py", "exec"), module.__dict__)
+            finally:
+                del sys.modules[module.__name__]
+            loaded.append(module.get_num_offloadable_tokens)
+        return compare(*loaded)
+
+    shown = compared("tokens = num_tokens")
+    assert shown.equivalent is True and "a finished request all but its final" in shown.detail
+    assert compared("tokens = num_tokens - 2").equivalent is False
+
+
 def test_message_fields_are_read_by_nothing_the_contract_observes() -> None:
     """The declared message fields are written, never read: a lookup's ``reason`` by no
     caller of ``lookup_complete_chunks`` (the property layer, C12, the system), a store

@@ -81,6 +81,7 @@ from kvcontract.spec.properties.end_to_end import (
     _unread,
     consumer_keys,
     contract_supply,
+    is_junction_consumer,
     manager_state,
     promise,
 )
@@ -208,12 +209,23 @@ def unchecked(binding: Binding, wanted: set[str] | None) -> list[dict[str, Any]]
                           "reason": "upstream's store path needs " + ", ".join(absent)})
     absent_lookup = lookup.missing_roles(binding)
     for prop in end_to_end_path_properties():
-        if (absent or absent_lookup) and (wanted is None or prop.clause in wanted):
+        if wanted is not None and prop.clause not in wanted:
+            continue
+        if absent or absent_lookup:
             needs = absent + [_role_line(binding, r) for r in absent_lookup]
             lines.append({"clause": prop.clause, "theorem": f"upstream-{prop.name}",
                           "reason": "upstream's store path and lookup need "
                                     + ", ".join(needs)})
+        elif judges_junctions_only(prop):
+            # Every case it judges is left out on stand-ins: a verdict would be vacuous.
+            lines.append({"clause": prop.clause, "theorem": f"upstream-{prop.name}",
+                          "reason": JUNCTION_NOTE})
     return lines
+
+
+def judges_junctions_only(prop: CaseProperty) -> bool:
+    """Whether ``prop`` decides junction consumers only (the stand-ins leave them out)."""
+    return prop.relevant is is_junction_consumer
 
 
 def store_path_properties(properties: Sequence[CaseProperty] | None = None,
@@ -761,7 +773,7 @@ def upstream_end_to_end_theorems(binding: Binding,
     return [dataclasses.replace(prop, name=f"upstream-{prop.name}", space=space, uses=(),
                                 description=f"upstream's store path and lookup: "
                                             f"{prop.description}")
-            for prop in properties]
+            for prop in properties if not judges_junctions_only(prop)]
 
 
 def is_upstream(name: str) -> bool:

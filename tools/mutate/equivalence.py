@@ -35,7 +35,7 @@ import ast
 import copy
 import inspect
 import itertools
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -105,13 +105,36 @@ mask applies). Arguments outside it are never compared: a mutant that differs on
 changes nothing any caller can see."""
 
 
+FINISHED_STATE: tuple[str, str, str] = ("num_computed_tokens", "num_tokens", "prompt_len")
+"""Where a function takes a request's ``status`` and these three counts, a FINISHED
+request is in one of the contract's two finished states (docs/CONTRACT.md 9.1, the
+hypotheses of ``C10/store-steps-well-formed``): all but the final sampled slot computed
+(``num_tokens = num_computed_tokens + 1``, the prompt computed), or an error finish
+before the prompt's end (``num_computed_tokens < prompt_len = num_tokens``). vLLM finishes
+a request in no other state; arguments outside them are never compared."""
+
+
+def _finished_state(values: Mapping[str, Any]) -> Any:
+    """The finished-state relation over ``values`` (ints or Z3 terms; True when a count
+    is missing or the status is not FINISHED)."""
+    from kvcontract.spec.arith import and_, or_
+    from kvcontract.vocabulary import RequestStatus
+
+    if values.get("status") is not RequestStatus.FINISHED or any(
+            values.get(name) is None for name in FINISHED_STATE):
+        return True
+    computed, tokens, prompt = (values[name] for name in FINISHED_STATE)
+    return or_(and_(tokens == computed + 1, computed >= prompt),
+               and_(computed < prompt, tokens == prompt))
+
+
 def _in_domain(kinds: Sequence[tuple[str, str]], args: Sequence[Any]) -> bool:
     values = {name: value for (name, _), value in zip(kinds, args, strict=True)}
     for a, b in WHOLE_MULTIPLES:
         x, y = values.get(a), values.get(b)
         if isinstance(x, int) and isinstance(y, int) and y > 0 and x % y:
             return False
-    return _implied(kinds, args)
+    return bool(_finished_state(values)) and _implied(kinds, args)
 
 
 def _domain_text(kinds: Sequence[tuple[str, str]]) -> str:
@@ -119,6 +142,9 @@ def _domain_text(kinds: Sequence[tuple[str, str]]) -> str:
     kept = [f"{a} a multiple of {b}" for a, b in WHOLE_MULTIPLES if a in names and b in names]
     kept += [f"{a} implies {b} (the loop's invariant)" for a, b in IMPLIED_FLAGS
              if a in names and b in names]
+    if {"status", *FINISHED_STATE} <= names:
+        kept.append("a finished request all but its final sampled slot computed, or "
+                    "finished by an error before its prompt's end")
     kept += [f"{name} uninterpreted" for name, kind in kinds if kind == SCAN]
     return f" ({', '.join(kept)}: the contract's domain)" if kept else ""
 
@@ -347,6 +373,10 @@ def _z3(original: Callable[..., Any], mutant: Callable[..., Any],
         for multiple, divisor in WHOLE_MULTIPLES:
             if multiple in symbolic and divisor in symbolic:
                 domain.append(symbolic[multiple] % symbolic[divisor] == 0)
+        finished = _finished_state({name: arg for (name, _), arg in zip(kinds, args,
+                                                                        strict=True)})
+        if finished is not True:
+            domain.append(finished)
         try:
             left, right = _lift(original, args, domain), _lift(mutant, args, domain)
             differ = _differs(left, right)

@@ -224,8 +224,14 @@ def test_audit_rows_of_the_upstream_store_theorems() -> None:
     run = run_audit(binding, AuditOptions(clauses=["C12"], examples=20, jobs=1))
     # kvcontract's C12 driver needs a store horizon, never modelled from source text
     # (issue 20): unchecked and named; upstream's executed store path is checked.
-    assert [(u["clause"], u["theorem"]) for u in run.unchecked] == [("C12", "no-lost-hits")]
-    assert "upstream-store-*" in run.unchecked[0]["reason"]
+    # The junction theorem judges junction consumers only, which the stand-ins leave out:
+    # unchecked and named, never a vacuous pass.
+    assert [(u["clause"], u["theorem"]) for u in run.unchecked] == [
+        ("C12", "upstream-junction-registered-exact"), ("C12", "no-lost-hits"),
+        ("C12", "junction-registered-exact")]
+    assert "junction consumers are left out" in run.unchecked[0]["reason"]
+    assert "upstream-store-*" in run.unchecked[1]["reason"]
+    assert not any(r["theorem"] == "upstream-junction-registered-exact" for r in run.rows)
     row = next(r for r in run.rows if r["theorem"] == "upstream-no-lost-hits")
     assert row["verdict"] == "COUNTEREXAMPLE" and row["impact"] == "lost-hit"
     assert row["blame"] == ["_build_store_jobs"]
@@ -246,7 +252,7 @@ def test_missing_function_leaves_the_theorems_unchecked() -> None:
     assert store.upstream_end_to_end_theorems(partial) == []
     lines = {u["theorem"]: u["reason"] for u in store.unchecked(partial, {"C9", "C12"})}
     assert set(lines) == {"upstream-store-store-horizon", "upstream-store-store-steps",
-                          "upstream-no-lost-hits"}
+                          "upstream-no-lost-hits", "upstream-junction-registered-exact"}
     assert all("RequestOffloadState.storable_chunks" in r for r in lines.values())
 
 
