@@ -141,10 +141,11 @@ def test_upstream_lists_are_the_catalogues_declarations() -> None:
     from kvcontract.tools.audit.binding import bind
     from kvcontract.tools.audit.engine import theorems_for
     from kvcontract.tools.audit.lookup import upstream_loop_name
-    from kvcontract.tools.audit.store import UPSTREAM_STORE
+    from kvcontract.tools.audit.store import UPSTREAM_STORE, judges_junctions_only, unchecked
     from kvcontract.tools.audit.targets import resolve_target
 
-    theorems = theorems_for(bind(resolve_target("vllm:installed")))
+    binding = bind(resolve_target("vllm:installed"))
+    theorems = theorems_for(binding)
     names = {t.name for t in theorems if t.name.startswith("upstream-")}
     on_loop = {upstream_loop_name(p.name)
                for p in catalog.observed_by(Observer.UPSTREAM_LOOP, family="lookup")}
@@ -152,8 +153,14 @@ def test_upstream_lists_are_the_catalogues_declarations() -> None:
                 for p in catalog.observed_by(Observer.UPSTREAM_STORE_PATH, family="store")}
     both = {f"upstream-{p.name}"
             for p in catalog.observed_by(Observer.UPSTREAM_STORE_PATH, family="end-to-end")
-            if Observer.UPSTREAM_LOOP in p.observable_on}
+            if Observer.UPSTREAM_LOOP in p.observable_on and not judges_junctions_only(p)}
     assert names == on_loop | on_store | both
+    # The stand-ins leave junction consumers out: a property of those alone is unchecked
+    # (named), never run vacuously.
+    junction_only = {f"upstream-{p.name}" for p in catalog.observed_by(
+        Observer.UPSTREAM_STORE_PATH, family="end-to-end") if judges_junctions_only(p)}
+    assert junction_only and not junction_only & names
+    assert junction_only <= {u["theorem"] for u in unchecked(binding, None)}
     assert "upstream-lookup-converges" in names  # C6 is judged on upstream's loop
     assert "upstream-lookup-eagle-peek" not in names  # its pops are not observable there
 
