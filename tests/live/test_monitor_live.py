@@ -11,6 +11,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -34,6 +35,19 @@ def _monitored() -> Iterator[RuntimeMonitor]:
         yield monitor
     finally:
         monitor.uninstall()
+
+
+def _producer_then_consumer(session: Any, tokens: list[int], max_tokens: int, *,
+                            consumer_steps: int) -> None:
+    """A producer of ``tokens`` for three steps, the GPU prefix cache emptied, then a
+    consumer of the same tokens for ``consumer_steps`` steps (64 tokens a step)."""
+    session.add_request("producer", tokens, max_tokens)
+    for _ in range(3):
+        session.step(64)
+    session.evict_gpu_cache()
+    session.add_request("consumer", tokens, max_tokens)
+    for _ in range(consumer_steps):
+        session.step(64)
 
 
 def _drive_stale_pending(variant: str | None) -> list[int | None]:
@@ -97,13 +111,7 @@ def test_a_deferral_on_a_stalled_store_has_its_cause_on_vllm() -> None:
         session = LiveSession.open(Geometry((fa(4), swa(4, 8))))
         tokens = prompt_tokens(25)
         session.stall_next_store()
-        session.add_request("producer", tokens, 2)
-        for _ in range(3):
-            session.step(64)
-        session.evict_gpu_cache()
-        session.add_request("consumer", tokens, 2)
-        for _ in range(3):
-            session.step(64)
+        _producer_then_consumer(session, tokens, 2, consumer_steps=3)
         observation = session.close()
     report = monitor.report
     assert [m.external for m in observation.matches][1:] == [None, None, None]
@@ -241,13 +249,7 @@ def _deferred_consumer(monitor: RuntimeMonitor, *, store_delay: int | None) -> N
     tokens = prompt_tokens(17)
     if store_delay is None:
         session.stall_next_store()
-    session.add_request("producer", tokens, 1)
-    for _ in range(3):
-        session.step(64)
-    session.evict_gpu_cache()
-    session.add_request("consumer", tokens, 1)
-    for _ in range(12):
-        session.step(64)
+    _producer_then_consumer(session, tokens, 1, consumer_steps=12)
     session.close()
     monitor.flush()
 
