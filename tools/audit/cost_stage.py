@@ -84,6 +84,31 @@ def _store_runners(binding: Binding, cause: Mapping[str, Any]) -> tuple[Any, Any
     return None, None, "store path: kvcontract's over the bound functions on both sides"
 
 
+DENSE_RETENTION_MODE = "prefix_cache_retention_interval=None"
+"""How a defect's ``mode`` (:func:`kvcontract.tools.audit.on_engine.finding_mode`) names
+dense retention."""
+
+
+def _default_retention_first(defect: Mapping[str, Any],
+                             measure: Callable[[int | None], dict[str, Any]],
+                             ) -> dict[str, Any]:
+    """A defect's cost at vLLM's default retention interval (0) first; where it costs
+    nothing there and needs dense retention (its mode says so, or it is waste: a final
+    partial segment's waste needs dense retention, vLLM's default interval keeps no such
+    tail: tools/audit/costs, caveats), at dense retention, said so in its notes."""
+    cost = measure(0)
+    needs_dense = DENSE_RETENTION_MODE in str(defect.get("mode") or "")
+    if cost["rows"] or not (needs_dense or defect["impact"] == Impact.WASTE.value):
+        return cost
+    dense = measure(None)
+    if not dense["rows"]:
+        return cost
+    dense.setdefault("notes", []).append(
+        "no cost at vLLM's default retention interval (0): measured at "
+        f"{DENSE_RETENTION_MODE}, the mode the finding needs")
+    return dense
+
+
 def _cost_job(binding: Binding, defect: Mapping[str, Any]) -> dict[str, Any]:
     """One defect's cost (a sandbox child's job)."""
     from kvcontract.tools.audit.costs import defect_cost
@@ -103,14 +128,9 @@ def _cost_job(binding: Binding, defect: Mapping[str, Any]) -> dict[str, Any]:
         return {"impact": defect["impact"], "summary": _not_costed(defect), "rows": []}
     runners = {"bound_store": bound_store, "patched_store": patched_store}
     lookahead = has_lookahead_hashes(binding)
-    cost = defect_cost(impl, patched, defect["impact"], **runners, lookahead_hashes=lookahead)
-    if defect["impact"] == Impact.WASTE.value and not cost["rows"]:
-        # A final partial segment's waste needs dense retention (no interval): vLLM's
-        # default interval keeps none (tools/audit/costs, caveats).
-        dense = defect_cost(impl, patched, defect["impact"], retention=None, **runners,
-                            lookahead_hashes=lookahead)
-        if dense["rows"]:
-            cost = dense
+    cost = _default_retention_first(defect, lambda retention: defect_cost(
+        impl, patched, defect["impact"], retention=retention, **runners,
+        lookahead_hashes=lookahead))
     cost.setdefault("notes", []).append(path)
     if binding.engine is not None:
         cost["measured_on"] = "model"
@@ -130,10 +150,10 @@ def _engine_cost(binding: Binding, defect: Mapping[str, Any],
 
     impl = filled_implementation(binding)
     bound_resend, patched_resend, bound_store, patched_store = engine_resends(binding, roles)
-    cost = defect_cost(impl, impl, defect["impact"], lengths=ENGINE_LENGTHS,
-                       bound_store=bound_store, patched_store=patched_store,
-                       bound_resend=bound_resend, patched_resend=patched_resend,
-                       lookahead_hashes=has_lookahead_hashes(binding))
+    cost = _default_retention_first(defect, lambda retention: defect_cost(
+        impl, impl, defect["impact"], retention=retention, lengths=ENGINE_LENGTHS,
+        bound_store=bound_store, patched_store=patched_store, bound_resend=bound_resend,
+        patched_resend=patched_resend, lookahead_hashes=has_lookahead_hashes(binding)))
     cost["measured_on"] = "engine"
     cost.setdefault("notes", []).append(
         f"measured on vLLM's engine ({binding.engine.release}): as it is, and with "

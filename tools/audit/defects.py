@@ -227,9 +227,10 @@ def group_defects(rows: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
         clauses = sorted({str(r["clause"]) for r in members}, key=clause_number)
         from kvcontract.tools.reports.fingerprint import fingerprint
 
-        # A configuration every member needs beyond vLLM's defaults (on_engine.finding_mode)
+        # A configuration every member needs beyond vLLM's defaults (on_engine.finding_mode):
+        # none where one member is found in the default mode, each where they differ
         modes = {r.get("mode") for r in members}
-        mode = next(iter(modes)) if len(modes) == 1 else None
+        mode = None if None in modes else " or ".join(sorted(str(m) for m in modes))
 
         defects.append({
             "id": defect_id(key),

@@ -848,7 +848,8 @@ def _row(theorem: Property, result: TheoremResult, evidence: str, witness_case: 
         if result.verdict is Verdict.COUNTEREXAMPLE and witness_case is not None:
             from kvcontract.tools.audit.on_engine import finding_mode
 
-            mode = finding_mode(witness_case)
+            mode = finding_mode(witness_case, theorem if isinstance(
+                theorem, CaseProperty) else None, binding.engine)
             if mode is not None:
                 row["mode"] = mode
     if result.verdict is Verdict.COUNTEREXAMPLE and theorem.name.startswith(UPSTREAM_LOOKUP):

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import itertools
 import os
 import signal
 import threading
@@ -286,6 +287,15 @@ def is_engine_theorem(theorem: Property) -> bool:
     return bool(getattr(space, "family", "").startswith("engine-"))
 
 
+_FAMILY_CALLS: dict[str, tuple[Any, Any]] = {
+    ENGINE_LOOKUP: (lambda j, c: j.lookups.why_not(c), lambda j, c: j.lookups.observe(c)),
+    ENGINE_STORE: (lambda j, c: j.stores.why_not(c), lambda j, c: j.stores.observe(c)),
+    ENGINE_END_TO_END: (lambda j, c: j.resends.why_not(c), lambda j, c: j.resends.observe(c)),
+}
+"""Per engine family, ``(why_not, observe)`` on the per-process judges: why vLLM's engine
+cannot run a case (None: it can), and the engine's observation of one."""
+
+
 def _accepts(judge: EngineJudge, family: str, why: Any) -> Any:
     def accepts(case: Any) -> bool:
         reason = why(judge.judges(), case)
@@ -331,16 +341,14 @@ def engine_theorems(judge: EngineJudge, lookups: Sequence[CaseProperty] | None,
     made: list[CaseProperty] = []
     families = (
         (ENGINE_LOOKUP, upstream_loop_properties(lookups), LOOKUP_SPACE,
-         lambda j, c: j.lookups.why_not(c), lambda j, c: j.lookups.observe(c),
          ENGINE_LOOKUP_VIA, upstream_loop_name),
         (ENGINE_STORE, store_path_properties(stores), STORE_SPACE,
-         lambda j, c: j.stores.why_not(c), lambda j, c: j.stores.observe(c),
          ENGINE_STORE_VIA, lambda name: UPSTREAM_STORE + name),
         (ENGINE_END_TO_END, end_to_end_path_properties(ends), END_TO_END_SPACE,
-         lambda j, c: j.resends.why_not(c), lambda j, c: j.resends.observe(c),
          ENGINE_END_TO_END_VIA, lambda name: f"upstream-{name}"),
     )
-    for family, properties, default_space, why, observe, via, rename in families:
+    for family, properties, default_space, via, rename in families:
+        why, observe = _FAMILY_CALLS[family]
         if not properties:
             continue
         base = properties[0].space if properties[0].space.family != "" else default_space
@@ -363,19 +371,181 @@ builds it with the legacy hashes the geometry states (:mod:`kvcontract.live.buil
 the finding holds in that configuration, not in vLLM's default one."""
 
 
-def finding_mode(case: Any) -> str | None:
-    """The configuration an engine finding on ``case`` needs beyond vLLM's defaults
-    (:data:`LEGACY_HASHES_MODE`), None when it is found in vLLM's default mode. Called in
-    the process that judged it (vLLM imported)."""
-    geometry = getattr(case, "geometry", None)
-    groups = getattr(geometry, "groups", ())
-    if getattr(geometry, "hash_lookahead", 0):
-        return None  # built in the release's default mode (docs/CONTRACT.md 2.1)
-    if not any(g.eagle or g.extra_retained_tokens for g in groups):
-        return None
-    from kvcontract.live.capabilities import has
+@dataclass(frozen=True)
+class ModeSetting:
+    """A configuration a geometry states that vLLM's default may not: the geometry's field,
+    the vLLM option that sets it, and how to read vLLM's default for the field from the
+    running vLLM (never from a release list)."""
 
-    return LEGACY_HASHES_MODE if has("lookahead-block-hashes") else None
+    field: str
+    option: str
+    read_default: Any
+    """``() -> value``: vLLM's default, as the geometry states it; raises where the
+    running vLLM does not say."""
+    meaning: str
+
+    def label(self, value: Any, default: Any, evidence: str) -> str:
+        return (f"{self.option}={value} ({self.meaning}; gone at vLLM's default, {default}: "
+                f"{evidence})")
+
+
+def _default_retention() -> Any:
+    from vllm.config import CacheConfig
+
+    return CacheConfig().prefix_cache_retention_interval
+
+
+MODE_SETTINGS = (
+    ModeSetting("retention_interval", "prefix_cache_retention_interval", _default_retention,
+                "the retention of sliding-window checkpoints"),
+)
+"""The settings besides the block-hash mode that a finding may need (docs/CONTRACT.md 2,
+9.3): each decided per finding on the engine, over its family with the setting at vLLM's
+default (:func:`finding_mode`). Not among them: DCP (vLLM's engine on CPU builds no DCP
+geometry, so no engine finding has one) and partial tails (no option turns them on: vLLM
+derives them from the model, one block per chunk, uniform block sizes and a recurrent
+group, so a finding on such a geometry holds in vLLM's default mode for that model)."""
+
+
+def _drafter_on_legacy_hashes(geometry: Any) -> bool:
+    """A geometry with a drafter (an EAGLE group, or ``e > 0``) built with legacy block
+    hashes: a mode beyond vLLM's default where the release has lookahead hashes."""
+    return not getattr(geometry, "hash_lookahead", 0) and any(
+        g.eagle or g.extra_retained_tokens for g in getattr(geometry, "groups", ()))
+
+
+def _with_geometry_field(encoded: Any, name: str, value: Any) -> Any:
+    """A case's JSON with ``name`` set to ``value`` in every geometry it holds (an
+    end-to-end case holds its producer's and its consumers')."""
+    if isinstance(encoded, dict):
+        return {key: ({**item, name: value} if key == "geometry" and isinstance(item, dict)
+                      else _with_geometry_field(item, name, value))
+                for key, item in encoded.items()}
+    if isinstance(encoded, list):
+        return [_with_geometry_field(item, name, value) for item in encoded]
+    return encoded
+
+
+MODE_SEARCH_CASES = 600
+"""Cases of a finding's family judged at a setting's default before its mode is called
+undecided (:func:`default_mode_search`): a count, never seconds."""
+
+
+@dataclass
+class ModeSearch:
+    """A finding's theorem judged on its family's cases with one geometry setting at
+    vLLM's default (:func:`default_mode_search`)."""
+
+    failing: Any = None
+    """The first case that fails there (None: none found)."""
+    judged: int = 0
+    complete: bool = False
+    """Every case of the family was looked at (the budget did not stop the search)."""
+    left_out: Counter[str] = field(default_factory=Counter)
+    """Changed cases the engine cannot run, by why."""
+
+
+def default_mode_search(judge: EngineJudge, theorem: CaseProperty, case: Any, name: str,
+                        value: Any, budget: int) -> ModeSearch:
+    """``theorem`` judged on vLLM's engine with every geometry's ``name`` set to ``value``:
+    ``case`` (the witness) first, then each case of the theorem's family in its order
+    (duplicates once) in the witness's block-hash mode (a case that needs another mode
+    shows nothing about this one), until one fails or ``budget`` cases were judged. A
+    finding gone at the witness may stay on another case of the family: only the family
+    decides."""
+    from kvcontract.errors import KvContractError
+    from kvcontract.live.judge.lookups import NotRealized
+    from kvcontract.tools.audit.upstream_calls import StandInGap, UpstreamError, UpstreamTimeout
+
+    search = ModeSearch()
+    calls = _FAMILY_CALLS.get(theorem.space.family)
+    if calls is None:
+        search.left_out[f"the {theorem.space.family!r} family is not judged on the "
+                        "engine"] += 1
+        return search
+    why_not, observe = calls
+    base = theorem.space.shares[0] if theorem.space.shares else theorem.space
+    legacy = _drafter_on_legacy_hashes(getattr(case, "geometry", None))
+    seen: set[str] = set()
+    for original in itertools.chain((case,), base.cases()):
+        if search.judged >= budget:
+            return search
+        if _drafter_on_legacy_hashes(getattr(original, "geometry", None)) != legacy:
+            continue
+        try:
+            encoded = _with_geometry_field(theorem.space.to_json(original), name, value)
+            key = repr(encoded)
+            if key in seen:
+                continue
+            seen.add(key)
+            changed = theorem.space.decode(encoded)
+        except (KvContractError, KeyError, TypeError, ValueError) as exc:
+            search.left_out[f"no form with {name}={value!r}: {type(exc).__name__}"] += 1
+            continue
+        reason = why_not(judge.judges(), changed)
+        if reason is not None:
+            search.left_out[str(reason)] += 1
+            continue
+        if theorem.relevant is not None and not theorem.relevant(changed):
+            continue
+        search.judged += 1
+        try:
+            violation = theorem.judge(changed, observe(judge.judges(), changed))
+        except (NotRealized, StandInGap, UpstreamTimeout) as exc:  # kvcontract's gap, a hang
+            search.left_out[type(exc).__name__] += 1
+            continue
+        except UpstreamError:  # vLLM itself raised there: a finding in that setting
+            violation = "raised"
+        if violation is not None:
+            search.failing = changed
+            return search
+    search.complete = True
+    return search
+
+
+def finding_mode(case: Any, theorem: CaseProperty | None = None,
+                 judge: EngineJudge | None = None) -> str | None:
+    """The configuration an engine finding on ``case`` needs beyond vLLM's defaults, None
+    when it is found in vLLM's default mode. The block-hash mode from the geometry
+    (:data:`LEGACY_HASHES_MODE`); each of :data:`MODE_SETTINGS` the geometry states
+    otherwise than vLLM's default, by :func:`default_mode_search`: nothing when a case of
+    the family fails at the default, named when none does in the whole family, "not
+    decided" when the budget or the engine's reach stopped the search. Called in the
+    process that judged it."""
+    needs: list[str] = []
+    geometry = getattr(case, "geometry", None)
+    if _drafter_on_legacy_hashes(geometry):
+        from kvcontract.live.capabilities import has
+
+        if has("lookahead-block-hashes"):
+            needs.append(LEGACY_HASHES_MODE)
+    if geometry is None or theorem is None or judge is None:
+        return "; ".join(needs) or None
+    for setting in MODE_SETTINGS:
+        value = getattr(geometry, setting.field)
+        try:
+            default = setting.read_default()
+        except Exception as exc:  # a release whose config does not say: named, not guessed
+            needs.append(f"{setting.option}={value} (vLLM's default could not be read: "
+                         f"{type(exc).__name__}: {exc}; not decided)")
+            continue
+        if value == default:
+            continue
+        search = default_mode_search(judge, theorem, case, setting.field, default,
+                                     MODE_SEARCH_CASES)
+        if search.failing is not None:
+            continue
+        left = (f"; {sum(search.left_out.values())} left out, "
+                f"{search.left_out.most_common(1)[0][0]}" if search.left_out else "")
+        if search.complete and search.judged:
+            needs.append(setting.label(value, default, f"{search.judged} cases of the "
+                                                       f"family hold there{left}"))
+        else:
+            needs.append(f"{setting.option}={value} (not decided at vLLM's default, "
+                         f"{default}: {search.judged} cases hold there"
+                         f"{', the budget stopped the search' if not search.complete else ''}"
+                         f"{left})")
+    return "; ".join(needs) or None
 
 
 def engine_section(judge: EngineJudge, theorem: Property) -> dict[str, Any]:

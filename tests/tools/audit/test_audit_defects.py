@@ -157,6 +157,9 @@ def test_a_defect_needs_a_mode_only_when_every_finding_does() -> None:
     (mixed,) = group_defects([legacy, _row("C12", "b", "lost-hit", ["f"])])
     assert "mode" not in mixed
     assert not any("needs:" in text for text, _ in defect_block(1, mixed))
+    dense = {**_row("C12", "c", "lost-hit", ["f"]), "mode": "retention=None"}
+    (either,) = group_defects([legacy, dense])
+    assert either["mode"] == f"{LEGACY_HASHES_MODE} or retention=None"
 
 
 def test_a_finding_without_a_drafter_needs_no_mode() -> None:

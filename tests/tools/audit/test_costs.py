@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+from typing import Any
 
 import pytest
 from audit_releases import release_tree
@@ -298,3 +299,33 @@ def test_a_release_without_lookahead_hashes_is_costed_as_stated() -> None:
     assert cost["checked"] == 3 and len(cost["rows"]) == 3
     assert {row["hash_mode"] for row in cost["rows"]} == {"default"}
     assert "legacy hashes" not in cost["summary"]
+
+
+def test_a_defect_is_costed_at_vllms_default_retention_first() -> None:
+    """Retention 0 (vLLM's default) is measured first; dense retention only where the
+    default costs nothing and the finding needs it (its mode) or is waste, and the notes
+    say which was measured."""
+    from kvcontract.tools.audit.cost_stage import DENSE_RETENTION_MODE, _default_retention_first
+
+    asked: list[int | None] = []
+
+    def measure(costs_at: set[int | None]) -> Any:
+        def run(retention: int | None) -> dict[str, Any]:
+            asked.append(retention)
+            return {"rows": [{"retention": retention}] if retention in costs_at else [],
+                    "notes": []}
+        return run
+
+    lost = {"impact": "lost-hit"}
+    assert _default_retention_first(lost, measure({0, None}))["rows"] == [{"retention": 0}]
+    assert asked == [0]
+    asked.clear()
+    assert _default_retention_first(lost, measure({None}))["rows"] == [] and asked == [0]
+    asked.clear()
+    needs = {"impact": "lost-hit", "mode": f"{DENSE_RETENTION_MODE} (gone at 0)"}
+    dense = _default_retention_first(needs, measure({None}))
+    assert asked == [0, None] and dense["rows"] == [{"retention": None}]
+    assert DENSE_RETENTION_MODE in dense["notes"][-1]
+    asked.clear()
+    assert _default_retention_first({"impact": "waste"}, measure({None}))["rows"]
+    assert asked == [0, None]

@@ -3,6 +3,7 @@ the engine did not judge are graded, what a report says and exits with."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 from typing import Any
@@ -214,3 +215,96 @@ def test_a_partial_tree_of_another_release_runs_among_its_own_release(
     same = _package(tmp_path / "same", "0.34.0", "core/b.py")
     assert _release_beneath(same, installed).description.endswith(
         "replacing their counterparts in the installed vLLM 0.34.0")
+
+
+def _mode_fixture(monkeypatch: pytest.MonkeyPatch, fails_at_default: Any,
+                  why_not: str | None = None) -> tuple[Any, Any, Any, list[Any]]:
+    """A store case at retention None (the witness) in a family of two, an engine store
+    theorem failing at retention None and at default retention 0 on the prompts
+    ``fails_at_default`` says, an engine judge stub; vLLM's default retention read as 0
+    without importing vLLM. Returns the case, the theorem, the judge and the judged
+    ``(prompt, retention)`` pairs."""
+    from types import SimpleNamespace
+
+    from kvcontract.spec.geometry import Geometry, fa, swa
+    from kvcontract.spec.properties.store import STORE_SPACE, StoreCase
+    from kvcontract.tools.audit import on_engine
+
+    monkeypatch.setattr(on_engine, "MODE_SETTINGS", (on_engine.ModeSetting(
+        "retention_interval", "prefix_cache_retention_interval", lambda: 0, "retained"),))
+    geometry = Geometry((fa(16), swa(4, 8)), blocks_per_chunk=8)
+    witness = StoreCase("g", geometry, 136, (136,), "aborted")
+    family = [witness, dataclasses.replace(witness, prompt_len=140, steps=(140,)),
+              dataclasses.replace(witness, geometry=dataclasses.replace(
+                  geometry, retention_interval=0)),
+              # another block-hash mode (legacy hashes with a drafter): it fails at the
+              # default retention, and shows nothing about the witness's mode
+              StoreCase("e", Geometry((fa(16), swa(4, 8, eagle=True))), 33, (33,), "finished")]
+    seen: list[Any] = []
+
+    def judge(case: StoreCase, observed: Any) -> str | None:
+        seen.append((case.prompt_len, case.geometry.retention_interval))
+        at_default = case.geometry.retention_interval is not None
+        return "waste" if not at_default or fails_at_default(case.prompt_len) \
+            or case.geometry_name == "e" else None
+
+    stores = SimpleNamespace(why_not=lambda case: why_not, observe=lambda case: "ran")
+    engine = SimpleNamespace(judges=lambda: SimpleNamespace(stores=stores))
+    space = dataclasses.replace(STORE_SPACE, family=on_engine.ENGINE_STORE,
+                                cases=lambda: iter(family))
+    theorem = SimpleNamespace(space=space, relevant=None, judge=judge)
+    return witness, theorem, engine, seen
+
+
+def test_a_finding_gone_at_vllms_default_retention_needs_the_retention(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The retention a finding needs is decided on the engine over its family at vLLM's
+    default (not by the geometry, nor by the witness alone): named when no case fails
+    there, nothing when one does, 'not decided' when the engine or the budget stops the
+    search; nothing to decide at the default already."""
+    from kvcontract.tools.audit import on_engine
+    from kvcontract.tools.audit.on_engine import finding_mode
+
+    case, theorem, engine, seen = _mode_fixture(monkeypatch, lambda prompt: False)
+    mode = finding_mode(case, theorem, engine)
+    assert seen == [(136, 0), (140, 0)]  # the witness first, each changed case once
+    assert mode is not None and mode.startswith("prefix_cache_retention_interval=None") \
+        and "gone at vLLM's default, 0: 2 cases" in mode
+    case, theorem, engine, seen = _mode_fixture(monkeypatch, lambda prompt: prompt == 140)
+    assert finding_mode(case, theorem, engine) is None and seen == [(136, 0), (140, 0)]
+    case, theorem, engine, seen = _mode_fixture(monkeypatch, lambda prompt: False,
+                                                why_not="no engine here")
+    mode = finding_mode(case, theorem, engine)
+    assert seen == [] and mode is not None and "not decided" in mode \
+        and "no engine here" in mode
+    monkeypatch.setattr(on_engine, "MODE_SEARCH_CASES", 1)
+    case, theorem, engine, seen = _mode_fixture(monkeypatch, lambda prompt: False)
+    mode = finding_mode(case, theorem, engine)
+    assert mode is not None and "the budget stopped the search" in mode
+    default = dataclasses.replace(case, geometry=dataclasses.replace(case.geometry,
+                                                                      retention_interval=0))
+    seen.clear()
+    assert finding_mode(default, theorem, engine) is None and seen == []
+
+
+@pytest.mark.slow
+def test_the_abort_tail_finding_needs_dense_retention_on_the_engine(tmp_path: Path) -> None:
+    """On vLLM's engine: the store path's abort-tail waste (C10) is gone at vLLM's default
+    retention and its defect says so; the lookup's lost hit (C4) needs no mode."""
+    from tests.live.conftest import _FOUND, LIVE_REASON
+
+    if not _FOUND.ok:
+        pytest.skip(LIVE_REASON)
+    from kvcontract.tools.cli import main
+
+    modes = {}
+    for clause in ("C10", "C4"):
+        out = tmp_path / f"{clause}.json"
+        with pytest.raises(SystemExit):
+            main(["audit", "--target", "vllm:installed", "--clause", clause, "--jobs", "2",
+                  "--quiet", "--catalogue-only", "--json", str(out)])
+        report = json.loads(out.read_text())
+        modes[clause] = [d.get("mode") for d in report["defects"]]
+    assert modes["C10"] and all(m and m.startswith("prefix_cache_retention_interval=None")
+                                for m in modes["C10"])
+    assert modes["C4"] and all(m is None for m in modes["C4"])
