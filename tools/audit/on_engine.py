@@ -612,6 +612,9 @@ def engine_root_cause(theorem: CaseProperty, witness: Any, binding: Any,
                                            "inferred", names)
     if family == ENGINE_LOOKUP:
         return root_cause.describe(binding, [root_cause.LOOKUP_LOOP_ROLE], "loop")
+    absent = _absent_junction_registration(binding, theorem, witness)
+    if absent is not None:
+        return absent
     from kvcontract.tools.audit.store import blame
 
     return root_cause.describe(binding, [blame(theorem, witness)[1]], "loop")
@@ -632,6 +635,49 @@ def engine_observer(binding: Any, theorem: Property) -> Any:
     if judge is None:
         return None
     return lambda case: _fresh_observe(judge, family, case)
+
+
+JUNCTION_REGISTRATION = "OffloadingConnectorScheduler._maybe_register_shared_prefix_junction"
+"""The connector method that registers a shared-prefix junction (docs/CONTRACT.md 9.3)."""
+LOOKUP_ENTRY = "OffloadingConnectorScheduler._lookup"
+"""The connector's lookup of a request: where a release with junctions registers one
+after accepting a hit."""
+
+
+def _absent_junction_registration(binding: Any, theorem: CaseProperty,
+                                  witness: Any) -> dict[str, Any] | None:
+    """The root cause of a junction consumer's finding on a release whose connector has no
+    junction registration (no :data:`JUNCTION_REGISTRATION` in the lookup's file) and
+    registered none where the contract registers one: the connector's lookup
+    (:data:`LOOKUP_ENTRY`), where the registration is missing, not the loop that answered
+    correctly for the junction it was given. None for any other finding."""
+    from pathlib import Path
+
+    from kvcontract.spec.properties.end_to_end import EndToEndCase, first_consumer, spec_junction
+    from kvcontract.tools.audit.binding import _index
+    from kvcontract.tools.audit.root_cause import LOOKUP_LOOP_ROLE
+
+    if not isinstance(witness, EndToEndCase) or witness.consumer.kind != "junction":
+        return None
+    loop = binding.roles.get(LOOKUP_LOOP_ROLE)
+    if loop is None or loop.path is None:
+        return None
+    functions = _index(Path(loop.path))
+    entry = functions.get(LOOKUP_ENTRY)
+    expected = spec_junction(witness.geometry, witness.producer, first_consumer(witness))
+    if JUNCTION_REGISTRATION in functions or entry is None or not expected:
+        return None
+    try:
+        observation = _fresh_observe(binding.engine, theorem.space.family, witness)
+    except Exception:  # the witness's own run raised: not this cause
+        return None
+    if getattr(observation, "junction", None) != 0:
+        return None
+    return {"how": "loop", "functions": [{
+        "role": "junction_registration", "qualname": LOOKUP_ENTRY,
+        "what": (f"registers no shared-prefix junction (the contract's: {expected}); the "
+                 "release has no junction registration"),
+        "path": str(entry.path), "line": entry.line}]}
 
 
 def _fresh_observe(judge: EngineJudge, family: str, witness: Any) -> Any:

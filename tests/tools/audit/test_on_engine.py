@@ -308,3 +308,38 @@ def test_the_abort_tail_finding_needs_dense_retention_on_the_engine(tmp_path: Pa
     assert modes["C10"] and all(m and m.startswith("prefix_cache_retention_interval=None")
                                 for m in modes["C10"])
     assert modes["C4"] and all(m is None for m in modes["C4"])
+
+
+def test_a_junction_never_registered_is_located_where_the_lookup_would_register_it(
+        tmp_path: Path) -> None:
+    """A junction consumer's finding on a connector with no junction registration, whose
+    first consumer registered none, is located at the connector's _lookup; not where the
+    release has the registration, nor when a junction was registered, nor for another
+    consumer."""
+    from types import SimpleNamespace
+
+    from kvcontract.spec.properties.end_to_end import END_TO_END_SPACE
+    from kvcontract.tools.audit import on_engine
+
+    junction = next(c for c in END_TO_END_SPACE.cases() if c.consumer.kind == "junction")
+    resend = next(c for c in END_TO_END_SPACE.cases() if c.consumer.kind == "resend")
+    registered: list[int] = [0]
+    resends = SimpleNamespace(observe=lambda case: SimpleNamespace(junction=registered[0]))
+    engine = SimpleNamespace(judges=lambda: SimpleNamespace(resends=resends))
+    theorem = SimpleNamespace(space=SimpleNamespace(family=on_engine.ENGINE_END_TO_END))
+    source = tmp_path / "scheduler.py"
+
+    def cause(methods: str, case: Any) -> Any:
+        source.write_text("class OffloadingConnectorScheduler:\n" + "".join(
+            f"    def {m}(self):\n        pass\n" for m in methods.split()))
+        binding = SimpleNamespace(roles={"multi_group_lookup": SimpleNamespace(
+            path=str(source))}, engine=engine)
+        return on_engine._absent_junction_registration(binding, theorem, case)
+
+    found = cause("_lookup _lookup_complete_chunks", junction)
+    assert found is not None and found["functions"][0]["qualname"] == on_engine.LOOKUP_ENTRY
+    assert found["functions"][0]["line"] == 2 and found["how"] == "loop"
+    assert cause("_lookup _maybe_register_shared_prefix_junction", junction) is None
+    assert cause("_lookup", resend) is None
+    registered[0] = 16
+    assert cause("_lookup", junction) is None
