@@ -350,6 +350,114 @@ def run_partial_tail_being_loaded(geometry: Geometry = PARTIAL_TAIL_GEOMETRY,
     return BeingLoadedRun(geometry, prompt_len, supports, observation, events)
 
 
+CAMPAIGN_GEOMETRIES = (
+    PARTIAL_TAIL_GEOMETRY,
+    Geometry((fa(32), mamba(32)), hash_block_size=8),
+    Geometry((fa(64), mamba(64)), hash_block_size=32),
+    Geometry((fa(64), mamba(64)), hash_block_size=16, retention_interval=0),
+    Geometry((fa(64), mamba(64)), hash_block_size=16, blocks_per_chunk=2),
+)
+"""The geometries a partial-tail campaign draws from: FA + Mamba (align mode) with a hash
+block finer than the block, at two block sizes and two hash blocks, at vLLM's default
+retention interval too, and one with two blocks per chunk (partial tails off: the campaign
+checks vLLM agrees). EAGLE geometries are left out: vLLM has partial tails there, keyed at
+a proof position, and the contract states no promise for them
+(:func:`kvcontract.spec.partial_tail.partial_tail_off` says "not checked")."""
+
+CAMPAIGN_CONSUMERS = ("resend", "continuation", "sibling")
+
+
+@dataclass(frozen=True)
+class PartialTailDraw:
+    """One drawn producer/consumer case of a partial-tail campaign."""
+
+    geometry_index: int
+    prompt_len: int
+    consumer: str
+    shared: int | None
+    steps: tuple[int, ...] | None
+
+    @property
+    def geometry(self) -> Geometry:
+        return CAMPAIGN_GEOMETRIES[self.geometry_index]
+
+    def describe(self) -> str:
+        steps = "one shot" if self.steps is None else "+".join(map(str, self.steps))
+        shared = "" if self.shared is None else f" sharing {self.shared}"
+        return (f"{self.geometry.describe()} P={self.prompt_len} ({steps}), "
+                f"{self.consumer}{shared}")
+
+
+def draw_partial_tail_cases(seed: int, count: int) -> list[PartialTailDraw]:
+    """``count`` cases drawn from ``seed`` alone: a geometry of
+    :data:`CAMPAIGN_GEOMETRIES`, a prompt of one to five chunks (a sub-chunk tail most of
+    the time), a consumer (a sibling sharing any prefix), a prefill in one shot or in up
+    to four steps."""
+    import random
+
+    rng = random.Random(f"partial-tails/{seed}")
+    drawn: list[PartialTailDraw] = []
+    for _ in range(count):
+        index = rng.randrange(len(CAMPAIGN_GEOMETRIES))
+        geometry = CAMPAIGN_GEOMETRIES[index]
+        chunk = geometry.chunk_tokens(geometry.groups[0])
+        prompt = rng.randint(2, 5 * chunk)
+        consumer = rng.choice(CAMPAIGN_CONSUMERS)
+        shared = rng.randint(1, prompt) if consumer == "sibling" else None
+        steps: tuple[int, ...] | None = None
+        if prompt > 4 and rng.random() < 0.5:
+            cuts = sorted(rng.sample(range(1, prompt), min(3, prompt - 1, rng.randint(1, 3))))
+            steps = tuple(b - a for a, b in zip([0, *cuts], [*cuts, prompt], strict=True))
+        drawn.append(PartialTailDraw(index, prompt, consumer, shared, steps))
+    return drawn
+
+
+@dataclass
+class PartialTailCampaign:
+    """Drawn partial-tail cases run on vLLM's engine, each judged by
+    :meth:`PartialTailRun.checks`."""
+
+    seed: int
+    runs: int = 0
+    refused: list[str] = field(default_factory=list)
+    violations: list[dict[str, Any]] = field(default_factory=list)
+    """Per failing case: the case, its numbers and each failed check."""
+    served_at_tail: int = 0
+    """Consumers vLLM served at a sub-chunk boundary (the path is reached)."""
+
+    def to_json(self) -> dict[str, Any]:
+        return {"seed": self.seed, "runs": self.runs, "served_at_tail": self.served_at_tail,
+                "refused": self.refused, "violations": self.violations}
+
+    def summary(self) -> str:
+        return (f"partial tails on vLLM: {self.runs} drawn cases (seed {self.seed}), "
+                f"{self.served_at_tail} served at a sub-chunk boundary, "
+                f"{len(self.violations)} violating, {len(self.refused)} refused")
+
+
+def run_partial_tail_campaign(seed: int, count: int) -> PartialTailCampaign:
+    """:func:`draw_partial_tail_cases` run on the installed vLLM's engine
+    (:func:`run_partial_tail`) and judged; a case vLLM refuses to build is listed with
+    why. Depends only on ``seed``, ``count`` and the release."""
+    campaign = PartialTailCampaign(seed)
+    for draw in draw_partial_tail_cases(seed, count):
+        run = run_partial_tail(draw.geometry, draw.prompt_len, draw.consumer,
+                               shared=draw.shared, steps=draw.steps)
+        if isinstance(run, Refused):
+            campaign.refused.append(f"{draw.describe()}: {run.reason}")
+            continue
+        campaign.runs += 1
+        hit = run.hit
+        if hit and hit % run.chunk_tokens:
+            campaign.served_at_tail += 1
+        failed = [{"check": what, "expected": str(expected), "observed": str(observed)}
+                  for what, expected, observed, ok in run.checks() if not ok]
+        if failed:
+            campaign.violations.append({"case": draw.describe(), "numbers": run.numbers(),
+                                        "failed": failed})
+    return campaign
+
+
 KeyTrace = tuple[bool | None, bool, LiveObservation, list[KeyEvent]]
 """vLLM's ``supports_partial_tail`` and ``enable_partial_hash_hits`` (:func:`_flags`), the
 run's observation and every key event of its manager calls."""
@@ -375,6 +483,7 @@ def run_key_trace(geometry: Geometry, trace: Trace,
     return supports, partial_hits, observation, events
 
 
-__all__ = ["LOAD_DELAY", "PARTIAL_TAIL_GEOMETRY", "BeingLoadedRun", "KeyEvent", "KeyTrace",
-           "PartialTailRun", "run_key_trace", "run_partial_tail",
-           "run_partial_tail_being_loaded"]
+__all__ = ["CAMPAIGN_GEOMETRIES", "LOAD_DELAY", "PARTIAL_TAIL_GEOMETRY", "BeingLoadedRun",
+           "KeyEvent", "KeyTrace", "PartialTailCampaign", "PartialTailDraw", "PartialTailRun",
+           "draw_partial_tail_cases", "run_key_trace", "run_partial_tail",
+           "run_partial_tail_being_loaded", "run_partial_tail_campaign"]

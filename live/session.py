@@ -3,8 +3,8 @@
 Contract: a :class:`LiveSession` runs one engine (:func:`~kvcontract.live.build.build`)
 one operation at a time, with the operations and arguments of kvcontract's executable
 system (:class:`~kvcontract.impl.system.engine.OffloadSystem`: ``add_request``,
-``step``, ``finish``, ``abort``, ``preempt``, ``drain``, ``stall_next_store``,
-``retry_lookups``) and of its test fixtures
+``step``, ``finish``, ``finish_with_error``, ``abort``, ``preempt``, ``drain``,
+``stall_next_store``, ``fail_next_load``, ``retry_lookups``) and of its test fixtures
 (:class:`~kvcontract.tools.harness.SystemHarness`: ``install_chunk``, ``mark_loading``,
 ``perturb_left_chunk``, ``fail_next_store``, ``evict_gpu_cache``), so a fuzz program
 drives both. Each operation reaches vLLM through vLLM's own API:
@@ -32,6 +32,15 @@ drives both. Each operation reaches vLLM through vLLM's own API:
   system drops them (the differential's ``failed-store`` class);
 * ``stall_next_store``: the next store job is never reported (its chunks stay pending
   on both systems);
+* ``fail_next_load``: the next load job is reported failed through the scheduler's own
+  failure API (its request in ``failed_recving``, and in ``failed_jobs`` where the
+  release has them), as the executable system fails it, under vLLM's
+  ``kv_load_failure_policy = "recompute"`` (the system's recovery; vLLM's default,
+  ``fail``, ends the request with an error); vLLM then decides (0.34.0 marks the request
+  so it never loads from the offloaded tier again, C15);
+* ``finish_with_error``: ``Scheduler.finish_requests(..., FINISHED_ERROR)`` on a running
+  request wherever its prefill is (a grammar or encoder-cache error; C14's store horizon),
+  ignored on any other, as the executable system ignores it;
 * ``retry_lookups``: the connector's manager answers RETRY to every lookup of the next
   program steps (a stand-in tier with an asynchronous lookup in flight, wrapped around
   vLLM's manager; vLLM's connector decides what a RETRY means);
@@ -87,6 +96,7 @@ class _FailingWorker(HostWorker):
 
     fail_stores: int = 0
     stall_stores: int = 0
+    fail_loads: int = 0
 
     def submit(self, metadata: Any) -> None:
         before = set(self.pending)
@@ -94,6 +104,9 @@ class _FailingWorker(HostWorker):
         for job_id in sorted(set(self.pending) - before):
             job = self.pending[job_id]
             if not job.is_store:
+                if self.fail_loads > 0:
+                    self.fail_loads -= 1
+                    job.failed = True
                 continue
             if self.fail_stores > 0:
                 self.fail_stores -= 1
@@ -245,6 +258,13 @@ class LiveSession:
             return
         self._guard("abort", self._end, request, "FINISHED_ABORTED")
 
+    def finish_with_error(self, name: str) -> None:
+        request = self._request(name)
+        if request is None or str(request.status.name) != "RUNNING":
+            self.log.append(f"error-finish {name} ignored (not running)")
+            return
+        self._guard("finish_with_error", self._end, request, "FINISHED_ERROR")
+
     def _end(self, request: Any, status: str) -> None:
         RequestStatus = vllm_names("vllm.v1.request", "RequestStatus")
         self.engine.scheduler.finish_requests(request.request_id, RequestStatus[status])
@@ -297,6 +317,15 @@ class LiveSession:
 
     def fail_next_store(self) -> None:
         self.worker.fail_stores += 1
+
+    def fail_next_load(self) -> None:
+        # The executable system recovers a failed load as vLLM's recompute policy does
+        # (docs/CONTRACT.md C15); under its default, fail, vLLM ends the request with an
+        # error instead, which no model step mirrors.
+        from kvcontract.live.lifecycle import _set_load_failure_policy
+
+        _set_load_failure_policy(self.engine, "recompute")
+        self.worker.fail_loads += 1
 
     def stall_next_store(self) -> None:
         """The next store job is never reported (a stalled write, vLLM #49829); where the

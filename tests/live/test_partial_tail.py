@@ -83,3 +83,27 @@ def test_a_partial_tail_being_loaded_is_not_loaded_again() -> None:
         assert len(failed) == 1 and "being-loaded deferral" in failed[0]
         assert result.numbers["partial_loads"]["second"] == {"0": [224], "1": [224]}
     assert result.numbers["partial_loads"]["first"] == {"0": [224], "1": [224]}
+
+
+def test_a_partial_tail_campaign_is_clean_and_catches_a_lookup_that_drops_the_tail(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Drawn producer/consumer cases on vLLM's engine (the quick slice of the campaign
+    ``kvcontract fuzz --live`` runs): clean as vLLM is; with its partial-tail lookup
+    answering no tail, the consumers it served at a sub-chunk boundary lose that hit
+    (C12's promise)."""
+    _release_has_partial_tails()
+    from kvcontract.live.partial_tail import draw_partial_tail_cases, run_partial_tail_campaign
+
+    assert draw_partial_tail_cases(3, 12) == draw_partial_tail_cases(3, 12)
+    clean = run_partial_tail_campaign(3, 12)
+    assert clean.runs == 12 and clean.violations == [] and clean.served_at_tail > 0
+    from kvcontract.tools.runtime_monitor import _scheduler_class
+
+    cls = _scheduler_class()
+    assert cls is not None
+    monkeypatch.setattr(cls, "_lookup_partial_tail", lambda self, *args: (False, False))
+    broken = run_partial_tail_campaign(3, 12)
+    assert broken.served_at_tail == 0
+    failed = {check["check"] for v in broken.violations for check in v["failed"]}
+    assert "C12: the consumer's hit is at least the partial-tail promise" in failed
+    assert len(broken.violations) == clean.served_at_tail
