@@ -9,11 +9,15 @@ every lookup, load and store the tests drive through vLLM's offloading connector
 against the contract as it happens (:mod:`kvcontract.tools.runtime_monitor`). Options:
 
 * ``--kvcontract-report FILE.json``: the report (``tests``, ``events``, ``judged`` per
-  clause, ``checks`` per check of a clause judged several ways, ``not_judged``,
+  clause, ``checks`` per check of a clause judged several ways (``C12/junction-registered``:
+  the shared-prefix junction a lookup leaves on its request), ``not_judged``,
   ``violations`` with test id, clause, impact, witness and reproducer, ``errors``: the
   monitor's own); a one-screen summary is printed at the end either way;
-* ``--kvcontract-reproducers DIR``: a pytest reproducer per lookup violation, runnable
-  without vLLM's test harness (and on vLLM's engine where vLLM is installed);
+* ``--kvcontract-reproducers DIR``: a pytest reproducer per violation with a replayable
+  witness (a lookup's states; a store step's request schedule as a ``StoreCase``),
+  runnable without vLLM's test harness (and on vLLM's engine where vLLM is installed);
+  a store-step violation whose request maps onto no ``StoreCase`` says why
+  (``no reproducer: ...``);
 * ``--kvcontract-fail``: a test with a violation fails (otherwise the tests' outcomes
   are their own);
 * ``--kvcontract-deferral-bound D``: C13's bound in scheduler steps (the contract's 4 by
@@ -60,7 +64,8 @@ def pytest_addoption(parser: Any) -> None:
     group.addoption("--kvcontract-report", metavar="FILE.json", default=None,
                     help="write the monitor's report (JSON) to FILE.json")
     group.addoption("--kvcontract-reproducers", metavar="DIR", default=None,
-                    help="write a pytest reproducer per lookup violation into DIR")
+                    help="write a pytest reproducer per violation with a replayable "
+                         "witness (lookups, store steps) into DIR")
     group.addoption("--kvcontract-fail", action="store_true", default=False,
                     help="fail a test in which the monitor found a violation")
     group.addoption("--kvcontract-vllm-variant", metavar="NAME", default=None,

@@ -24,6 +24,17 @@ A wrapper calls vLLM's method unchanged, then reads what it did from vLLM's own 
   depends on: it answers the same in both states, so the one where the contract
   disagrees is the witness. The judging itself is
   :class:`kvcontract.tools.monitor.Monitor`'s, the fuzzer's;
+* the shared-prefix junction after such a lookup (C12, ``C12/junction-registered``,
+  docs/CONTRACT.md 9.3): where the contract agrees with vLLM's hit, the
+  ``shared_prefix_boundary`` vLLM left on the request is the spec's junction for that
+  hit (:func:`spec_junction_of`: ``junction_boundary`` of the boundary the
+  full-attention groups serve with the chunks seen HIT, clamped to the first sparse
+  group's keys; the retention interval the connector's config holds then). vLLM never
+  lowers a junction the local prefix cache set before the lookup: below the spec's it
+  must be raised to it, with no spec junction it must stay; one at or above the spec's
+  is not judged (the contract does not say which of two a request keeps). None or a
+  lower one is a lost hit (the recompute drops the window's state at the junction, a
+  later consumer recomputes past it), one the spec does not owe waste;
 * ``update_state_after_alloc`` (C1, C2, C15): the GPU blocks retained after the hit
   (``Ret``), each loaded key's last answer (a load of a key the manager answered MISS or
   HIT_PENDING is upstream's "not found" / "not ready" crash), the chunks loaded against
@@ -65,12 +76,32 @@ stores restarted (a preemption, a cache reset: the store spec has neither), whos
 counts tokens the request does not hold yet (asynchronous scheduling's placeholders,
 draft tokens) or output tokens before its prompt is computed, of a Mamba group, where
 vLLM's block table or hashes hold fewer chunks than the spec's storable ones, or where
-the connector's alignment, retention or hash mode is not the geometry's. Shared-prefix
-junctions (C12) are taken as vLLM registered them, not judged. A lookup violation has a witness (the
-lookup case, replayable by ``kvcontract.replay`` on the reference and by
-``kvcontract.api.replay_audit`` on vLLM's engine) and, where a reproducer folder is set, a
-pytest file that replays it; every violation carries its request's last connector
-events (a ring of :attr:`MonitorOptions.recent_events`).
+the connector's alignment, retention or hash mode is not the geometry's; junctions of a
+geometry outside the contract's junction cases (a Mamba group, an EAGLE drop, lookahead
+hashes), of a request that holds no ``shared_prefix_boundary`` (a release without
+junctions, a test's mock), of a lookup the contract does not agree with, or whose
+full-attention boundary reads a pending chunk or lies off a chunk end under a
+``max_load_tokens`` cap (vLLM rounds it there).
+
+A lookup violation has a witness (the lookup case, replayable by ``kvcontract.replay`` on
+the reference and by ``kvcontract.api.replay_audit`` on vLLM's engine) and, where a
+reproducer folder is set, a pytest file that replays it (:func:`reproducer_source`). A
+store-step violation (C8, C9) has one where the request's store steps map onto a
+:class:`~kvcontract.spec.properties.store.StoreCase` (:class:`StoreHistory`, kept per
+request like its offers: prompt, the tokens computed at its first store step, each
+prefill step's tokens, its decode steps and ending; an ending after the finding's step
+when it has none yet), its spec run gives the step the monitor judged, and the
+reference meets the theorem on it (:func:`store_theorem`: ``C8/stores-only-demanded``,
+``C8/offered-at-most-once`` or ``C9/store-steps``, replayed on vLLM's engine as its
+``upstream-store-`` theorem). Only the witness is built in the monitored process; the
+reproducer replays it. Where it maps onto none (a refused ``prepare_store``, a test's
+mock manager driving the connector by hand, a step the monitor did not judge, a
+schedule no StoreCase has, an earlier step that already departed from the spec, a
+geometry vLLM's engine does not build) the finding says so in one clause
+(``no reproducer: ...``). A shared-prefix junction violation has a witness (the lookup
+case and the junctions) and no reproducer (the audit binds no junction rule of vLLM's).
+Every violation carries its request's last connector events (a ring of
+:attr:`MonitorOptions.recent_events`).
 
 A wrapper never changes what vLLM returns or raises: the monitor's own exceptions are
 recorded in ``errors`` and swallowed. Memory is bounded: what is kept per request is
@@ -100,7 +131,13 @@ from kvcontract.spec.geometry import Geometry, GroupSpec
 from kvcontract.spec.lifecycle import DEFAULT_DEFERRAL_BOUND, deferral_age, within_deferral_bound
 from kvcontract.spec.properties.lookup import LookupCase
 from kvcontract.spec.properties.lookup import contract_answer as lookup_contract_answer
-from kvcontract.spec.properties.store import spec_step_offers, step_bounds
+from kvcontract.spec.properties.store import (
+    StoreCase,
+    schedule_steps,
+    spec_step_offers,
+    step_bounds,
+    store_expected_offers,
+)
 from kvcontract.spec.reachability import (
     group_marked_blocks,
     store_replay_boundaries,
@@ -405,6 +442,277 @@ def _result_of(answer: Any) -> LookupResult | None:
     return LookupResult.__members__.get(name) if isinstance(name, str) else None
 
 
+# -- shared-prefix junctions (C12, docs/CONTRACT.md 9.3) --------------------------------------
+@dataclass(frozen=True)
+class JunctionJudgement:
+    """The spec's junction for one decided lookup, or why it is not judged online."""
+
+    junction: int | None
+    """:func:`kvcontract.spec.reachability.junction_boundary` (0: none); None: not judged."""
+    full_attention_boundary: int | None = None
+    """The boundary the full-attention groups serve, clamped to the first sparse group's
+    keys (None: none beyond the local hit)."""
+    why_not: str | None = None
+
+
+def junction_scope(geometry: Geometry) -> str | None:
+    """Why the contract states no junction for a lookup on ``geometry`` (None: it does):
+    its junction cases are full-attention + sliding-window geometries without an EAGLE
+    drop or lookahead hashes (docs/CONTRACT.md 9.3, "Narrowed")."""
+    if any(group.kind is GroupKind.MAMBA for group in geometry.groups):
+        return ("a Mamba group (vLLM rounds the boundary to the Mamba state; the "
+                "contract's junction cases are full-attention + sliding-window)")
+    if any(geometry.drops_eagle_block(group) for group in geometry.groups):
+        return "an EAGLE group's dropped block (EAGLE junctions are outside the contract)"
+    if geometry.hash_lookahead:
+        return "lookahead block hashes (junctions with them are outside the contract)"
+    return None
+
+
+def spec_junction_of(case: LookupCase, hit: int, retention_interval: int | None,
+                     first_sparse: int, first_sparse_keys: int,
+                     load_capped: bool = False) -> JunctionJudgement:
+    """The junction the contract owes after ``case``'s lookup accepted ``hit`` tokens
+    past the local hit: ``junction_boundary(F, L, hit, R)``, ``F`` the largest boundary
+    up to the lookup's cap that every full-attention group serves with its chunks HIT
+    (``spec_junction``'s ``promised_hit(..., full_attention_only=True)`` on the states
+    seen), clamped to the keys of the first sparse group the lookup visits
+    (``first_sparse``, holding ``first_sparse_keys`` keyed chunks: vLLM's
+    ``full_attention_hit_boundary``, docs/CONTRACT.md 9.3). Not judged (``why_not``):
+    outside :func:`junction_scope`; a HIT_PENDING chunk read at the full-attention
+    boundary (vLLM's full-attention scan defers there and registers none: the contract
+    states junctions over present and missing chunks); a ``max_load_tokens`` cap
+    (``load_capped``) with a boundary off a chunk end (vLLM rounds the candidate down to
+    each group's chunk, the contract's cap does not)."""
+    from kvcontract.spec.reachability import junction_boundary
+
+    geometry = case.geometry
+    why = junction_scope(geometry)
+    if why is not None:
+        return JunctionJudgement(None, None, why)
+    full = [g for g, spec in enumerate(geometry.groups) if spec.kind is GroupKind.FULL]
+    if not full or len(full) == len(geometry.groups):
+        return JunctionJudgement(0)  # no full-attention boundary a sparse group could cut
+    present = (LookupResult.HIT, LookupResult.HIT_PENDING)
+    cap = int(multigroup.lookup_cap(geometry, case.num_tokens, case.max_hit_tokens))
+
+    def served(states: frozenset[LookupResult]) -> tuple[int | None, set[tuple[int, int]]]:
+        # The largest boundary every full-attention group serves, scanned down from the
+        # first chunk it lacks (a full-attention read range only grows with the boundary).
+        start = cap
+        for g in full:
+            tpc = geometry.chunk_tokens(geometry.groups[g])
+            row = case.states[g]
+            k = case.local_hit // tpc
+            while k < len(row) and row[k] in states:
+                k += 1
+            start = min(start, k * tpc)
+        for boundary in range(start, case.local_hit, -1):
+            reads: set[tuple[int, int]] = set()
+            for g in full:
+                required = multigroup.group_read_requirement(
+                    geometry, geometry.groups[g], boundary, case.local_hit, case.num_tokens)
+                if required is None or any(case.states[g][k] not in states
+                                           for k in range(*required)):
+                    break
+                reads.update((g, k) for k in range(*required))
+            else:
+                return boundary, reads
+        return None, set()
+
+    boundary, reads = served(frozenset(present))
+    if any(case.states[g][k] is LookupResult.HIT_PENDING for g, k in reads):
+        return JunctionJudgement(None, None, "a pending chunk in a full-attention group's "
+                                             "prefix (vLLM's scan defers there)")
+    if boundary is not None:
+        boundary = min(boundary, first_sparse_keys
+                       * geometry.chunk_tokens(geometry.groups[first_sparse]))
+        if load_capped and any(boundary % geometry.chunk_tokens(spec)
+                               for spec in geometry.groups):
+            return JunctionJudgement(None, boundary, "a max_load_tokens cap with the "
+                                     "full-attention boundary off a chunk end (vLLM rounds "
+                                     "it down to each group's chunk)")
+    junction = int(junction_boundary(boundary or 0, case.local_hit, hit, retention_interval))
+    return JunctionJudgement(junction, boundary)
+
+
+def first_sparse_group(geometry: Geometry, connector: Any = None) -> int | None:
+    """The sparse group a lookup visits first: vLLM's own order where its connector
+    names it (``_sliding_window_groups``), else the contract's (largest window first)."""
+    order = getattr(connector, "_sliding_window_groups", None)
+    if isinstance(order, tuple) and order and isinstance(order[0], int) \
+            and 0 <= order[0] < len(geometry.groups):
+        return order[0]
+    from kvcontract.spec.lookup import window_chunks
+
+    windows = {g: int(window_chunks(spec.sliding_window, spec.extra_retained_tokens,
+                                    geometry.chunk_tokens(spec)))
+               for g, spec in enumerate(geometry.groups)
+               if spec.kind is GroupKind.SLIDING_WINDOW and spec.sliding_window is not None}
+    sparse = [g for g in multigroup.group_visit_order(geometry, windows)
+              if geometry.groups[g].kind is not GroupKind.FULL]
+    return sparse[0] if sparse else None
+
+
+# -- a request's store steps as a StoreCase (the store family's witness) ---------------------
+MAX_PREFILL_STEPS = 256
+"""Prefill steps kept per request for its StoreCase (a longer history has no witness)."""
+
+
+@dataclass
+class StoreHistory:
+    """What a :class:`~kvcontract.spec.properties.store.StoreCase` needs of one request's
+    store steps, from its first on: its prompt, the tokens it had computed at its first
+    store step (``start_hit``), the tokens each prefill step scheduled, its decode steps
+    and how it ended; ``broken`` the first reason it maps onto no StoreCase (a step the
+    monitor did not judge, a refused offer, a schedule no StoreCase has). Constant size
+    but for ``prefill`` (at most :data:`MAX_PREFILL_STEPS`); dropped with the request's
+    other store state."""
+
+    start_index: tuple[int, ...]
+    """vLLM's stored index per group at the first store step (a hit's chunks)."""
+    prompt_len: int | None = None
+    start: int = 0
+    prompt_only: bool = True
+    cap: int | None = None
+    prefill: list[int] = field(default_factory=list)
+    decode: int = 0
+    computed: int = 0
+    """Where the schedule is: ``start`` plus every step's tokens so far."""
+    ended: str | None = None
+    steps: int = 0
+    """Store steps seen (judged or not)."""
+    broken: str | None = None
+    departed: int | None = None
+    """The step (``steps`` then) of the request's first store finding."""
+
+    def breaks(self, why: str) -> None:
+        if self.broken is None:
+            self.broken = why
+
+    def advance(self, status: RequestStatus, computed: int, scheduled: int, total: int,
+                prompt_len: int, prompt_only: bool, cap: int | None) -> None:
+        """One judged store step of the request (call :meth:`breaks` for one that is not)."""
+        self.steps += 1
+        if self.broken is not None:
+            return
+        if self.prompt_len is None:
+            self.prompt_len, self.start, self.computed = prompt_len, computed, computed
+            self.prompt_only, self.cap = prompt_only, cap
+        elif (prompt_len, prompt_only, cap) != (self.prompt_len, self.prompt_only, self.cap):
+            self.breaks("its prompt, offload_prompt_only or max_offload_tokens changed "
+                        "between store steps")
+            return
+        if self.ended is not None:
+            self.breaks("a store step after its finish or abort")
+        elif computed != self.computed:
+            self.breaks(f"store step {self.steps} starts at {computed} computed tokens, its "
+                        f"schedule at {self.computed} (a step the monitor did not see)")
+        elif status is RequestStatus.PREFILLING:
+            if self.decode or total != prompt_len:
+                self.breaks(f"a prefill step at {computed} of {total} tokens after its "
+                            "prompt")
+            elif len(self.prefill) >= MAX_PREFILL_STEPS:
+                self.breaks(f"more than {MAX_PREFILL_STEPS} prefill steps")
+            else:
+                self.prefill.append(scheduled)
+                self.computed += scheduled
+        elif status is RequestStatus.DECODING:
+            if computed != prompt_len + self.decode or scheduled != 1 \
+                    or total != computed + 1:
+                self.breaks(f"a decode step of {scheduled} tokens at {computed} of {total} "
+                            "(a StoreCase decodes one token a step after its prompt)")
+            else:
+                self.decode += 1
+                self.computed += 1
+        elif status is RequestStatus.FINISHED:
+            if computed != prompt_len + self.decode or total != computed + 1:
+                self.breaks(f"a finish at {computed} of {total} tokens (a StoreCase "
+                            "finishes after its prompt and decode steps)")
+            self.ended = "finished"
+        else:
+            if self.decode:
+                self.breaks("an abort after decode steps (a StoreCase aborts while "
+                            "prefilling)")
+            self.ended = "aborted"
+
+    def case(self, geometry: Geometry) -> StoreCase | str:
+        """The StoreCase of the steps so far (an ending after the last when it has none
+        yet: a finish once the prompt is computed, else an abort), or why there is none."""
+        if self.broken is not None:
+            return self.broken
+        if self.prompt_len is None:
+            return "no store step of the request was judged"
+        for g, spec in enumerate(geometry.groups):
+            tpc = geometry.chunk_tokens(spec)
+            if self.start % tpc:
+                return (f"it started from {self.start} computed tokens, not a multiple of "
+                        f"group {g}'s {tpc}-token chunk")
+            if self.start_index[g] != self.start // tpc:
+                return (f"its stored index at its first store step ({self.start_index[g]} in "
+                        f"group {g}) is not its hit's {self.start // tpc} chunks")
+        ending = self.ended or ("finished" if self.computed == self.prompt_len + self.decode
+                                else "aborted")
+        case = StoreCase("vllm", geometry, self.prompt_len, tuple(self.prefill), ending,
+                         self.decode, self.prompt_only, self.start, self.cap)
+        try:
+            StoreCase.from_json(case.to_json())
+        except ValueError as exc:
+            return f"no StoreCase holds its schedule ({exc})"
+        return case
+
+
+def spec_store_step(case: StoreCase, index: int) -> list[tuple[list[int], int]]:
+    """Per group, the spec's offers at step ``index`` of ``case``'s schedule and its
+    stored index after it (the spec's own run from the case's start)."""
+    geometry = case.geometry
+    steps = schedule_steps(case)[:index + 1]
+    found = []
+    for g, spec in enumerate(geometry.groups):
+        index_now = case.start_hit // geometry.chunk_tokens(spec)
+        offered: set[int] = set(range(index_now))
+        chosen: list[int] = []
+        for step in steps:
+            chosen, index_now = spec_step_offers(
+                geometry, g, step.status, step.num_computed, step.num_scheduled,
+                step.num_tokens, case.prompt_len, offered, index_now, case.prompt_only,
+                case.replay_boundaries, case.max_offload_tokens)
+            offered.update(chosen)
+        found.append((chosen, index_now))
+    return found
+
+
+def store_theorem(case: StoreCase, kind: str, group: int, extra: Sequence[int],
+                  offered_earlier: set[int]) -> str:
+    """The catalogue store theorem that replays a store-step finding on ``case``: an
+    offered chunk the spec's whole run never offers is ``C8/stores-only-demanded``'s, one
+    the request offered at an earlier step ``C8/offered-at-most-once``'s; any other
+    departure from the spec's step (a chunk early, late or missing, the stored index)
+    ``C9/store-steps``' (it judges the run step by step)."""
+    if kind == "store-step" and extra:
+        if set(extra) - store_expected_offers(case, group):
+            return "C8/stores-only-demanded"
+        if set(extra) & offered_earlier:
+            return "C8/offered-at-most-once"
+    return "C9/store-steps"
+
+
+def engine_theorem(theorem_id: str) -> str:
+    """The audit's theorem on vLLM's engine that replays a catalogue theorem's witness:
+    ``C4/lookup-is-maximal`` -> ``C4/upstream-lookup-is-maximal``, ``C9/store-steps`` ->
+    ``C9/upstream-store-store-steps`` (``kvcontract.api.replay_audit``)."""
+    from kvcontract.spec.properties.base import Family
+    from kvcontract.spec.properties.catalog import get_property
+    from kvcontract.tools.audit.lookup import upstream_loop_name
+    from kvcontract.tools.audit.store import UPSTREAM_STORE
+
+    clause, name = theorem_id.split("/", 1)
+    family = getattr(getattr(get_property(theorem_id), "space", None), "family", None)
+    if family is Family.STORE:
+        return f"{clause}/{UPSTREAM_STORE}{name}"
+    return f"{clause}/{upstream_loop_name(name)}"
+
+
 # -- one connector ----------------------------------------------------------------------------
 class _ConnectorWatch:
     """The monitor's view of one connector: its geometry, its judge, the answers its
@@ -426,6 +734,9 @@ class _ConnectorWatch:
         self.recording: dict[Any, LookupResult | None] | None = None
         self.unobserved = False
         self.complete_hit: list[Any] = []
+        self.complete_boundary: list[Any] = []
+        """What vLLM's ``_lookup_complete_chunks`` reported as its full-attention boundary
+        (0.34.0 returns it beside the hit), per call of the lookup in progress."""
         self.judged_cases: dict[str, LookupCase] = {}
         """Per request, the lookup case its last judged lookup decided (a load's witness)."""
         self.seen_jobs: set[int] = set()
@@ -444,6 +755,8 @@ class _ConnectorWatch:
         """Per request and geometry group, the chunks its store steps offered to the
         manager (C8, C9: the state before each step), from its first store step on;
         kept past ``request_finished`` for the step that builds its last stores."""
+        self.histories: OrderedDict[str, StoreHistory] = OrderedDict()
+        """Per request, its store steps as a StoreCase needs them (with ``offered``)."""
         self.restarted: set[str] = set()
         """Requests whose stores restarted from chunk 0 (a preemption's lookup, a cache
         reset): the store spec has no such restart, their steps are not judged."""
@@ -462,8 +775,11 @@ class _ConnectorWatch:
         offered = self.offered.get(request_id)
         if offered is None:
             offered = self.offered[request_id] = [set(range(base[g])) for g in range(groups)]
+            self.histories[request_id] = StoreHistory(tuple(base))
             while len(self.offered) > self.options.max_requests:
-                self.restarted.discard(self.offered.popitem(last=False)[0])
+                dropped = self.offered.popitem(last=False)[0]
+                self.restarted.discard(dropped)
+                self.histories.pop(dropped, None)
         return offered
 
     def job_ended(self, job_id: int, is_store: bool, keys: Sequence[Any],
@@ -504,6 +820,7 @@ class _ConnectorWatch:
 
     def forget_stores(self, request_id: str) -> None:
         self.offered.pop(request_id, None)
+        self.histories.pop(request_id, None)
         self.restarted.discard(request_id)
 
 
@@ -806,6 +1123,7 @@ class RuntimeMonitor:
         answers: dict[Any, LookupResult | None] = {}
         watch.recording = answers
         watch.complete_hit = []
+        watch.complete_boundary = []
 
         def sink(call_args: tuple[Any, ...], call_kwargs: dict[str, Any], result: Any) -> None:
             if watch.recording is not None:
@@ -821,8 +1139,12 @@ class RuntimeMonitor:
             # vLLM restarts a re-admitted request's stores at chunk 0 (a preemption).
             watch.restarted.add(request.request_id)
         own = getattr(status, "transfer_jobs", None)
+        # The junction the request holds before the connector's lookup (the local prefix
+        # cache's, set by vLLM's scheduler just before: C12).
+        junction = getattr(request, "shared_prefix_boundary", None)
         return {"in_flight": bool(own), "own": frozenset(own or ()),
-                "being_loaded": frozenset(being_loaded or ()), "answers": answers}
+                "being_loaded": frozenset(being_loaded or ()), "answers": answers,
+                "junction": junction if type(junction) is int else None}
 
     def _after_lookup_complete_chunks(self, connector: Any, signature: _Parameters,
                                       args: tuple[Any, ...], kwargs: dict[str, Any],
@@ -830,6 +1152,8 @@ class RuntimeMonitor:
         watch = self._watches.get(connector)
         if watch is not None:
             watch.complete_hit.append(result[0] if isinstance(result, tuple) else result)
+            watch.complete_boundary.append(result[1] if isinstance(result, tuple)
+                                           and len(result) > 1 else None)
 
     def _after_get_num_new_matched_tokens(self, connector: Any,
                                           signature: _Parameters,
@@ -849,6 +1173,11 @@ class RuntimeMonitor:
         hit = result[0] if isinstance(result, tuple) else result
         watch.note(request.request_id, f"lookup at local hit {local}: {hit} "
                    f"({len(answers)} keys asked)")
+        junction = getattr(request, "shared_prefix_boundary", None)
+        if state["junction"] is not None and type(junction) is int \
+                and junction != state["junction"]:
+            self.report.events["junction"] += 1  # the lookup moved the request's junction
+            watch.note(request.request_id, f"junction {state['junction']} -> {junction}")
         self._about = (watch, request.request_id)
         self._judge_deferral(watch, request.request_id, hit)
         if hit is None:
@@ -908,6 +1237,86 @@ class RuntimeMonitor:
             self.report.skip("vLLM did not read chunks the answer depends on, and both "
                              "states agree with it", self.current_test,
                              f"request {request.request_id}: hit={hit}")
+        if hit is not None:
+            self._judge_junction(watch, connector, request, status, state, states.cases,
+                                 local, int(hit))
+
+    # -- the shared-prefix junction (C12) ----------------------------------------------------
+    def _judge_junction(self, watch: _ConnectorWatch, connector: Any, request: Any,
+                        status: Any, state: dict[str, Any], cases: Sequence[LookupCase],
+                        local: int, hit: int) -> None:
+        """The junction vLLM left on the request after a lookup the contract agrees with
+        (``C12/junction-registered``, docs/CONTRACT.md 9.3): the spec's,
+        :func:`spec_junction_of` for the same hit. vLLM never lowers a junction the local
+        prefix cache set before the lookup (``state["junction"]``): one at or above the
+        spec's is not judged (the contract does not say which of two a request keeps);
+        below it, the spec's must replace it; with no spec junction, it must stay."""
+        assert watch.geometry is not None
+        geometry = watch.geometry
+        kinds = {spec.kind for spec in geometry.groups}
+        if GroupKind.FULL not in kinds or kinds == {GroupKind.FULL}:
+            return  # no sparse group cuts a full-attention boundary here
+        request_id = request.request_id
+        before = state.get("junction")
+        after = getattr(request, "shared_prefix_boundary", None)
+        if before is None or type(after) is not int:
+            self.report.skip("C12 junction: the request holds no shared_prefix_boundary (a "
+                             "release without junctions, or a test's mock)", self.current_test,
+                             f"request {request_id}")
+            return
+        retention = getattr(connector.config, "retention_interval",
+                            geometry.retention_interval)
+        if not (retention is None or type(retention) is int):
+            self.report.skip("C12 junction: a stand-in configuration (a test's mock)",
+                             self.current_test, f"request {request_id}")
+            return
+        from kvcontract.spec.properties.lookup import expected_hit
+
+        if any(expected_hit(case) != local + hit for case in cases):
+            self.report.skip("C12 junction: the lookup's hit is not the contract's answer",
+                             self.current_test, f"request {request_id}: hit={hit}")
+            return
+        first = first_sparse_group(geometry, connector)
+        assert first is not None
+        load_capped = getattr(status, "max_load_tokens", None) is not None
+        judged = [spec_junction_of(case, hit, retention, first,
+                                   len(status.group_states[first].offload_keys), load_capped)
+                  for case in cases]
+        why = next((j.why_not for j in judged if j.why_not is not None), None)
+        if why is None and len({j.junction for j in judged}) > 1:
+            why = "the spec's junction depends on chunks vLLM did not read"
+        if why is not None:
+            self.report.skip(f"C12 junction: {why}", self.current_test,
+                             f"request {request_id}: hit={hit}")
+            return
+        judgement = judged[0]
+        junction = judgement.junction
+        assert junction is not None
+        if 0 < junction <= before:
+            self.report.skip("C12 junction: the local prefix cache's junction lies at or "
+                             "past the spec's (vLLM keeps it; the contract does not say "
+                             "which of the two a request keeps)", self.current_test,
+                             f"request {request_id}: local {before}, spec {junction}")
+            return
+        want = max(before, junction)
+        self.report.judge("C12/junction-registered")
+        if after == want:
+            return
+        boundary = judgement.full_attention_boundary
+        theirs = watch.complete_boundary[-1] if watch.complete_boundary else None
+        message = (f"request {request_id}: after accepting {hit} tokens past the local hit "
+                   f"{local}, the request's shared-prefix junction is {after}; the spec's is "
+                   f"{junction} (the full-attention groups serve {boundary or 0}, retention "
+                   f"interval {retention})")
+        if before:
+            message += f", the local prefix cache's {before} before the lookup"
+        if isinstance(theirs, int) and theirs != boundary:
+            message += f"; vLLM's lookup reported the full-attention boundary {theirs}"
+        witness = {"lookup": cases[0].to_json(), "hit": hit, "retention_interval": retention,
+                   "full_attention_boundary": boundary, "junction_before": before,
+                   "registered": after, "spec_junction": junction}
+        self._found("C12", "junction-registered", message, None, witness,
+                    Impact.LOST_HIT if after < want else Impact.WASTE)
 
     # -- what a deferral waits on (C13) --------------------------------------------------
     def _judge_deferral_cause(self, watch: _ConnectorWatch, connector: Any, request: Any,
@@ -1311,13 +1720,21 @@ class RuntimeMonitor:
             self._about = (watch, str(request_id))
             offers = self._offers_of(watch, request_id, status, before, state["calls"])
             why = self._store_out_of_scope(watch, connector, request_id, status, state)
+            history = watch.histories.get(request_id)
             if offers is None or why is not None:
                 self.report.skip(f"store step: {why or 'a stand-in request state'}",
                                  self.current_test, f"request {request_id}")
+                if history is not None:
+                    history.steps += 1
+                    history.breaks(f"a store step the monitor did not judge: {why}")
             else:
-                with contextlib.suppress(_NotJudged):
+                try:
                     self._judge_store_step(watch, connector, output, request_id, status,
                                            before, *offers)
+                except _NotJudged as exc:
+                    if history is not None:
+                        history.steps += 1
+                        history.breaks(f"a store step the monitor did not judge: {exc}")
             if offers is not None and not offers[1]:
                 # What a step offered is offered, judged or not (a refused offer is not:
                 # vLLM offers it again).
@@ -1419,15 +1836,26 @@ class RuntimeMonitor:
                              request_id)
         replay = store_replay_boundaries(geometry, prompt)
         junction = getattr(request, "shared_prefix_boundary", 0)
+        history = watch.histories[request_id]
+        history.advance(step, computed, scheduled, total, prompt, prompt_only, cap)
+        if refused:
+            history.breaks("the manager refused an offer (prepare_store returned None): "
+                           "a StoreCase has no refusals")
         if geometry.retention_interval is not None and isinstance(junction, int) and junction:
             replay = tuple(sorted({*replay, junction}))  # docs/CONTRACT.md 9.3
+            history.breaks(f"its shared-prefix junction {junction} (a StoreCase has none)")
         offered = watch.offered[request_id]
         bpc = geometry.blocks_per_chunk
+        spec_now: list[tuple[list[int], int]] = []
+        found: list[tuple[str, str, str, dict[str, Any], Impact, int, list[int]]] = []
         for g, (spec, group_state) in enumerate(zip(geometry.groups, status.group_states,
                                                     strict=True)):
             if spec.kind is GroupKind.MAMBA:
                 self.report.skip("store step: a Mamba group (vLLM stores its state through "
                                  "the GPU's boundary hand-off)", self.current_test)
+                history.breaks("a Mamba group (its state is stored from the GPU's hand-off, "
+                               "which vLLM's engine judge does not make)")
+                spec_now.append(([], before[g]))
                 continue
             storable, final, live_from = step_bounds(geometry, spec, step, computed,
                                                      scheduled, total, prompt, prompt_only,
@@ -1437,10 +1865,14 @@ class RuntimeMonitor:
                 self.report.skip("store step: vLLM's block table or block hashes hold fewer "
                                  "chunks than the spec's storable ones", self.current_test,
                                  f"request {request_id} group {g}")
+                history.breaks("vLLM's block table or hashes held fewer chunks than the "
+                               "spec's storable ones")
+                spec_now.append(([], before[g]))
                 continue
             expected, index = spec_step_offers(geometry, g, step, computed, scheduled, total,
                                                prompt, offered[g], before[g], prompt_only,
                                                replay, cap)
+            spec_now.append((expected, index))
             extra = sorted(got[g] - set(expected))
             missing = sorted(set(expected) - got[g])
             null = [c for c in missing if any(
@@ -1450,6 +1882,8 @@ class RuntimeMonitor:
                 self.report.skip("store step: a chunk the spec stores holds a block the "
                                  "connector's table has as null", self.current_test,
                                  f"request {request_id} group {g} chunks {null}")
+                history.breaks("a chunk the spec stores held a block the connector's table "
+                               "has as null")
                 missing = [c for c in missing if c not in null]
             self.report.judge("C8/store-step")
             self.report.judge("C9/store-step")
@@ -1462,28 +1896,85 @@ class RuntimeMonitor:
                        "next_before": before[g], "offered_before": sorted(offered[g]),
                        "offered": sorted(got[g]), "spec_offers": list(expected)}
             if extra:
-                self._found("C8", "store-step",
-                            f"{what}: offered chunks {extra} the spec's step does not "
-                            f"(it offers {list(expected)}): " + _why_extra(
-                                extra, offered[g], before[g], storable, live_from,
-                                {c: group_marked_blocks(geometry, spec, c, final, replay)
-                                 for c in extra}),
-                            None, witness, Impact.WASTE)
+                found.append(("C8", "store-step",
+                              f"{what}: offered chunks {extra} the spec's step does not "
+                              f"(it offers {list(expected)}): " + _why_extra(
+                                  extra, offered[g], before[g], storable, live_from,
+                                  {c: group_marked_blocks(geometry, spec, c, final, replay)
+                                   for c in extra}),
+                              witness, Impact.WASTE, g, extra))
             if missing:
-                self._found("C9", "store-step",
-                            f"{what}: never offered chunks {missing} the spec's step offers "
-                            f"(it offered {sorted(got[g])})", None, witness, Impact.LOST_HIT)
+                found.append(("C9", "store-step",
+                              f"{what}: never offered chunks {missing} the spec's step "
+                              f"offers (it offered {sorted(got[g])})", witness,
+                              Impact.LOST_HIT, g, []))
             after = int(group_state.next_stored_chunk_idx)
             if not refused and step not in (RequestStatus.FINISHED, RequestStatus.ABORTED) \
                     and after != index:
-                self._found("C9", "store-index",
-                            f"{what}: next_stored_chunk_idx is {after} after the step, the "
-                            f"spec's is {index} (before it: {before[g]})", None, witness,
-                            Impact.LOST_HIT if after > index else Impact.WASTE)
+                found.append(("C9", "store-index",
+                              f"{what}: next_stored_chunk_idx is {after} after the step, the "
+                              f"spec's is {index} (before it: {before[g]})", witness,
+                              Impact.LOST_HIT if after > index else Impact.WASTE, g, []))
+        for clause, kind, message, witness, impact, g, extra in found:
+            reproduced = self._store_reproduction(
+                watch, connector, history, spec_now, kind, g, extra,
+                offered[g] - set(range(history.start_index[g])))
+            if isinstance(reproduced, str):
+                self._found(clause, kind, f"{message} (no reproducer: {reproduced})", None,
+                            witness, impact)
+            else:
+                self._found(clause, kind, message, reproduced[0], reproduced[1], impact)
+        if found and history.departed is None:
+            history.departed = history.steps
 
     def _store_skip(self, why: str, request_id: str) -> NoReturn:
         self.report.skip(f"store step: {why}", self.current_test, f"request {request_id}")
-        raise _NotJudged
+        raise _NotJudged(why)
+
+    def _store_reproduction(self, watch: _ConnectorWatch, connector: Any,
+                            history: StoreHistory, spec_now: list[tuple[list[int], int]],
+                            kind: str, group: int, extra: Sequence[int],
+                            offered_earlier: set[int]) -> tuple[str, dict[str, Any]] | str:
+        """``(theorem, StoreCase witness)`` that replays a store-step finding of the step
+        just judged (the request's history as a StoreCase, ending after this step), or why
+        there is none. Only the witness is built here (its replay on vLLM's engine is the
+        reproducer's): the case's spec run must give this step's expected offers and
+        index (``spec_now``), and kvcontract's reference must meet the theorem on it. A
+        test's mock manager has none: such a test drives the connector by hand (its block
+        tables and answers are the test's, not a scheduler's), which a StoreCase replayed
+        on vLLM's engine would not reproduce."""
+        from unittest import mock
+
+        from kvcontract.impl.variants import REFERENCE
+        from kvcontract.live.build import unsupported
+        from kvcontract.spec.build import buildable
+        from kvcontract.spec.properties.catalog import replay
+
+        geometry = watch.geometry
+        assert geometry is not None
+        case = history.case(geometry)
+        if isinstance(case, str):
+            return case
+        if history.departed is not None and history.departed < history.steps:
+            return ("an earlier store step of the request departed from the spec already "
+                    "(that finding's witness replays it)")
+        if isinstance(getattr(connector, "manager", None), mock.NonCallableMock):
+            return ("the test's manager is a mock: the test drives the connector by hand "
+                    "(block tables, answers), a StoreCase runs vLLM's scheduler")
+        built, why_not = buildable(geometry)
+        unbuilt = unsupported(geometry) or (None if built else why_not)
+        if unbuilt is not None:
+            return f"vLLM's engine does not build its geometry ({unbuilt})"
+        index = len(history.prefill) + history.decode + (history.ended is not None) - 1
+        if spec_store_step(case, index) != spec_now:
+            return ("its StoreCase's spec run differs from the step the monitor judged "
+                    "(vLLM's step is not the schedule's)")
+        theorem = store_theorem(case, kind, group, extra, offered_earlier)
+        witness = case.to_json()
+        held = replay(theorem, witness, REFERENCE)
+        if held is not None:
+            return f"kvcontract's reference does not meet {theorem} on its StoreCase ({held})"
+        return theorem, witness
 
     # -- the deferral bound (C13) ------------------------------------------------------------
     def _judge_deferral(self, watch: _ConnectorWatch, request_id: str, hit: Any) -> None:
@@ -1661,19 +2152,33 @@ class RuntimeMonitor:
 
 
 def reproducer_source(finding: Finding) -> str:
-    """A pytest file that replays a lookup violation without vLLM's test harness: the
-    contract's answer on kvcontract's reference, and vLLM's own engine on the same states
-    (where vLLM is installed)."""
+    """A pytest file that replays a violation's witness without vLLM's test harness: the
+    theorem on kvcontract's reference (it holds there), and the audit's theorem on vLLM's
+    own engine over the same witness (:func:`engine_theorem`, where vLLM is installed),
+    which fails while vLLM violates it. A lookup's witness is the states the connector
+    saw; a store step's, the request's store schedule (a ``StoreCase``: prompt, prefill
+    steps, decode steps, ending), replayed from its start. A witness vLLM's engine cannot
+    run (a geometry it does not build, a schedule it does not realize) skips the vLLM test
+    with the reason: it never claims a violation it cannot show."""
+    import textwrap
+
     assert finding.theorem is not None
-    clause, name = finding.theorem.split("/", 1)
-    upstream = f"{clause}/upstream-{name}"
+    upstream = engine_theorem(finding.theorem)
+    store = upstream.split("/", 1)[1].startswith("upstream-store-")
+    what = ("the request's store schedule (a StoreCase: its prompt, prefill steps, decode "
+            "steps and ending, run from its start)" if store else
+            "the states the connector saw")
+    message = finding.message.replace('"""', "'''").replace("\\", "\\\\")
+    about = textwrap.fill(
+        f"Generated by kvcontract's runtime monitor. The reference test replays "
+        f"{finding.theorem} on {what} with kvcontract's reference; the vLLM test replays "
+        f"{upstream} on the same witness on the installed vLLM's scheduler and connector "
+        "(kvcontract's live backend) and fails while vLLM violates it.", 88)
     return f'''"""kvcontract monitor: {finding.clause} ({finding.impact}) seen in {finding.test}.
 
-{finding.message}
+{message}
 
-Generated by kvcontract's runtime monitor. The reference test shows the contract's answer
-for the states the connector saw; the vLLM test replays the same states on the installed
-vLLM's scheduler and connector (kvcontract's live backend) and fails while vLLM violates it.
+{about}
 """
 
 import importlib.util
@@ -1692,8 +2197,13 @@ def test_the_contract_holds_on_the_reference():
 @pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="vLLM is not installed")
 def test_vllm_meets_the_contract():
     from kvcontract.api import replay_audit
+    from kvcontract.errors import InputFileError
 
-    assert replay_audit("vllm:installed", {upstream!r}, WITNESS) is None
+    try:
+        violation = replay_audit("vllm:installed", {upstream!r}, WITNESS)
+    except InputFileError as exc:
+        pytest.skip(f"vLLM's engine cannot run this witness: {{exc}}")
+    assert violation is None, violation
 '''
 
 
@@ -1732,6 +2242,8 @@ def variant_roles(name: str) -> tuple[list[str], list[str]]:
     return roles, left
 
 
-__all__ = ["CRASH_MARKERS", "Finding", "MonitorOptions", "MonitorReport", "RuntimeMonitor",
-           "StatesJudgement", "geometry_of", "judge_states", "reproducer_source",
-           "variant_roles"]
+__all__ = ["CRASH_MARKERS", "MAX_PREFILL_STEPS", "Finding", "JunctionJudgement",
+           "MonitorOptions", "MonitorReport", "RuntimeMonitor", "StatesJudgement",
+           "StoreHistory", "engine_theorem", "first_sparse_group", "geometry_of",
+           "judge_states", "junction_scope", "reproducer_source", "spec_junction_of",
+           "spec_store_step", "store_theorem", "variant_roles"]

@@ -272,3 +272,97 @@ def test_a_deferral_past_the_bound_is_c13() -> None:
         _deferred_consumer(monitor, store_delay=3)
     assert [f for f in monitor.report.violations if f.clause == "C13"] == []
     assert monitor.report.judged["C13"] >= 1
+
+
+# -- C12: the shared-prefix junction; a store finding's StoreCase witness --------------------
+def _drive_junction_consumer() -> list[int | None]:
+    """FA4 + SWA4(sw 8), retention 0, 25 tokens: every FA chunk ready, no SWA chunk. The
+    SWA group cuts the hit to 0 below the 24 tokens the FA group serves: the contract's
+    junction is 24 (docs/CONTRACT.md 9.3). The consumer's hits."""
+    from kvcontract.live.session import LiveSession
+
+    session = LiveSession.open(Geometry((fa(4), swa(4, 8)), retention_interval=0))
+    tokens = prompt_tokens(25)
+    for chunk in range(6):
+        session.install_chunk(tokens, 0, chunk, "ready")
+    session.add_request("consumer", tokens, 2)
+    for _ in range(2):
+        session.step(64)
+    observation = session.close()
+    return [m.external for m in observation.matches]
+
+
+def test_the_junction_a_lookup_leaves_is_judged_on_vllm(monkeypatch: pytest.MonkeyPatch) -> None:
+    """vLLM 0.34.0's connector registers the junction (it holds); a release without
+    ``_maybe_register_shared_prefix_junction`` (0.33.0) registers none: a lost hit. With
+    vLLM's rule made a no-op, any release loses it."""
+    from kvcontract.tools.runtime_monitor import _scheduler_class
+
+    cls = _scheduler_class()
+    registers = hasattr(cls, "_maybe_register_shared_prefix_junction")
+    with _monitored() as monitor:
+        assert _drive_junction_consumer()[0] == 0
+    report = monitor.report
+    assert report.checks["C12/junction-registered"] == 1 and report.errors == []
+    found = [(f.clause, f.impact) for f in report.violations]
+    assert found == ([] if registers else [("C12", "lost-hit")])
+    assert report.events["junction"] == (1 if registers else 0)
+    monkeypatch.setattr(cls, "_maybe_register_shared_prefix_junction",
+                        lambda *args: None, raising=False)
+    with _monitored() as monitor:
+        _drive_junction_consumer()
+    (finding,) = monitor.report.violations
+    assert (finding.clause, finding.impact) == ("C12", "lost-hit")
+    assert "junction is 0; the spec's is 24" in finding.message
+
+
+ABORTED_TAIL = {"geometry": Geometry((fa(16), swa(4, 8)), blocks_per_chunk=8),
+                "prompt_len": 136, "steps": (7,) * 6}
+"""docs/vllm-findings.md, "the final tail an abort stores from a stale block table": at
+the abort (42 tokens computed) both releases offer SWA chunk 0, whose marked blocks the
+window freed; the spec's step offers nothing (C8, waste)."""
+
+
+def _monitored_abort(folder: Path) -> RuntimeMonitor:
+    from kvcontract.live.judge.engines import EnginePool
+    from kvcontract.live.judge.stores import StoreJudge
+    from kvcontract.spec.properties.store import StoreCase
+    from kvcontract.tools.runtime_monitor import MonitorOptions
+
+    case = StoreCase("t", ABORTED_TAIL["geometry"], ABORTED_TAIL["prompt_len"],
+                     ABORTED_TAIL["steps"], "aborted")
+    monitor = RuntimeMonitor(MonitorOptions(reproducers=folder))
+    assert monitor.install(), monitor.report.gaps
+    pool = EnginePool()
+    try:
+        StoreJudge(pool).observe(case)
+    finally:
+        monitor.uninstall()
+        pool.close()
+    return monitor
+
+
+def test_a_store_finding_on_vllm_has_its_store_case_witness(tmp_path: Path) -> None:
+    from kvcontract.spec.properties.store import StoreCase
+
+    monitor = _monitored_abort(tmp_path)
+    assert monitor.report.errors == []
+    (finding,) = monitor.report.violations
+    assert (finding.clause, finding.kind, finding.impact) == ("C8", "store-step", "waste")
+    assert finding.theorem == "C8/stores-only-demanded"
+    assert finding.witness == StoreCase("vllm", ABORTED_TAIL["geometry"], 136, (7,) * 6,
+                                        "aborted").to_json()
+    assert finding.reproducer is not None and Path(finding.reproducer).exists()
+
+
+@pytest.mark.slow
+def test_the_store_reproducer_fails_on_vllm_and_holds_on_the_reference(tmp_path: Path) -> None:
+    monitor = _monitored_abort(tmp_path)
+    (finding,) = monitor.report.violations
+    assert finding.reproducer is not None
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "VLLM_TARGET_DEVICE": "cpu"}
+    replayed = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                               finding.reproducer], cwd=tmp_path, env=env,
+                              capture_output=True, text=True, timeout=300, check=False)
+    assert "1 failed, 1 passed" in replayed.stdout, replayed.stdout[-2000:]
+    assert "no reachable boundary demands" in replayed.stdout

@@ -12,17 +12,24 @@ from unittest import mock
 
 import pytest
 
-from kvcontract.spec.geometry import Geometry, fa, swa
+from kvcontract.spec.geometry import Geometry, fa, mamba, swa
+from kvcontract.spec.properties.lookup import LookupCase
+from kvcontract.spec.properties.store import StoreCase
 from kvcontract.tools.runtime_monitor import (
     Finding,
+    MonitorOptions,
     MonitorReport,
     RuntimeMonitor,
+    StoreHistory,
+    engine_theorem,
     hook_manager_method,
     judge_states,
     reproducer_source,
+    spec_junction_of,
+    store_theorem,
     variant_roles,
 )
-from kvcontract.vocabulary import LookupResult
+from kvcontract.vocabulary import LookupResult, RequestStatus
 
 H, M, P = LookupResult.HIT, LookupResult.MISS, LookupResult.HIT_PENDING
 FA_SWA = Geometry((fa(4), swa(4, 8)))
@@ -237,10 +244,11 @@ def test_a_request_whose_load_failed_offered_a_hit_again_is_a_c15_violation() ->
 
 # -- C13: what a deferral waits on; C8, C9: the store step ------------------------------------
 # A stand-in connector with what the hooks read, and a geometry given to its watch (no vLLM).
-def _watched(connector: object, geometry: Geometry) -> RuntimeMonitor:
+def _watched(connector: object, geometry: Geometry,
+             options: MonitorOptions | None = None) -> RuntimeMonitor:
     from kvcontract.tools.runtime_monitor import _ConnectorWatch
 
-    monitor = RuntimeMonitor()
+    monitor = RuntimeMonitor(options)
     monitor._watches[connector] = _ConnectorWatch(connector, 0, monitor.options, geometry)
     return monitor
 
@@ -376,13 +384,17 @@ FA16_SWA4 = Geometry((fa(16), swa(4, 8)))
 prompt's SWA chunks 2, 3, 6, 7 are stored, and FA chunks 0-1 (docs/CONTRACT.md 5)."""
 
 
-def _store_step(swa_offers: list[int], swa_index: int = 8,
-                sampled: int = 0) -> RuntimeMonitor:
+def _store_step(swa_offers: list[int], swa_index: int = 8, sampled: int = 0,
+                manager: object | None = None,
+                options: MonitorOptions | None = None) -> RuntimeMonitor:
     """A 32-token prompt prefilled in one step; the connector offers FA chunks 0-1 and
     the SWA chunks given, and moves its stored indices to 2 and ``swa_index``. With
-    ``sampled`` output tokens the request holds them before its prompt is computed."""
+    ``sampled`` output tokens the request holds them before its prompt is computed;
+    ``manager``: the connector's (a test's mock by default)."""
     connector = _Connector()
-    monitor = _watched(connector, FA16_SWA4)
+    if manager is not None:
+        connector.manager = manager  # type: ignore[assignment]
+    monitor = _watched(connector, FA16_SWA4, options)
     request = _request("r", 32)
     request.num_tokens += sampled
     status = _status(request, [["f0", "f1"], [f"s{k}" for k in range(8)]], [2, 8])
@@ -435,3 +447,200 @@ def test_a_step_of_a_request_sampled_mid_prefill_is_not_judged() -> None:
     monitor = _store_step([2, 3, 5, 6, 7], sampled=1)
     assert _kinds(monitor) == [] and monitor.report.checks["C8/store-step"] == 0
     assert any("partial prefill" in reason for reason in monitor.report.not_judged)
+
+
+# -- C12: the shared-prefix junction a lookup leaves on its request ---------------------------
+FA4_SWA_R0 = Geometry((fa(4), swa(4, 8)), retention_interval=0)
+"""25 tokens: the lookup's cap is 24, six chunks of 4 tokens in each group."""
+
+
+def _lookup_case(fa_row: str, swa_row: str, geometry: Geometry = FA4_SWA_R0,
+                 local: int = 0, cap: int | None = None) -> LookupCase:
+    letters = {"H": H, "M": M, "P": P}
+    return LookupCase("t", geometry, 25, local,
+                      (tuple(letters[c] for c in fa_row), tuple(letters[c] for c in swa_row)),
+                      cap)
+
+
+@pytest.mark.parametrize(("fa_row", "swa_row", "hit", "retention", "keys", "junction",
+                          "boundary"), [
+    ("HHHHHH", "MMMMMM", 0, 0, 6, 24, 24),    # the SWA group cut the hit to 0: pin 24
+    ("HHHHHH", "MMMMMM", 0, None, 6, 0, 24),  # no retention interval: never
+    ("HHHHHH", "MMMMMM", 0, 32, 6, 24, 24),   # any interval
+    ("HHHMHH", "MMMMMM", 0, 0, 6, 12, 12),    # the full-attention prefix ends at chunk 3
+    ("HHHHHH", "MMMMMM", 0, 0, 5, 20, 20),    # clamped to the sparse group's keys
+    ("HHHHHH", "MMHHMM", 16, 0, 6, 24, 24),   # cut at 16 below 24
+    ("HHHHHH", "HHHHHH", 24, 0, 6, 0, 24),    # not cut: none
+    ("MHHHHH", "MMMMMM", 0, 0, 6, 0, None),   # the full-attention groups serve nothing
+])
+def test_the_spec_junction_is_the_full_attention_boundary_a_sparse_group_cut(
+        fa_row: str, swa_row: str, hit: int, retention: int | None, keys: int,
+        junction: int, boundary: int | None) -> None:
+    judged = spec_junction_of(_lookup_case(fa_row, swa_row), hit, retention, 1, keys)
+    assert (judged.junction, judged.full_attention_boundary, judged.why_not) == (
+        junction, boundary, None)
+
+
+def test_a_junction_outside_the_contracts_cases_is_not_judged() -> None:
+    mamba_geometry = Geometry((fa(4), mamba(4)), retention_interval=0)
+    eagle_geometry = Geometry((fa(4, eagle=True), swa(4, 8)), retention_interval=0)
+    for case, why in [
+        (_lookup_case("HHHHHH", "MMMMMM", mamba_geometry), "a Mamba group"),
+        (_lookup_case("HHHHHH", "MMMMMM", eagle_geometry), "EAGLE"),
+        (_lookup_case("HHPHHH", "MMMMMM"), "a pending chunk"),
+    ]:
+        judged = spec_junction_of(case, 0, 0, 1, 6)
+        assert judged.junction is None and why in str(judged.why_not)
+    # A max_load_tokens cap at 22 (off a chunk end): vLLM rounds the boundary to 20.
+    capped = spec_junction_of(_lookup_case("HHHHHH", "MMMMMM", cap=22), 0, 0, 1, 6, True)
+    assert capped.junction is None and "max_load_tokens" in str(capped.why_not)
+    assert spec_junction_of(_lookup_case("HHHHHH", "MMMMMM", cap=20), 0, 0, 1, 6,
+                            True).junction == 20
+
+
+def _junction_lookup(registered: int, before: int = 0, fa_row: str = "HHHHHH",
+                     retention: int | None = 0) -> RuntimeMonitor:
+    """A 25-token request over FA4 + SWA4(sw8): the connector asks every chunk (FA
+    ``fa_row``, SWA all MISS), answers 0 and leaves the junction ``registered`` on the
+    request, which held ``before`` (the local prefix cache's) when the lookup began."""
+    connector = _Connector()
+    connector.config = SimpleNamespace(offload_prompt_only=True, retention_interval=retention)
+    monitor = _watched(connector, FA4_SWA_R0)
+    request = _request("r", 25)
+    request.shared_prefix_boundary = before
+    keys = [[f"f{k}" for k in range(6)], [f"s{k}" for k in range(6)]]
+    status = _status(request, keys, [6, 6])
+    connector._req_status["r"] = status
+    states = {f"f{k}": {"H": H, "M": M}[c] for k, c in enumerate(fa_row)}
+    states.update({f"s{k}": M for k in range(6)})
+    connector.manager.lookup.side_effect = lambda key, context: states[key]
+
+    def get_num_new_matched_tokens(self: _Connector, request: SimpleNamespace,
+                                   num_computed_tokens: int) -> tuple[int, bool]:
+        for group in keys:
+            for key in group:
+                self.manager.lookup(key, status.req_context)
+        request.shared_prefix_boundary = registered
+        return 0, False
+
+    lookup = monitor._wrap("get_num_new_matched_tokens", get_num_new_matched_tokens)
+    assert lookup(connector, request, 0) == (0, False)
+    assert monitor.report.errors == []
+    return monitor
+
+
+def test_the_junction_vllm_registers_is_judged_against_the_spec() -> None:
+    held = _junction_lookup(24)
+    assert _kinds(held) == [] and held.report.checks["C12/junction-registered"] == 1
+    lost = _junction_lookup(0)
+    assert [(f.clause, f.impact) for f in lost.report.violations] == [("C12", "lost-hit")]
+    finding = lost.report.violations[0]
+    assert "the spec's is 24" in finding.message and finding.theorem is None
+    assert finding.witness is not None and finding.witness["spec_junction"] == 24
+    wasted = _junction_lookup(24, fa_row="MHHHHH")  # the full-attention groups serve none
+    assert [(f.clause, f.impact) for f in wasted.report.violations] == [("C12", "waste")]
+    assert _kinds(_junction_lookup(0, retention=None)) == []
+
+
+def test_a_local_prefix_cache_junction_is_raised_never_lowered() -> None:
+    # Below the spec's: the connector must raise it to 24.
+    kept_low = _junction_lookup(8, before=8)
+    assert [(f.clause, f.impact) for f in kept_low.report.violations] == [("C12", "lost-hit")]
+    assert "the local prefix cache's 8" in kept_low.report.violations[0].message
+    assert _kinds(_junction_lookup(24, before=8)) == []
+    # At or past the spec's: vLLM keeps it; the contract says nothing of which one wins.
+    kept_high = _junction_lookup(24, before=24)
+    assert _kinds(kept_high) == [] and kept_high.report.checks["C12/junction-registered"] == 0
+    assert any("local prefix cache's junction" in r for r in kept_high.report.not_judged)
+    # No spec junction (FA serves nothing): the local one stays.
+    assert _kinds(_junction_lookup(16, before=16, fa_row="MHHHHH")) == []
+    assert _kinds(_junction_lookup(0, before=16, fa_row="MHHHHH")) == [
+        ("C12", "junction-registered")]
+
+
+# -- a store-step finding's witness: the request's store steps as a StoreCase -----------------
+def _history(*steps: tuple[RequestStatus, int, int, int], prompt: int = 32,
+             start_index: tuple[int, ...] = (0, 0)) -> StoreHistory:
+    history = StoreHistory(start_index)
+    for status, computed, scheduled, total in steps:
+        history.advance(status, computed, scheduled, total, prompt, True, None)
+    return history
+
+
+PRE, DEC = RequestStatus.PREFILLING, RequestStatus.DECODING
+FIN, ABO = RequestStatus.FINISHED, RequestStatus.ABORTED
+
+
+def test_a_requests_store_steps_map_onto_a_store_case() -> None:
+    prefill = _history((PRE, 0, 16, 32), (PRE, 16, 16, 32), (DEC, 32, 1, 33))
+    case = prefill.case(FA16_SWA4)
+    assert isinstance(case, StoreCase)
+    assert (case.steps, case.decode, case.ending, case.start_hit) == ((16, 16), 1, "finished", 0)
+    partial = _history((PRE, 0, 7, 32), (PRE, 7, 9, 32)).case(FA16_SWA4)
+    assert isinstance(partial, StoreCase) and partial.ending == "aborted"  # its prompt is not done
+    aborted = _history((PRE, 0, 7, 32), (ABO, 7, 0, 32)).case(FA16_SWA4)
+    assert isinstance(aborted, StoreCase) and (aborted.steps, aborted.ending) == ((7,), "aborted")
+    cached = _history((PRE, 16, 16, 32), start_index=(1, 4)).case(FA16_SWA4)
+    assert isinstance(cached, StoreCase) and cached.start_hit == 16
+
+
+@pytest.mark.parametrize(("steps", "start_index", "why"), [
+    (((PRE, 0, 16, 32), (PRE, 20, 12, 32)), (0, 0), "a step the monitor did not see"),
+    (((PRE, 0, 32, 32), (DEC, 32, 2, 34)), (0, 0), "a decode step of 2 tokens"),
+    (((PRE, 0, 32, 32), (DEC, 32, 1, 33), (ABO, 33, 0, 33)), (0, 0), "an abort after decode"),
+    (((PRE, 8, 24, 32),), (0, 2), "not a multiple"),
+    (((PRE, 16, 16, 32),), (1, 3), "is not its hit's 4 chunks"),
+])
+def test_a_history_no_store_case_holds_says_why(
+        steps: tuple[tuple[RequestStatus, int, int, int], ...], start_index: tuple[int, ...],
+        why: str) -> None:
+    found = _history(*steps, start_index=start_index).case(FA16_SWA4)
+    assert isinstance(found, str) and why in found
+
+
+def test_the_store_theorem_of_a_finding() -> None:
+    case = StoreCase("t", FA16_SWA4, 32, (16, 16), "finished")
+    assert store_theorem(case, "store-step", 1, [5], set()) == "C8/stores-only-demanded"
+    assert store_theorem(case, "store-step", 1, [2], {2}) == "C8/offered-at-most-once"
+    assert store_theorem(case, "store-step", 1, [2], set()) == "C9/store-steps"  # early
+    assert store_theorem(case, "store-step", 1, [], set()) == "C9/store-steps"  # missing
+    assert store_theorem(case, "store-index", 1, [], set()) == "C9/store-steps"
+    assert engine_theorem("C8/stores-only-demanded") == "C8/upstream-store-stores-only-demanded"
+    assert engine_theorem("C4/lookup-is-maximal") == "C4/upstream-lookup-is-maximal"
+
+
+class _Manager:
+    """A manager that is no mock: it takes every offer, or refuses every one."""
+
+    def __init__(self, refuse: bool = False) -> None:
+        self.refuse = refuse
+
+    def prepare_store(self, keys: list[str], req_context: object) -> object:
+        return None if self.refuse else SimpleNamespace(keys_to_store=list(keys))
+
+
+def test_a_store_finding_gets_a_store_case_witness_and_a_reproducer(tmp_path: Path) -> None:
+    monitor = _store_step([2, 3, 5, 6, 7], manager=_Manager(),
+                          options=MonitorOptions(reproducers=tmp_path))
+    (finding,) = monitor.report.violations
+    assert finding.theorem == "C8/stores-only-demanded" and "no reproducer" not in finding.message
+    assert finding.witness == StoreCase("vllm", FA16_SWA4, 32, (32,), "finished").to_json()
+    assert finding.reproducer is not None
+    source = Path(finding.reproducer).read_text()
+    assert "C8/upstream-store-stores-only-demanded" in source
+    namespace: dict[str, object] = {}
+    exec(compile(source, finding.reproducer, "exec"), namespace)
+    namespace["test_the_contract_holds_on_the_reference"]()  # type: ignore[operator]
+    index = _store_step([2, 3, 6, 7], swa_index=9, manager=_Manager())
+    assert [f.theorem for f in index.report.violations] == ["C9/store-steps"]
+
+
+def test_a_store_finding_without_a_store_case_says_why() -> None:
+    mocked = _store_step([2, 3, 5, 6, 7])  # the test's own MagicMock manager
+    (finding,) = mocked.report.violations
+    assert finding.theorem is None and finding.reproducer is None
+    assert "(no reproducer: the test's manager is a mock" in finding.message
+    refused = _store_step([2, 3, 5, 6, 7], manager=_Manager(refuse=True))
+    (finding,) = refused.report.violations
+    assert finding.theorem is None
+    assert "(no reproducer: the manager refused an offer" in finding.message
