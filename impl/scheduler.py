@@ -11,6 +11,7 @@ so that a variant's defective primitive shows up in every decision built from it
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -47,9 +48,11 @@ class LookupOutcome:
     """``(group, chunk)`` of the load set another request is loading (a deferral's cause)."""
     full_attention_boundary: int | None = None
     """The boundary the full-attention groups served when the first sparse group took
-    its first turn (clamped to that group's keys), None before it or without a
-    full-attention group: what a shared-prefix junction is registered at
-    (``impl.shared_prefix_junction``, docs/CONTRACT.md 9.3)."""
+    its first turn (clamped to that group's keys; one each of them confirmed: an EAGLE
+    group's proposal that no scan confirmed yet is proved by their turns first), None
+    before it, without a full-attention group, or when they serve none past the local
+    hit: what a shared-prefix junction is registered at (``impl.shared_prefix_junction``,
+    docs/CONTRACT.md 9.3)."""
 
 
 def _group_window(impl: Implementation, geometry: Geometry, group: GroupSpec) -> int:
@@ -228,6 +231,7 @@ def lookup_complete_chunks(
     confirmed = dict.fromkeys(order, False)
     deferred = dict.fromkeys(order, False)
     retry_seen = False
+    fa_recorded = False
 
     def traced(group_index: int) -> Callable[[int], LookupResult]:
         def one(chunk: int) -> LookupResult:
@@ -253,6 +257,49 @@ def lookup_complete_chunks(
         return scan
 
     scans = {g: scanner(g) for g in order}
+
+    def group_keys(g: int) -> int:
+        # Keys exist for the hashed tokens only (with lookahead hashes, a block is
+        # hashed once its lookahead tokens exist).
+        tpc = geometry.chunk_tokens(geometry.groups[g])
+        keys = impl.keyed_tokens(
+            num_tokens, geometry.tokens_per_hash, geometry.hash_lookahead) // tpc
+        return keys if num_keys is None else num_keys.get(g, keys)
+
+    def full_attention_proof(at: int) -> int | None:
+        """The boundary the full-attention groups alone confirm from ``at``: their turns
+        folded (untraced: the same answers, asked again) until each confirmed the same
+        boundary; None when they serve none past the local hit. What a shared-prefix
+        junction is registered at when a full-attention group's turn left a proposal no
+        scan confirmed yet (an EAGLE group without a key for its peek chunk)."""
+        flags = {f: (False, False) for f in fa_groups}
+        while True:
+            start = at
+            for f in fa_groups:
+                group = geometry.groups[f]
+                view: Callable[[int], LookupResult] = functools.partial(lookup, f)
+
+                def quiet(lo: int, hi: int, boundary: int, present: bool,
+                          group: GroupSpec = group, view: Callable[[int], LookupResult] = view,
+                          f: int = f) -> int | None:
+                    return _scan_group(impl, geometry, group,
+                                       _present_view(view) if present else view,
+                                       lo, hi, boundary, windows.get(f))
+
+                drops = impl.lookup_drops_eagle_block(group.eagle, geometry.hash_lookahead)
+                before = at
+                at, confirmed_here, deferred_here, _, ended, _ = impl.multigroup_lookup_step(
+                    at, flags[f][0], flags[f][1], local_hit, geometry.chunk_tokens(group),
+                    group_keys(f), int(drops), False, quiet)
+                if ended != reference.LOOKUP_GOES_ON:
+                    return None
+                if at != before:
+                    flags = dict.fromkeys(fa_groups, (False, False))
+                flags[f] = (bool(confirmed_here), bool(deferred_here))
+            if all(confirmed for confirmed, _ in flags.values()):
+                return at
+            if at == start:
+                return None  # a pass that neither confirms nor lowers: none proved
     # The fold driver: each group's turn is one ``impl.multigroup_lookup_step`` (pure,
     # proved for every state by spec/properties/unbounded_lookup.py); this loop only
     # orders the turns, records them, and drops the other groups' flags on a change.
@@ -274,16 +321,18 @@ def lookup_complete_chunks(
         for g in order:
             group = geometry.groups[g]
             tpc = geometry.chunk_tokens(group)
-            # Keys exist for the hashed tokens only (with lookahead hashes, a block is
-            # hashed once its lookahead tokens exist).
-            keys = impl.keyed_tokens(
-                num_tokens, geometry.tokens_per_hash, geometry.hash_lookahead) // tpc
-            if num_keys is not None:
-                keys = num_keys.get(g, keys)
+            keys = group_keys(g)
             before = max_hit
-            if (fa_groups and group.kind is not GroupKind.FULL
-                    and outcome.full_attention_boundary is None):
-                outcome.full_attention_boundary = min(max_hit, keys * tpc)
+            if fa_groups and group.kind is not GroupKind.FULL and not fa_recorded:
+                # The boundary the full-attention groups proved before any sparse group
+                # narrowed it: the candidate now when each of them confirmed it (an
+                # EAGLE group's unscanned proposal is proved first), clamped to this
+                # first sparse group's keys (docs/CONTRACT.md 9.3).
+                fa_recorded = True
+                proved = (max_hit if all(confirmed[f] for f in fa_groups)
+                          else full_attention_proof(max_hit))
+                if proved is not None:
+                    outcome.full_attention_boundary = min(proved, keys * tpc)
             drops = impl.lookup_drops_eagle_block(group.eagle, geometry.hash_lookahead)
             max_hit, confirmed_here, deferred_here, scanned_at, ended, popped = (
                 impl.multigroup_lookup_step(
@@ -367,7 +416,8 @@ class StoreTracker:
     junction: int = 0
     """The request's shared-prefix junction (tokens; 0: none), registered by its lookup
     (``impl.shared_prefix_junction``): one more boundary passed to the mask besides the
-    replay boundaries (docs/CONTRACT.md 9.3)."""
+    replay boundaries (docs/CONTRACT.md 9.3). A tracker built before the lookup takes it
+    with :meth:`register_junction`."""
     next_stored_chunk_idx: int = 0
     offered: set[int] = field(default_factory=set)
     unstorable: set[int] = field(default_factory=set)
@@ -386,8 +436,21 @@ class StoreTracker:
                 any(self.impl.store_drops_eagle_block(group.eagle, geometry.hash_lookahead)
                     for group in geometry.groups),
             ))
-        if self.junction and self.junction not in self.replay_boundaries:
-            self.replay_boundaries = (*self.replay_boundaries, self.junction)
+
+    def register_junction(self, junction: int) -> None:
+        """The request's lookup registered ``junction`` (0: none): from the next step on
+        the mask gets it besides the replay boundaries, in place of any junction an
+        earlier lookup of the request registered (vLLM's store path passes the
+        request's current ``shared_prefix_boundary``, docs/CONTRACT.md 9.3)."""
+        self.junction = junction
+
+    def mask_boundaries(self) -> tuple[int, ...]:
+        """The boundaries (tokens) the mask gets: the replay boundaries and the
+        junction."""
+        replay = self.replay_boundaries or ()
+        if self.junction and self.junction not in replay:
+            return (*replay, self.junction)
+        return tuple(replay)
 
     @property
     def group(self) -> GroupSpec:
@@ -406,7 +469,7 @@ class StoreTracker:
         if align is not None and align % block_tokens == 0:
             replay_blocks = tuple(
                 aligned_replay_block(boundary, align, block_tokens)
-                for boundary in self.replay_boundaries or ()
+                for boundary in self.mask_boundaries()
             )
         return [
             block

@@ -109,6 +109,21 @@ GAP_CLASSES: dict[str, str] = {
                                "cuts to 0 tokens, every step: the request stays RUNNING "
                                "at P - k and never finishes its prefill, so what it "
                                "stores and what later requests find differ",
+    "junction-registration": "the request's shared-prefix junctions differ, its "
+                             "connectors registered the same ones, and only its "
+                             "sliding-window groups' offers differ: vLLM's KV-cache manager "
+                             "also registers a junction from the GPU prefix cache at "
+                             "admission (get_computed_blocks), which the executable system "
+                             "does not model (it registers the connector's, after a "
+                             "lookup: docs/CONTRACT.md 9.3), and the store path stores for "
+                             "it; the connector's own rule is judged on vLLM directly "
+                             "(C12/upstream-junction-registered-exact, the monitor's "
+                             "C12/junction-registered)",
+    "tier-capacity": "the CPU tier filled up (a capacity of a few chunks): vLLM's "
+                     "CPUOffloadingManager takes or refuses a store job for every group at "
+                     "once and evicts by its own LRU, the executable system's manager takes "
+                     "each group's offer apart, so which chunks stay, and what later "
+                     "requests find, differ",
     "follows-earlier-gap": "an earlier request of the program already differs (what it "
                            "stored, or when it finished), so what this one finds differs",
     "unexplained": "no class of the program explains it",
@@ -136,6 +151,12 @@ class RequestDecisions:
     """Tokens it had computed at the end, None where unknown (classification only)."""
     finished: bool = True
     """It ended (finished or aborted) by the end of the program (classification only)."""
+    junctions: set[int] = field(default_factory=set)
+    """Every non-zero shared-prefix junction it registered (classification only; the
+    model's: its lookups', from ``LookupEvent.junction``)."""
+    connector_junctions: set[int] | None = None
+    """Those its offloading connector registered (live only, classification only; None
+    where unobserved: the model's are all its connector's)."""
 
     def aspect(self, name: str) -> Any:
         """The compared value of ``name`` (one of :data:`ASPECTS`), plain data."""
@@ -174,6 +195,8 @@ class ModelRecorder:
         if isinstance(event, LookupEvent) and event.hit is not None:
             self._of(event.request).hits.append(event.hit)
             self._of(event.request).local_hits.append(event.local_hit)
+            if event.junction:
+                self._of(event.request).junctions.add(event.junction)
         elif isinstance(event, LoadEvent):
             self._of(event.request).loads.append(
                 {g: r for g, r in event.load_ranges if r[1] > r[0]})
@@ -205,6 +228,8 @@ def live_decisions(observation: LiveObservation) -> dict[str, RequestDecisions]:
     for name, outcome in observation.requests.items():
         of(name).computed = outcome.num_computed
         of(name).finished = str(outcome.status or "").startswith("FINISHED")
+        of(name).junctions = set(outcome.junctions)
+        of(name).connector_junctions = set(outcome.connector_junctions)
     if observation.exceptions:
         for name, outcome in observation.requests.items():
             if outcome.status not in ("FINISHED_STOPPED", "FINISHED_ABORTED",
@@ -333,6 +358,10 @@ def compare_program(scenario: str, geometry: Geometry, program: Sequence[Op], *,
     order = _request_order(program)
     deadlined = {line.split()[1] for line in model.log
                  if line.startswith("lookup ") and " deadline after " in line}
+    # The model's manager refused an offer or evicted for one (its "offer" log lines).
+    tier_filled = options is not None and options.cpu_chunks is not None and any(
+        line.startswith("offer ") and ("-> refused" in line or (
+            " evicted=" in line and not line.endswith(" evicted=0"))) for line in model.log)
     earlier_gap = False
     for request in sorted(set(recorder.requests) | set(live), key=order):
         mine = recorder.requests.get(request, RequestDecisions())
@@ -345,7 +374,8 @@ def compare_program(scenario: str, geometry: Geometry, program: Sequence[Op], *,
                 found_gap.gap_class = classify(
                     found_gap, geometry, program, mine, theirs, earlier_gap,
                     request in deadlined,
-                    failed_stores_reported=has("failed-transfer-jobs"))
+                    failed_stores_reported=has("failed-transfer-jobs"),
+                    tier_filled=tier_filled)
                 comparison.gaps.append(found_gap)
                 found = True
         earlier_gap = earlier_gap or found
@@ -365,11 +395,14 @@ def _request_order(program: Sequence[Op]) -> Callable[[str], tuple[int, str]]:
 
 def classify(gap: ModelGap, geometry: Geometry, program: Sequence[Op],
              model: RequestDecisions, live: RequestDecisions, earlier_gap: bool,
-             deadlined: bool = False, *, failed_stores_reported: bool = False) -> str:
+             deadlined: bool = False, *, failed_stores_reported: bool = False,
+             tier_filled: bool = False) -> str:
     """The class of :data:`GAP_CLASSES` the program and the two sides' decisions show to
     be the gap's cause (checked in this order; ``unexplained`` when none fits).
     ``failed_stores_reported``: the installed release's worker reports failed stores
-    (capability ``failed-transfer-jobs``), so a failed store is no cause."""
+    (capability ``failed-transfer-jobs``), so a failed store is no cause.
+    ``tier_filled``: the program's CPU tier has a capacity and the model's manager
+    refused or evicted for it (class ``tier-capacity``)."""
     if not failed_stores_reported and any(op[0] == "fail_next_store" for op in program):
         return "failed-store"
     if deadlined:
@@ -393,10 +426,18 @@ def classify(gap: ModelGap, geometry: Geometry, program: Sequence[Op],
                 _eagle_store_all(geometry, g, gap.model.get(g, []), gap.live.get(g, []))
                 for g in differing):
             return "eagle-store-all"
+        if differing and model.junctions != live.junctions \
+                and live.connector_junctions is not None \
+                and live.connector_junctions == model.junctions and all(
+                    geometry.groups[g].kind is GroupKind.SLIDING_WINDOW for g in differing):
+            # The connectors agree: the junction only vLLM has is its KV-cache manager's.
+            return "junction-registration"
         hits = model.hits[-1:] + live.hits[-1:]
         if hits and len(model.hits) == len(live.hits) and _agree_past_hit(
                 geometry, max(hits), gap.model, gap.live):
             return "hit-chunk-offers"
+    if tier_filled:
+        return "tier-capacity"
     if earlier_gap:
         return "follows-earlier-gap"
     return "unexplained"
@@ -466,6 +507,10 @@ class LiveComparisonReport:
     implementation: str
     vllm_version: str
     programs: list[ProgramComparison] = field(default_factory=list)
+    partial_tails: Any = None
+    """The partial-tail campaign on vLLM's engine
+    (:class:`kvcontract.live.partial_tail.PartialTailCampaign`), or why it did not run (a
+    string); None where it was not asked for."""
 
     def count(self, outcome: str) -> int:
         return sum(1 for p in self.programs if p.outcome == outcome)
@@ -491,10 +536,15 @@ class LiveComparisonReport:
 
     def summary(self) -> str:
         rate = "n/a" if self.agreement is None else f"{self.agreement:.1%}"
-        return (f"live (vLLM {self.vllm_version}) vs {self.implementation}: "
+        text = (f"live (vLLM {self.vllm_version}) vs {self.implementation}: "
                 f"{self.count('agreed')}/{self.compared} programs agree ({rate}); "
                 f"{self.count('refused')} refused, {self.count('not-replayable')} not "
                 f"replayable; {len(self.gaps)} model gaps")
+        if isinstance(self.partial_tails, str):
+            return f"{text}\npartial tails on vLLM: not run ({self.partial_tails})"
+        if self.partial_tails is not None:
+            return f"{text}\n{self.partial_tails.summary()}"
+        return text
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -509,4 +559,7 @@ class LiveComparisonReport:
             "not_replayable_programs": [{"scenario": p.scenario, "reason": p.reason}
                                         for p in self.programs
                                         if p.outcome == "not-replayable"],
+            **({} if self.partial_tails is None else {"partial_tails": (
+                {"not_run": self.partial_tails} if isinstance(self.partial_tails, str)
+                else self.partial_tails.to_json())}),
         }

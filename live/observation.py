@@ -122,6 +122,14 @@ class RequestOutcome:
     preempted: int = 0
     status: str | None = None
     num_computed: int = 0
+    junctions: set[int] = field(default_factory=set)
+    """Every non-zero shared-prefix junction vLLM left on the request
+    (``Request.shared_prefix_boundary``) in a step that scheduled it: the connector's
+    and the KV-cache manager's alike (docs/CONTRACT.md 9.3); empty where the release has
+    none."""
+    connector_junctions: set[int] = field(default_factory=set)
+    """The junctions the offloading connector itself set on the request
+    (``_maybe_register_shared_prefix_junction`` raised ``shared_prefix_boundary``)."""
 
 
 @dataclass

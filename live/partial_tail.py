@@ -429,6 +429,15 @@ class PartialTailCampaign:
         return {"seed": self.seed, "runs": self.runs, "served_at_tail": self.served_at_tail,
                 "refused": self.refused, "violations": self.violations}
 
+    def clauses(self) -> set[str]:
+        """The clauses a failed check states (C2, C12); a check that states none (vLLM
+        turns partial tails on where the contract does not say so) is the model's gap."""
+        return {str(c["clause"]) for v in self.violations for c in v["failed"] if c["clause"]}
+
+    @property
+    def model_gaps(self) -> int:
+        return sum(1 for v in self.violations for c in v["failed"] if not c["clause"])
+
     def summary(self) -> str:
         return (f"partial tails on vLLM: {self.runs} drawn cases (seed {self.seed}), "
                 f"{self.served_at_tail} served at a sub-chunk boundary, "
@@ -450,7 +459,8 @@ def run_partial_tail_campaign(seed: int, count: int) -> PartialTailCampaign:
         hit = run.hit
         if hit and hit % run.chunk_tokens:
             campaign.served_at_tail += 1
-        failed = [{"check": what, "expected": str(expected), "observed": str(observed)}
+        failed = [{"check": what, "clause": what.split(":", 1)[0] if what.startswith("C")
+                   else None, "expected": str(expected), "observed": str(observed)}
                   for what, expected, observed, ok in run.checks() if not ok]
         if failed:
             campaign.violations.append({"case": draw.describe(), "numbers": run.numbers(),

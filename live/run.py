@@ -141,6 +141,32 @@ def install_recorders(engine: LiveEngine, recorder: Recorder) -> None:
         return result
 
     connector.get_num_new_matched_tokens = matched
+    register = getattr(connector_scheduler, "_maybe_register_shared_prefix_junction", None)
+    if callable(register):
+        connector_scheduler._maybe_register_shared_prefix_junction = _JunctionRecorder(
+            register, recorder)
+
+
+@dataclass
+class _JunctionRecorder:
+    """The connector's junction registration as it is, recording each junction it sets
+    on a request (its caller passes the request's offload state first)."""
+
+    register: Callable[..., Any]
+    recorder: Recorder
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        request = getattr(args[0] if args else kwargs.get("req_status"), "req", None)
+        before = getattr(request, "shared_prefix_boundary", None)
+        result = self.register(*args, **kwargs)
+        after = getattr(request, "shared_prefix_boundary", None)
+        if request is not None and isinstance(after, int) and after and after != before:
+            rid = str(request.request_id)
+            name = self.recorder.names.get(rid, rid)
+            outcome = self.recorder.observation.requests.get(name)
+            if outcome is not None:
+                outcome.connector_junctions.add(after)
+        return result
 
 
 def vllm_version() -> str:
@@ -233,6 +259,10 @@ class LiveRun:
             if outcome is None:
                 continue
             outcome.scheduled.append(int(count))
+            junction = getattr(self.engine.scheduler.requests.get(rid),
+                               "shared_prefix_boundary", None)
+            if isinstance(junction, int) and junction:
+                outcome.junctions.add(junction)
             if outcome.first_compute_step is None:
                 outcome.first_compute_step = self.step
                 request = self.engine.scheduler.requests[rid]

@@ -11,8 +11,9 @@ any difference in their decision logs (lookup answers, accepted hits, load sets,
 offers, evictions, completions) or any violation either monitor records against the
 formal model and the data oracles (a "not found"/"not ready" crash, a lookup or load set
 that differs from ``spec.multigroup``, stores that differ from ``spec.reachability``, a
-C11 byte or attention mismatch). Programs come from fixed seed scenarios
-(docs/CONTRACT.md section 8, plus the window bound of ``upstream-current``), from the
+C11 byte or attention mismatch, a shared-prefix junction other than the spec's). Programs
+come from fixed seed scenarios (docs/CONTRACT.md section 8, plus the window bound of
+``upstream-current`` and a shared-prefix junction, 9.3), from the
 matrix (``matrix=True``: docs/CONTRACT.md section 10 and boundary / e / EAGLE / bpc /
 geometry / left-chunk state / GPU prefix hit combinations;
 ``matrix_scenarios(quick=True)`` is a fixed sample of it for the test suite) and from a
@@ -49,6 +50,7 @@ from hypothesis.stateful import (
     Bundle,
     RuleBasedStateMachine,
     initialize,
+    precondition,
     rule,
     run_state_machine_as_test,
 )
@@ -60,10 +62,11 @@ from kvcontract.impl.system.lifecycle import TraceRecorder
 from kvcontract.impl.system.offload import ChunkState
 from kvcontract.impl.variants import get_implementation
 from kvcontract.spec.build import buildable
-from kvcontract.spec.clauses import get_clause
+from kvcontract.spec.clauses import CLAUSE_IMPACT, get_clause
 from kvcontract.spec.geometry import Geometry, fa, mamba, swa
 from kvcontract.spec.lifecycle import DEFAULT_DEFERRAL_BOUND, ExceptionRecord
 from kvcontract.spec.properties.base import latent_reason
+from kvcontract.spec.properties.end_to_end import junction_geometry
 from kvcontract.tools.harness import FIXTURE_OPERATIONS, SystemHarness
 from kvcontract.tools.hypothesis_runs import deterministic_hypothesis
 from kvcontract.tools.monitor import Monitor
@@ -121,8 +124,14 @@ class FuzzReport:
         ``fail_on_model_gap``, when a model gap is ``unexplained``), else 0."""
         code = finding_exit_code(
             ((Verdict.COUNTEREXAMPLE, d.impact) for d in self.differences), self.fail_on)
-        if code == 0 and self.fail_on_model_gap and self.live is not None and any(
-                gap.gap_class == "unexplained" for gap in self.live.gaps):
+        tails = getattr(self.live, "partial_tails", None)
+        if code == 0 and tails is not None and not isinstance(tails, str):
+            # Judged on vLLM's own engine: a contract violation of the release.
+            code = finding_exit_code(((Verdict.COUNTEREXAMPLE, CLAUSE_IMPACT[clause])
+                                      for clause in tails.clauses()), self.fail_on)
+        if code == 0 and self.fail_on_model_gap and self.live is not None and (any(
+                gap.gap_class == "unexplained" for gap in self.live.gaps) or (
+                    tails is not None and not isinstance(tails, str) and tails.model_gaps)):
             return 1
         return code
 
@@ -463,10 +472,27 @@ EVICT_GPU: Op = ("evict_gpu_cache",)
 """Consumers after a producer would otherwise hit the GPU prefix cache, not the CPU."""
 
 
+def _junction_program(producer_len: int, shared: int, first_len: int, second_len: int,
+                      salt: int, budget: int = 64) -> list[Op]:
+    """A shared-prefix junction (docs/CONTRACT.md 9.3): a producer of ``producer_len``
+    tokens finishes; a first consumer of ``first_len`` tokens sharing its first
+    ``shared`` gets a hit a sparse group cuts below the full-attention boundary,
+    registers the junction and stores for it; a second consumer of ``second_len``
+    tokens sharing the same prefix with both then reads at the junction. The GPU prefix
+    cache is emptied before each consumer, so every hit is the offload's."""
+    produced = _tokens(producer_len, salt)
+    first = produced[:shared] + _tokens(first_len - shared, salt + 7)
+    second = produced[:shared] + _tokens(second_len - shared, salt + 9)
+    return [*_produce("producer", produced, budget), EVICT_GPU,
+            *_produce("first", first, budget), EVICT_GPU,
+            ("add_request", "second", second, 1),
+            *[("step", budget)] * (-(-second_len // budget) + 2)]
+
+
 def seed_scenarios(salt: int = 0) -> list[Scenario]:
     """The four historic defects of docs/CONTRACT.md section 8 as concrete programs, the
-    window bound, an EAGLE group under lookahead block hashes, and a Mamba group's
-    retention."""
+    window bound, an EAGLE group under lookahead block hashes, a Mamba group's
+    retention, and a shared-prefix junction."""
     scenarios: list[Scenario] = []
     # seed 000: stale pending flag.
     geo = Geometry((fa(4), swa(4, 8)))
@@ -528,6 +554,16 @@ def seed_scenarios(salt: int = 0) -> list[Scenario]:
                   EVICT_GPU, ("add_request", "continuation", [*toks, 1, 2, 3], 1),
                   *[("step", 64)] * 4])
     )
+    # A shared-prefix junction (docs/CONTRACT.md 9.3, vLLM 0.34.0's engine numbers): FA bs
+    # 16 + SWA bs 4, sw 8, retention 0 (vLLM's default). The 53-token producer stores FA
+    # chunks 0-2 and SWA 10-11 (its replay boundary 52 -> 48); a first consumer of 59
+    # tokens sharing 40 is served FA 0-1 (boundary 32) but not the window at 32 (SWA
+    # 6-7): hit 0, junction 32, so it stores SWA 6-7; a second consumer of 43 tokens
+    # sharing 40 hits 32. Registering no junction (vLLM 0.33.0's connector,
+    # ``no-shared-prefix-junction``) loses it (C12).
+    geo = Geometry((fa(16), swa(4, 8)), retention_interval=0)
+    scenarios.append(Scenario("c12-shared-prefix-junction", geo,
+                              _junction_program(53, 40, 59, 43, salt)))
     return scenarios
 
 
@@ -712,6 +748,28 @@ def matrix_scenarios(salt: int = 0, quick: bool = False) -> Iterator[Scenario]:
     toks = _tokens(13, salt)
     yield Scenario("upstream FA4+SWA4 13 tokens", geo,
                    _install_all(toks, geo, {}) + _consume(toks, 64))
+    if not quick:
+        yield from _junction_matrix(salt)
+
+
+def _junction_matrix(salt: int) -> Iterator[Scenario]:
+    """Shared-prefix junctions (docs/CONTRACT.md 9.3) as the seed's program scaled to the
+    alignment ``A``: a producer of ``3A + 5`` tokens, a first consumer sharing ``2.5A``
+    (its hit cut below the full-attention boundary ``2A``) and a second sharing the
+    same; retention 0 (vLLM's default), ``4A`` (a segment longer than the junction) and
+    None (no junction: the producer's segment tails serve ``2A``), chunks of 1, 2 and 4
+    blocks."""
+    for (name, make), bpc, units in itertools.product(
+            MATRIX_GEOMETRIES[:2], (1, 2, 4), (0, 4, None)):
+        shape = Geometry(make(0, False), blocks_per_chunk=bpc)
+        align = shape.alignment_tokens
+        assert align is not None
+        geo = Geometry(shape.groups, blocks_per_chunk=bpc,
+                       retention_interval=None if units is None else units * align)
+        shared = 2 * align + align // 2
+        yield Scenario(
+            f"junction {name} bpc={bpc} retention={geo.retention_interval}", geo,
+            _junction_program(3 * align + 5, shared, shared + align + 3, shared + 3, salt))
 
 
 # -- the state machine ------------------------------------------------------------------
@@ -730,6 +788,10 @@ FUZZ_GEOMETRIES: list[Geometry] = [
     # Lookahead block hashes (docs/CONTRACT.md 2.1): EAGLE groups drop nothing.
     Geometry((fa(16), swa(4, 8, eagle=True)), blocks_per_chunk=4, hash_lookahead=1),
     Geometry((fa(4, eagle=True), swa(4, 8)), retention_interval=0, hash_lookahead=1),
+    # vLLM's default retention interval (0): a consumer whose hit the window cuts below
+    # the full-attention boundary registers a shared-prefix junction (docs/CONTRACT.md
+    # 9.3) and stores for it.
+    Geometry((fa(16), swa(4, 8)), retention_interval=0),
 ]
 
 
@@ -738,6 +800,10 @@ class FuzzFinding(AssertionError):
         super().__init__(f"{difference.clause} {difference.kind}: {difference.message}")
         self.difference = difference
 
+
+PARTIAL_TAIL_CASES = 40
+"""Producer/consumer cases of the partial-tail campaign a ``--live`` run draws on vLLM's
+engine (:func:`kvcontract.live.partial_tail.run_partial_tail_campaign`: about 5 s)."""
 
 LIFECYCLE_TAIL_STEPS = RETRY_STEPS + 2
 """Steps a state-machine program ends with (before its drain): past the deferral bound
@@ -751,10 +817,14 @@ def make_state_machine(impl: Implementation, device: str, salt: int,
     """The Hypothesis state machine over :data:`FUZZ_GEOMETRIES` (or ``base_pool``, a
     subset of them: a live run's), or over ``geometries`` (a scoped run), whose shared
     prefixes then reach the longest prompt of :func:`scoped_prompts` and whose steps
-    include budgets of a third and all of it. Programs may also stall the next store
-    and have the offload tier answer RETRY for a while, and, unless ``live`` (a run
-    replayed on vLLM, whose session has no such knob), fail the next load and reset the
-    prefix caches; each ends with :data:`LIFECYCLE_TAIL_STEPS` steps."""
+    include budgets of a third and all of it. Programs may also stall the next store,
+    have the offload tier answer RETRY for a while, fail the next load (on vLLM: its
+    recompute policy) and finish a request with an error, and, unless ``live`` (a run
+    replayed on vLLM, whose session has no such knob), reset the prefix caches; on a
+    geometry that registers shared-prefix junctions
+    (``end_to_end.junction_geometry``) they also run requests to their end with the GPU
+    cache emptied after them (``produce``); each ends with :data:`LIFECYCLE_TAIL_STEPS`
+    steps."""
     pool = list(geometries) or list(base_pool) or FUZZ_GEOMETRIES
     prefix_len = max([160, *(n for g in geometries for n in scoped_prompts(g))])
     budgets = [1, 5, 16, 37, 64, 500]
@@ -764,7 +834,9 @@ def make_state_machine(impl: Implementation, device: str, salt: int,
     class OffloadPrograms(RuleBasedStateMachine):
         """Arrivals with shared prefixes, prefill steps, decode, finish, abort, preemption,
         eviction pressure, store failures and delayed completions, stalled stores and
-        RETRY answers; unless live, failed loads and prefix-cache resets."""
+        RETRY answers, failed loads, error finishes; unless live, prefix-cache resets; and requests
+        run to their end with the GPU prefix cache emptied after them (``produce``: the
+        producers whose stores later arrivals, and shared-prefix junctions, read)."""
 
         requests = Bundle("requests")
 
@@ -808,6 +880,35 @@ def make_state_machine(impl: Implementation, device: str, salt: int,
             self._apply(("add_request", rid, tokens, new_tokens))
             return rid
 
+        def _junctions(self) -> bool:
+            return self.lockstep is not None and junction_geometry(
+                self.lockstep.scenario.geometry)
+
+        @precondition(_junctions)
+        @rule(
+            prefix=st.integers(0, 2),
+            shared=st.integers(0, prefix_len),
+            suffix=st.integers(0, 40),
+        )
+        def produce(self, prefix: int, shared: int, suffix: int) -> None:
+            """A request run to its end at once (prefilled in the largest step, one token
+            decoded, every job completed), then the GPU prefix cache emptied: the next
+            request sharing its prefix is served by the offload tier, and where a sparse
+            group cuts that hit below the full-attention boundary it registers a
+            shared-prefix junction (docs/CONTRACT.md 9.3). Only on a geometry where
+            junctions are registered (``end_to_end.junction_geometry``), so the programs
+            on the others stay what they were."""
+            self.counter += 1
+            tokens = self.prefixes[prefix][:shared] + _tokens(suffix,
+                                                              salt + 1000 + self.counter)
+            if len(tokens) < 2:
+                tokens = [*tokens, 1, 2]
+            self._apply(("add_request", f"r{self.counter}", tokens, 1))
+            for _ in range(-(-len(tokens) // max(budgets)) + 2):
+                self._apply(("step", max(budgets)))
+            self._apply(("drain",))
+            self._apply(EVICT_GPU)
+
         @rule(budget=st.sampled_from(budgets))
         def step(self, budget: int) -> None:
             self._apply(("step", budget))
@@ -841,21 +942,23 @@ def make_state_machine(impl: Implementation, device: str, salt: int,
         def retry_lookups(self) -> None:
             self._apply(("retry_lookups",))
 
-        if not live:
-            # The live session has no per-job knob for these, so a live run omits them.
-            @rule()
-            def fail_next_load(self) -> None:
-                self._apply(("fail_next_load",))
+        @rule()
+        def fail_next_load(self) -> None:
+            # Live: reported through vLLM's failure API under its recompute policy.
+            self._apply(("fail_next_load",))
 
+        @rule(rid=requests)
+        def finish_with_error(self, rid: str) -> None:
+            # vLLM's FINISHED_ERROR mid-prefill (docs/CONTRACT.md 9.1): it stores only
+            # what it computed (C14 ended-store-horizon).
+            self._apply(("finish_with_error", rid))
+
+        if not live:
+            # The live session cannot drop the offload tier's idle chunks (vLLM's manager
+            # has no API for it), so a live run omits this one.
             @rule()
             def reset_prefix_cache(self) -> None:
                 self._apply(("reset_prefix_cache",))
-
-            @rule(rid=requests)
-            def finish_with_error(self, rid: str) -> None:
-                # vLLM's FINISHED_ERROR mid-prefill (docs/CONTRACT.md 9.1): it stores
-                # only what it computed (C14 ended-store-horizon).
-                self._apply(("finish_with_error", rid))
 
         def teardown(self) -> None:
             if self.lockstep is not None and not self.lockstep.findings:
@@ -977,6 +1080,13 @@ def run_fuzz(
 
         require()
         report.live = LiveComparisonReport(impl.name, vllm_version())
+        from kvcontract.live.capabilities import has
+        from kvcontract.live.partial_tail import run_partial_tail_campaign
+
+        report.live.partial_tails = (
+            run_partial_tail_campaign(seed, PARTIAL_TAIL_CASES) if has("partial-tails")
+            else "the installed vLLM has no partial-tail path "
+                 "(SchedulerOffloadConfig.supports_partial_tail)")
     if geometries:
         from kvcontract.spec.properties.scoped import describe_scope
 

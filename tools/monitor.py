@@ -31,8 +31,14 @@ finding (never raising) and counting the checks per clause in ``checks``:
 * :class:`~kvcontract.impl.system.events.AllocationEvent` (C1): the live blocks of a
   sliding-window group after a hit are ``Ret(N)``, those of a Mamba group the chunk
   holding the state at ``N`` (:func:`kvcontract.spec.multigroup.first_live_block`);
+* the shared-prefix junction a :class:`~kvcontract.impl.system.events.LookupEvent`
+  reports (C12, docs/CONTRACT.md 9.3): the one the spec registers for the accepted hit
+  (:func:`kvcontract.spec.reachability.junction_boundary` of the spec's full-attention
+  boundary, :func:`spec_full_attention_boundary`; :meth:`Monitor.spec_junction`); an
+  event that reports none (``junction=None``) is not judged;
 * :class:`~kvcontract.impl.system.events.StoreEvent` (C7, C8, C9, C10): the chunks
-  offered equal the spec's reachability mask at the spec's horizon for this step
+  offered equal the spec's reachability mask at the spec's horizon for this step, the
+  junction the store path was handed passed to the mask besides the replay boundaries
   (:meth:`Monitor.spec_offers`), are offered at most once, ``next_stored_chunk_idx``
   never moves back, and no offered chunk holds an uncommitted slot;
 * :class:`~kvcontract.impl.system.events.RestoreEvent` and
@@ -51,7 +57,7 @@ and the geometry it was built for.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -70,6 +76,7 @@ from kvcontract.spec import multigroup, retention
 from kvcontract.spec.clauses import CatalogueError
 from kvcontract.spec.geometry import Geometry
 from kvcontract.spec.lifecycle import LifecycleTrace
+from kvcontract.spec.lookup import window_chunks
 from kvcontract.spec.properties.base import (
     CaseProperty,
     Family,
@@ -88,13 +95,13 @@ from kvcontract.spec.properties.lookup import (
     loads_only_hit,
 )
 from kvcontract.spec.properties.store import spec_step_offers
-from kvcontract.spec.reachability import store_replay_boundaries
+from kvcontract.spec.reachability import junction_boundary, store_replay_boundaries
 from kvcontract.vocabulary import GroupKind, Impact, LookupResult, RequestStatus
 
 
 @dataclass(frozen=True)
 class Violation:
-    """One finding: the clause, what was judged (``lookup``, ``load-set``, ``crash``,
+    """One finding: the clause, what was judged (``lookup``, ``junction``, ``load-set``, ``crash``,
     ``retention``, ``store``, ``bytes``, ``attention``, or a lifecycle judge's name), a
     message and the witness."""
 
@@ -135,6 +142,46 @@ def monitored_properties() -> tuple[list[CaseProperty], list[CaseProperty]]:
             [p for p in declared if p.theorem_id not in ATTRIBUTED])
 
 
+def spec_full_attention_boundary(geometry: Geometry, num_tokens: int, local_hit: int,
+                                 states: Sequence[Sequence[LookupResult]]) -> int:
+    """The boundary a lookup's full-attention groups serve, by the spec (docs/CONTRACT.md
+    9.3): the largest boundary past the local hit, up to the lookup's first candidate
+    (:func:`kvcontract.spec.multigroup.initial_max_hit`), at which every full-attention
+    group reads only present chunks (:func:`~kvcontract.spec.multigroup.
+    group_read_requirement`; a pending chunk counts, as for the boundary a window serves),
+    clamped to the keys of the first sparse group the lookup visits
+    (:func:`~kvcontract.spec.multigroup.group_visit_order`): vLLM's
+    ``full_attention_hit_boundary``. 0 when they serve none past the local hit, or the
+    geometry lacks a full-attention or a sparse group (no junction is registered then).
+    ``states[g][k]``: the state of chunk ``k`` of group ``g``, every complete chunk."""
+    groups = geometry.groups
+    full = [g for g, spec in enumerate(groups) if spec.kind is GroupKind.FULL]
+    windows = {g: int(window_chunks(spec.sliding_window, spec.extra_retained_tokens,
+                                    geometry.chunk_tokens(spec)))
+               for g, spec in enumerate(groups)
+               if spec.kind is GroupKind.SLIDING_WINDOW and spec.sliding_window is not None}
+    sparse = [g for g in multigroup.group_visit_order(geometry, windows) if g not in full]
+    if not full or not sparse:
+        return 0
+    cap = multigroup.initial_max_hit(geometry, num_tokens)
+    present = (LookupResult.HIT, LookupResult.HIT_PENDING)
+    # Within a chunk of every full-attention group the requirement does not change, so
+    # the largest boundary served is the first candidate or a chunk end below it.
+    candidates = {cap, *(end for g in full
+                         for end in range(0, cap, geometry.chunk_tokens(groups[g])))}
+    served = 0
+    for boundary in sorted((b for b in candidates if b > local_hit), reverse=True):
+        required = [multigroup.group_read_requirement(geometry, groups[g], boundary,
+                                                      local_hit, num_tokens) for g in full]
+        if all(r is not None and all(states[g][k] in present for k in range(*r))
+               for g, r in zip(full, required, strict=True)):
+            served = boundary
+            break
+    first = groups[sparse[0]]
+    return min(served, multigroup.complete_chunks(geometry, first, num_tokens)
+               * geometry.chunk_tokens(first))
+
+
 class Monitor:
     """Judges one system's events against the spec (see the module docstring)."""
 
@@ -147,7 +194,7 @@ class Monitor:
         self._judged = [p for p in judged if p.family == Family.LOOKUP]
         self._lifecycle = [p for p in judged if p.family == Family.LIFECYCLE]
         self._handlers: dict[type, Callable[[Any], None]] = {
-            LookupEvent: self._lookup,
+            LookupEvent: self._lookup_and_junction,
             LoadEvent: self._load,
             LoadCrashEvent: self._crash,
             AllocationEvent: self._allocation,
@@ -189,6 +236,47 @@ class Monitor:
                 f"{prop.theorem_id}: {found}", {"theorem": prop.theorem_id}, impact))
 
     # -- lookups and loads ----------------------------------------------------------------
+    def _lookup_and_junction(self, event: LookupEvent) -> None:
+        self._lookup(event)
+        self._junction(event)
+
+    def spec_junction(self, event: LookupEvent) -> int | None:
+        """The junction the spec says the lookup of ``event`` registers (docs/CONTRACT.md
+        9.3): :func:`kvcontract.spec.reachability.junction_boundary` of the spec's
+        full-attention boundary (:func:`spec_full_attention_boundary` over the event's
+        states), the local hit, the accepted hit past it and the retention interval.
+        None when nothing is judged: the lookup deferred, the event reports no junction
+        (a runtime monitor's lookup), or a state is RETRY."""
+        if event.hit is None or event.junction is None or any(
+                LookupResult.RETRY in row for row in event.states):
+            return None
+        geo = self.geometry
+        boundary = spec_full_attention_boundary(geo, event.num_tokens, event.local_hit,
+                                                event.states)
+        return int(junction_boundary(boundary, event.local_hit, event.hit - event.local_hit,
+                                     geo.retention_interval))
+
+    def _junction(self, event: LookupEvent) -> None:
+        """C12 (docs/CONTRACT.md 9.3): the junction the request registered with its hit
+        is the spec's: with a retention interval, the boundary its full-attention groups
+        serve when a sparse group cut the hit below it; none otherwise. A junction
+        missing loses the later hit at it (its window is never stored), one too large
+        stores a window no boundary reads (judged on the system's accepted hit: a wrong
+        hit is the lookup's own finding)."""
+        want = self.spec_junction(event)
+        if want is None:
+            return
+        self.checks["C12"] += 1
+        if event.junction != want:
+            self._violate(
+                "C12", "junction",
+                f"request {event.request}: registered the shared-prefix junction "
+                f"{event.junction}, the spec's is {want} (full-attention boundary "
+                f"{event.full_attention_boundary} reported, hit {event.hit}, local "
+                f"{event.local_hit}, retention {self.geometry.retention_interval})",
+                request=event.request, system=event.junction, spec=want,
+                hit=event.hit, local=event.local_hit)
+
     def _lookup(self, event: LookupEvent) -> None:
         if any(LookupResult.RETRY in row for row in event.states):
             return  # an asynchronous lookup in flight may defer anything: nothing to compare
@@ -304,6 +392,10 @@ class Monitor:
         """What the spec says this step offers, given the tracker's state before it (the
         store properties' own step, :func:`kvcontract.spec.properties.store.spec_step_offers`)."""
         replay = store_replay_boundaries(self.geometry, event.prompt_len)
+        if self.geometry.retention_interval is not None and event.junction:
+            # The junction the store path was handed is one more boundary
+            # (docs/CONTRACT.md 9.3; whether it is the right one is the lookup's C12).
+            replay = tuple(sorted({*replay, event.junction}))
         chosen, _ = spec_step_offers(
             self.geometry, event.group, event.status, event.before, event.scheduled,
             event.num_tokens, event.prompt_len, set(event.offered_before), event.next_before,

@@ -12,12 +12,15 @@ and the vocabulary) and reports each decision as an event of :mod:`.events` to t
 observers given to :meth:`OffloadSystem.subscribe`, in decision order:
 
 * :class:`~.events.LookupEvent`: the chunk states and loading chunks the lookup saw, the
-  local GPU hit ``L``, the accepted hit and the load ranges;
+  local GPU hit ``L``, the accepted hit and the load ranges, and the shared-prefix
+  junction the request registered with the hit (docs/CONTRACT.md 9.3:
+  ``impl.shared_prefix_junction``, handed to its store paths, see
+  :meth:`OffloadSystem._junction`);
 * :class:`~.events.LoadEvent` / :class:`~.events.LoadCrashEvent`: the manager accepted
   the load of an external hit, or refused it ("not found"/"not ready");
 * :class:`~.events.AllocationEvent`: which blocks of a group's table are live after a hit;
 * :class:`~.events.StoreEvent`: one group's store step (the tracker before and after,
-  the chunks offered, the manager's answer);
+  the chunks offered, the manager's answer, the junction its mask was handed);
 * :class:`~.events.RestoreEvent` / :class:`~.events.AttentionEvent` (tensor-backed
   only): the restored bytes and a decode step of window attention over them, compared
   with the data oracles of :mod:`.oracle` (the comparison is data movement; the event
@@ -53,7 +56,7 @@ from collections import Counter, OrderedDict
 from collections.abc import Callable, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 import torch
 
@@ -120,7 +123,9 @@ NULL_BLOCK = 0
 
 class GroupStorePath(Protocol):
     """One request's store path for one group, as the system drives it: what
-    :class:`~kvcontract.impl.scheduler.StoreTracker` provides (the default)."""
+    :class:`~kvcontract.impl.scheduler.StoreTracker` provides (the default). A path
+    built before the request's lookup learns the request's shared-prefix junction only
+    if it is also a :class:`JunctionStorePath` (StoreTracker is)."""
 
     @property
     def offered(self) -> AbstractSet[int]: ...
@@ -132,6 +137,21 @@ class GroupStorePath(Protocol):
              num_tokens: int) -> list[int]: ...
 
     def mark_computed(self, num_chunks: int) -> None: ...
+
+
+@runtime_checkable
+class JunctionStorePath(Protocol):
+    """A :class:`GroupStorePath` that takes the shared-prefix junction its request's
+    lookup registered (docs/CONTRACT.md 9.3): after every lookup that accepts a hit the
+    system calls ``register_junction(junction)`` (0: none), before the request's first
+    store step from that hit, and the path passes the junction to its mask besides its
+    replay boundaries (vLLM's ``_build_store_jobs`` reads the request's
+    ``shared_prefix_boundary``). A plugged path without it (the audit's adapter of
+    upstream's builder) is handed no junction: its :class:`~.events.StoreEvent` says
+    ``junction=0``, so its stores are judged without one, while the junction the lookup
+    registered is still reported and judged (:class:`~.events.LookupEvent`)."""
+
+    def register_junction(self, junction: int) -> None: ...
 
 
 StorePath = Callable[[Geometry, int, bool], Sequence[GroupStorePath]]
@@ -226,6 +246,9 @@ class Request:
     """``(group, chunk, key)`` of this hit's loads that failed."""
     load_local: int = 0
     state: RequestState | None = None
+    junction: int = 0
+    """The shared-prefix junction (tokens; 0: none) its last lookup that accepted a hit
+    registered (``impl.shared_prefix_junction``; vLLM's ``shared_prefix_boundary``)."""
 
 
 class BlockPool:
@@ -788,6 +811,8 @@ class OffloadSystem:
             req.trackers[g] = paths[g] if paths is not None else StoreTracker(
                 self.impl, self.geometry, g, req.prompt_len,
                 offload_prompt_only=self.config.prompt_only)
+        # The junction stays the request's until its next lookup registers another.
+        self._hand_junction(req)
         self.log.append(f"recover {req.rid} from hit {req.load_hit}: "
                         f"{len(failed)} chunk(s) failed, {len(dropped)} dropped")
         if self._lifecycle_observers:
@@ -893,12 +918,15 @@ class OffloadSystem:
             else:
                 self._deferred(req, since, local, outcome, lookup, keys)
         reported = tuple(outcome.load_ranges.items())
+        junction = self._junction(outcome, local)
         if observed:
-            self._emit(LookupEvent(req.rid, num_tokens, local, states, loading,
-                                   outcome.hit_tokens, reported))
+            self._emit(LookupEvent(
+                req.rid, num_tokens, local, states, loading, outcome.hit_tokens, reported,
+                None if junction is None else outcome.full_attention_boundary, junction))
         if outcome.hit_tokens is None:
             self.log.append(f"lookup {req.rid} local={local} defer")
             return
+        assert junction is not None
         hit = outcome.hit_tokens
         req.deferred_since = NO_DEFERRAL
         req.load_local = local
@@ -910,7 +938,8 @@ class OffloadSystem:
                                                loaded, by_deadline))
         self._enter(req, RequestState.HIT_ACCEPTED)
         ranges = {g: outcome.load_ranges[g] for g in sorted(outcome.load_ranges)}
-        self.log.append(f"lookup {req.rid} local={local} hit={hit} loads={ranges}")
+        self.log.append(f"lookup {req.rid} local={local} hit={hit} loads={ranges}"
+                        + (f" junction={junction}" if junction else ""))
         external = hit > local
         load_keys = [keys[(g, k)] for g, (lo, hi) in ranges.items() for k in range(lo, hi)]
         slots: list[int] = []
@@ -926,6 +955,11 @@ class OffloadSystem:
                 self._enter(req, RequestState.ABORTED)
                 return
             self._emit(LoadEvent(req.rid, hit, local, reported))
+        # The junction is the request's from this lookup on (replacing an earlier
+        # lookup's: vLLM sets shared_prefix_boundary again at every admission), and its
+        # store paths store for it from their first step on this hit.
+        req.junction = junction
+        self._hand_junction(req)
         for g, spec in enumerate(geo.groups):
             # Chunks covered by the hit (loaded or cached on the GPU) are never re-offered.
             req.trackers[g].mark_computed(hit // geo.chunk_tokens(spec))
@@ -979,6 +1013,43 @@ class OffloadSystem:
             req.num_computed = hit
             req.phase = Phase.RUNNING
             self._enter(req, self._running_state(req))
+
+    def _junction(self, outcome: LookupOutcome, local: int) -> int | None:
+        """The shared-prefix junction a lookup that accepted a hit registers
+        (docs/CONTRACT.md 9.3; 0: none), None for a lookup that deferred: the
+        implementation's ``shared_prefix_junction`` of the full-attention boundary the
+        lookup saw, the local hit, the external hit past it and the retention interval.
+        A lookup that ended before a sparse group's turn (or a geometry without a
+        full-attention group) reports no full-attention boundary and registers none, as
+        vLLM's ``_lookup`` calls ``_maybe_register_shared_prefix_junction`` only with
+        one.
+
+        The GPU side needs no rule of its own for the junction here, unlike vLLM's
+        (``cache_blocks`` adds it to the reachable boundaries of its sparse retention):
+        the system's GPU prefix cache is not sparse (``_register_full_blocks`` enters
+        every full block a request computes, whatever the retention interval), so the
+        window at the junction is cached like every block; and the store job that
+        offers the junction's chunks is built in the step that completes them, from the
+        tables ``_allocate`` left at the count before the step (the tracker's first
+        live block is taken at that count too, C10), and submitted at the start of the
+        next step, before any block is freed again. The junction vLLM's KV-cache
+        manager sets from a local hit (``get_computed_blocks``: a lagging sparse group)
+        is not modelled: the system's local hit is the boundary every group serves
+        (docs/CONTRACT.md 12), so a request's junction is its offload lookup's alone."""
+        if outcome.hit_tokens is None:
+            return None
+        boundary = outcome.full_attention_boundary
+        if boundary is None:
+            return 0
+        return int(self.impl.shared_prefix_junction(
+            boundary, local, outcome.hit_tokens - local, self.geometry.retention_interval))
+
+    @staticmethod
+    def _hand_junction(req: Request) -> None:
+        """Hand the request's junction to each of its store paths that takes one."""
+        for path in req.trackers.values():
+            if isinstance(path, JunctionStorePath):
+                path.register_junction(req.junction)
 
     def _deferred(self, req: Request, since: int, local: int, outcome: LookupOutcome,
                   lookup: Callable[[int, int], LookupResult],
@@ -1198,6 +1269,7 @@ class OffloadSystem:
                 refused=bool(offered) and plan is None,
                 new=0 if plan is None else len(plan.keys),
                 evicted=0 if plan is None else len(plan.evicted),
+                junction=req.junction if isinstance(tracker, JunctionStorePath) else 0,
             ))
         if plan is None or not plan.keys:
             return

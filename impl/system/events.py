@@ -45,6 +45,13 @@ class LookupEvent:
     complete chunk of the request's tokens, taken before the lookup ran; ``loading`` holds
     the ``(group, chunk)`` pairs another request was loading at that moment. ``hit`` is
     the accepted boundary (the local hit when nothing is gained), ``None`` for a defer.
+
+    ``junction`` is the shared-prefix junction the request registered with this hit
+    (docs/CONTRACT.md 9.3; 0: none), from ``full_attention_boundary``, the boundary the
+    full-attention groups served when the first sparse group took its turn (None when
+    the lookup ended before one did). Both are None when the lookup deferred, or when
+    whoever built the event did not observe a junction (a runtime monitor's lookup:
+    nothing to judge then).
     """
 
     request: str
@@ -54,6 +61,8 @@ class LookupEvent:
     loading: frozenset[tuple[int, int]]
     hit: int | None
     load_ranges: LoadRanges
+    full_attention_boundary: int | None = None
+    junction: int | None = None
 
 
 @dataclass(frozen=True)
@@ -101,6 +110,8 @@ class StoreEvent:
     ``next_stored_chunk_idx`` before the step, ``next_after`` the latter after it;
     ``num_computed`` the tokens computed once the step ran. ``refused``/``new``/
     ``evicted`` are the manager's answer to the offer (nothing offered: all zero).
+    ``junction`` is the shared-prefix junction the request's store path was handed for
+    its mask (docs/CONTRACT.md 9.3; 0: none, or a plugged path that takes none).
     """
 
     request: str
@@ -119,6 +130,7 @@ class StoreEvent:
     refused: bool = False
     new: int = 0
     evicted: int = 0
+    junction: int = 0
 
 
 @dataclass(frozen=True)

@@ -146,3 +146,43 @@ def test_mark_computed_never_reoffers() -> None:
     assert tracker.step("finished", 64, 0, 65) == []
     tracker.mark_computed(1)  # never moves back
     assert tracker.next_stored_chunk_idx == 4
+
+
+def test_a_junction_registered_after_construction_reaches_the_mask() -> None:
+    """docs/CONTRACT.md 9.3: the first consumer's tracker (59 tokens, retention 0) is
+    built before its lookup; the junction 32 it registers then adds the window at 32
+    (SWA 6-7) to its replay boundary's (58 -> 48: SWA 10-11). A later registration
+    replaces it (vLLM's store path passes the request's current junction)."""
+    geometry = Geometry((fa(16), swa(4, 8)), retention_interval=0)
+
+    def offers(junction: int | None) -> list[int]:
+        tracker = StoreTracker(REFERENCE, geometry, 1, 59)
+        if junction is not None:
+            tracker.register_junction(junction)
+        return tracker.step("prefilling", 0, 59, 59)
+
+    assert offers(None) == [10, 11]
+    assert offers(32) == [6, 7, 10, 11]
+    assert offers(0) == [10, 11]
+    tracker = StoreTracker(REFERENCE, geometry, 1, 59, junction=32)
+    assert tracker.mask_boundaries() == (58, 32)
+    tracker.register_junction(16)
+    assert tracker.mask_boundaries() == (58, 16) and tracker.replay_boundaries == (58,)
+    tracker.register_junction(58)  # one of the replay boundaries already
+    assert tracker.mask_boundaries() == (58,)
+
+
+def test_the_full_attention_boundary_is_one_the_full_attention_groups_confirmed() -> None:
+    """An EAGLE full-attention group without a key for its peek chunk proposes a chunk
+    less unscanned (17 tokens, chunks of 4: 12); the junction's boundary is the one its
+    scan then confirms: none when nothing is stored, 12 when its chunks are."""
+    geometry = Geometry((fa(4, eagle=True), swa(4, 8)), retention_interval=0)
+
+    def outcome(full_attention: LookupResult) -> tuple[int | None, int | None]:
+        found = lookup_complete_chunks(
+            REFERENCE, geometry, 17, 0, lambda g, k: full_attention if g == 0 else MISS)
+        return found.hit_tokens, found.full_attention_boundary
+
+    assert outcome(MISS) == (0, None)
+    assert outcome(HIT) == (0, 12)
+    assert outcome(PENDING) == (0, 12)  # the boundary a pending window serves

@@ -25,6 +25,7 @@ from kvcontract.vocabulary import DEFAULT_FAIL_ON, Impact
 VARIANTS = [
     "stale-pending", "unaligned-hit", "mtp-extra-retained", "prefill-horizon",
     "upstream-current", "abort-unscheduled-crash", "no-deadline", "resetting-deadline",
+    "no-shared-prefix-junction",
 ]
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -47,6 +48,7 @@ SEED_CLAUSES = {
     "abort-unscheduled-crash": {"C14"},
     "no-deadline": {"C13"},
     "resetting-deadline": {"C13"},
+    "no-shared-prefix-junction": {"C12"},  # the junction seed (docs/CONTRACT.md 9.3)
 }
 """What the seed scenarios find per variant (each a subset of the variant's ``violates``)."""
 
@@ -283,3 +285,69 @@ def test_findings_on_a_geometry_vllm_does_not_build_are_latent() -> None:
     assert Lockstep(get_implementation("reference"), seed, "cpu").latent is None
     buildable = run_fuzz("stale-pending", examples=0, scenarios=[seed])
     assert {d.impact for d in buildable.differences} == {Impact.DELAY}
+
+
+# -- shared-prefix junctions (C12, docs/CONTRACT.md 9.3) ---------------------------------
+JUNCTION_SEED = "c12-shared-prefix-junction"
+
+
+def _junction_seed() -> list[Scenario]:
+    return [s for s in seed_scenarios() if s.name == JUNCTION_SEED]
+
+
+def test_the_junction_seed_is_clean_on_the_reference_and_finds_vllm_0_33() -> None:
+    """The reference registers the junction 32 and the second consumer hits 32; vLLM
+    0.33.0's connector (``no-shared-prefix-junction``) registers none: the system's
+    monitor finds it (C12, a lost hit) where the first consumer registers."""
+    clean = run_fuzz("reference", examples=0, scenarios=_junction_seed())
+    assert clean.differences == [] and clean.per_clause["C12"] >= 6
+    found = run_fuzz("no-shared-prefix-junction", examples=0, scenarios=_junction_seed())
+    assert [(d.clause, d.kind, d.impact) for d in found.differences] == [
+        ("C12", "junction", Impact.LOST_HIT)]
+    difference = found.differences[0]
+    assert (difference.witness["request"], difference.witness["system"],
+            difference.witness["spec"]) == ("first", 0, 32)
+    assert found.exit_code == 1
+
+
+def _state_machine(impl: str, examples: int) -> None:
+    """The fuzzer's state machine over FUZZ_GEOMETRIES, generation only (no shrinking:
+    a failure raises its FuzzFinding at once)."""
+    from hypothesis import HealthCheck, Phase, settings
+    from hypothesis.stateful import run_state_machine_as_test
+
+    from kvcontract.tools.fuzz import make_state_machine
+    from kvcontract.tools.hypothesis_runs import deterministic_hypothesis
+
+    machine = make_state_machine(get_implementation(impl), "cpu", 0)
+    with deterministic_hypothesis():
+        run_state_machine_as_test(machine, settings=settings(
+            max_examples=examples, stateful_step_count=25, deadline=None, derandomize=True,
+            database=None, suppress_health_check=list(HealthCheck),
+            phases=[Phase.generate], report_multiple_bugs=False))
+
+
+def test_the_state_machine_registers_junctions(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Its programs reach shared-prefix junctions (the retention-0 geometry, requests
+    run to their end with the GPU cache emptied after them), each judged (C12), and the
+    reference is clean there."""
+    registered: list[int] = []
+    judge = Monitor._junction
+
+    def counting(self: Monitor, event: LookupEvent) -> None:
+        if event.junction:
+            registered.append(event.junction)
+        judge(self, event)
+
+    monkeypatch.setattr(Monitor, "_junction", counting)
+    _state_machine("reference", 10)
+    assert len(registered) >= 2
+
+
+def test_the_state_machine_finds_a_connector_without_junctions() -> None:
+    from kvcontract.tools.fuzz import FuzzFinding
+
+    with pytest.raises(FuzzFinding) as raised:
+        _state_machine("no-shared-prefix-junction", 10)
+    assert (raised.value.difference.clause, raised.value.difference.kind) == (
+        "C12", "junction")

@@ -126,7 +126,8 @@ def test_seed_scenarios_run_on_033_with_upstream_s_store_path() -> None:
     unchecked = {u["theorem"]: u["reason"] for u in run.unchecked}
     # 0.33.0 has no lookahead block hashes: that scenario is left out too, named.
     assert unchecked == {"system[mamba-retention]": store.MAMBA_NOTE,
-                         "system[lookahead-eagle]": derived_spaces.LOOKAHEAD_NOTE}
+                         "system[lookahead-eagle]": derived_spaces.LOOKAHEAD_NOTE,
+                         "system[c12-shared-prefix-junction]": store.JUNCTION_NOTE}
 
 
 def test_plugged_store_path_offers_what_the_builder_offers() -> None:
