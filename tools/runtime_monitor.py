@@ -63,13 +63,34 @@ A wrapper calls vLLM's method unchanged, then reads what it did from vLLM's own 
   job the worker reports failed is not completed as stored (the manager's
   ``complete_store`` hooked like its ``lookup``); a request whose load failed is
   remembered;
+* partial tails (docs/CONTRACT.md 9.2; where the release has them: the connector
+  config's ``supports_partial_tail``, the request state's ``partial_tail_boundary``):
+  vLLM's decision to turn them on is the contract's (``C12/partial-tail-on``:
+  :func:`~kvcontract.spec.partial_tail.partial_tail_off` of the connector's geometry;
+  off where the contract has them is C12, on where it states them off C2); a lookup that
+  accepts a hit off a chunk boundary ends at a multiple of the hash block among the
+  boundaries the search covers past the complete-chunk hit, within the request's tokens
+  less one and its load caps, with every group's key there answered HIT
+  (``C2/partial-tail-boundary``), and, where no sparse group cut the complete hit, no
+  candidate above it had every key answered HIT (``C4/partial-tail-maximal``); its load
+  names only keys that lookup answered HIT (else upstream's "not found"/"not ready") and
+  none another request's load has in flight (``C2/partial-tail-loads``; a second
+  transfer, C2 ``partial-tail-in-flight``, waste); a partial-tail search's deferral has
+  its cause (C13, a key pending or being loaded). These findings carry a witness (the
+  boundary, the keys by group and position, the answers) and no reproducer (the audit
+  replays no partial-tail theorem: the message says so);
 * an exception vLLM raises with upstream's crash messages (C2, ``crash``).
 
 What it does not judge (and counts, by reason, in ``not_judged``, with the first test of
 each): lookups while an asynchronous lookup is in flight (RETRY), while the request has
 transfers in flight or another request loads its chunks (the connector's own deferral
-rules), partial tails and their anchors, requests that skip or may not read the offloaded
-tier, lookups a test replaced on the connector instance, stand-in requests, and states
+rules); of partial tails, C12's promise (``b(P)`` is the producer's prompt's, which no
+lookup shows: ``kvcontract.live.partial_tail`` judges it on traces), the maximality of a
+tail whose search an anchor widened (a sparse group cut the complete-chunk hit below the
+full-attention one: which boundary is owed needs the producer's stores), the boundary and
+on/off decision of a geometry the contract names but does not check (EAGLE groups), and a
+tail's load whose lookup the monitor did not judge; requests that skip or may not read
+the offloaded tier, lookups a test replaced on the connector instance, stand-in requests, and states
 that involve chunks vLLM has no offload keys for; deferrals that wait on a job or a
 loading count the monitor never saw (a test's fixture); store steps of a request whose
 stores restarted (a preemption, a cache reset: the store spec has neither), whose step
@@ -129,6 +150,11 @@ from kvcontract.impl.system.events import AllocationEvent, LookupEvent
 from kvcontract.spec import multigroup
 from kvcontract.spec.geometry import Geometry, GroupSpec
 from kvcontract.spec.lifecycle import DEFAULT_DEFERRAL_BOUND, deferral_age, within_deferral_bound
+from kvcontract.spec.partial_tail import (
+    partial_tail_candidates,
+    partial_tail_key_position,
+    partial_tail_off,
+)
 from kvcontract.spec.properties.lookup import LookupCase
 from kvcontract.spec.properties.lookup import contract_answer as lookup_contract_answer
 from kvcontract.spec.properties.store import (
@@ -171,6 +197,15 @@ CRASH_MARKERS = ("not found in cache", "not ready for reading")
 THEOREM_OF_CLAUSE = {"C2": "C2/lookup-loads-only-hit", "C3": "C3/lookup-defers-only-in-scope",
                      "C4": "C4/lookup-is-maximal", "C5": "C4/lookup-is-maximal"}
 """The catalogue theorem that replays a lookup violation of each clause."""
+
+PARTIAL_TAIL_HIT = "a partial-tail hit"
+"""The scope rule's word for a lookup that accepted a hit off a chunk boundary (vLLM's
+``partial_tail_boundary``): judged by the partial-tail checks, not the chunk lookup's."""
+
+NO_PARTIAL_TAIL_REPRODUCER = ("no reproducer: the audit replays no partial-tail theorem; "
+                              "kvcontract.live.partial_tail judges such traces on vLLM's "
+                              "engine")
+"""The clause a partial-tail finding carries in place of a reproducer."""
 
 
 @dataclass(frozen=True)
@@ -713,6 +748,50 @@ def engine_theorem(theorem_id: str) -> str:
     return f"{clause}/{upstream_loop_name(name)}"
 
 
+# -- partial tails (C2, C12 at a sub-chunk boundary: docs/CONTRACT.md 9.2) --------------------
+@dataclass(frozen=True)
+class PartialTailLookup:
+    """A lookup that accepted a partial tail: what its load is judged against."""
+
+    boundary: int
+    local_hit: int
+    complete_hit: int
+    answers: dict[Any, LookupResult | None]
+    """The manager's answer per key the lookup asked about (its last, as vLLM read it)."""
+
+
+def key_places(connector: Any, status: Any, keys: Any) -> dict[Any, tuple[int, int]]:
+    """``(geometry group, token position)`` of each of ``keys`` whose position vLLM recorded
+    on the request's context (``ReqContext.get_offload_key_position``: a chunk's end, or
+    a partial-tail key's boundary) and whose group the connector has; the others left
+    out (a release or a stand-in without them)."""
+    context = getattr(status, "req_context", None)
+    position_of = getattr(context, "get_offload_key_position", None)
+    if not callable(position_of):
+        return {}
+    try:
+        from kvcontract.live.capabilities import vllm_names
+
+        group_of_key = vllm_names("vllm.v1.kv_offload.base", "get_offload_group_idx")
+    except Exception:  # a release without per-group keys
+        return {}
+    index = {getattr(group, "group_idx", g): g
+             for g, group in enumerate(connector.config.kv_group_configs)}
+    places: dict[Any, tuple[int, int]] = {}
+    for key in keys:
+        with contextlib.suppress(Exception):
+            position, group = position_of(key), index.get(int(group_of_key(key)))
+            if type(position) is int and group is not None:
+                places[key] = (group, position)
+    return places
+
+
+def _placed(places: dict[Any, tuple[int, int]], keys: Any) -> list[str]:
+    """``group 1 at 224`` per key (``a key of no recorded position`` otherwise), sorted."""
+    return sorted(f"group {places[key][0]} at {places[key][1]}" if key in places
+                  else "a key of no recorded position" for key in keys)
+
+
 # -- one connector ----------------------------------------------------------------------------
 class _ConnectorWatch:
     """The monitor's view of one connector: its geometry, its judge, the answers its
@@ -737,6 +816,8 @@ class _ConnectorWatch:
         self.complete_boundary: list[Any] = []
         """What vLLM's ``_lookup_complete_chunks`` reported as its full-attention boundary
         (0.34.0 returns it beside the hit), per call of the lookup in progress."""
+        self.partial_tails: OrderedDict[str, PartialTailLookup] = OrderedDict()
+        """Per request, its last lookup that accepted a partial tail (its load's judge)."""
         self.judged_cases: dict[str, LookupCase] = {}
         """Per request, the lookup case its last judged lookup decided (a load's witness)."""
         self.seen_jobs: set[int] = set()
@@ -816,6 +897,7 @@ class _ConnectorWatch:
         self.recent.pop(request_id, None)
         self.answers.pop(request_id, None)
         self.judged_cases.pop(request_id, None)
+        self.partial_tails.pop(request_id, None)
         self.failed_loads.discard(request_id)
 
     def forget_stores(self, request_id: str) -> None:
@@ -1105,9 +1187,197 @@ class RuntimeMonitor:
         bound = signature.named(args, kwargs)
         vllm_config = bound.get("vllm_config")
         lookahead = getattr(vllm_config, "num_hash_lookahead_tokens", 0) if vllm_config else 0
-        self._watches[connector] = _ConnectorWatch(connector, int(lookahead or 0),
-                                                   self.options)
+        watch = self._watches[connector] = _ConnectorWatch(connector, int(lookahead or 0),
+                                                           self.options)
         self.report.events["connector"] += 1
+        self._judge_partial_tail_on(watch, connector)
+
+    # -- partial tails (docs/CONTRACT.md 9.2) ------------------------------------------------
+    def _judge_partial_tail_on(self, watch: _ConnectorWatch, connector: Any) -> None:
+        """vLLM's own decision (the connector config's ``supports_partial_tail``) against
+        the contract's (:func:`~kvcontract.spec.partial_tail.partial_tail_off` of the
+        connector's geometry): partial tails on exactly where the contract has them. Off
+        where the contract has them on loses every tail's hit (C12); on where it states
+        them off serves sub-chunk loads the contract does not state safe (C2). A geometry
+        the contract names but does not check (EAGLE groups) is not judged."""
+        supports = getattr(connector.config, "supports_partial_tail", None)
+        if watch.geometry is None:
+            return  # the connector's lookups are skipped with the geometry's reason
+        if type(supports) is not bool:
+            self.report.skip("partial tails on/off: the connector's config has no "
+                             "supports_partial_tail (a release without partial tails, or a "
+                             "stand-in)", self.current_test)
+            return
+        off = partial_tail_off(watch.geometry)
+        if off is not None and "not checked" in off:
+            self.report.skip(f"partial tails on/off: {off}", self.current_test)
+            return
+        self.report.judge("C12/partial-tail-on")
+        if supports == (off is None):
+            return
+        where = watch.geometry.describe()
+        if supports:
+            self._found("C2", "partial-tail-on",
+                        f"vLLM turns partial tails on (supports_partial_tail=True) for {where}, "
+                        f"where the contract has none: {off} "
+                        f"({NO_PARTIAL_TAIL_REPRODUCER})", None,
+                        {"geometry": watch.geometry.to_dict(), "supports_partial_tail": True,
+                         "contract": off}, Impact.CORRUPTION)
+        else:
+            self._found("C12", "partial-tail-on",
+                        f"vLLM turns partial tails off (supports_partial_tail=False) for "
+                        f"{where}, where the contract has them: a consumer loses the hit "
+                        f"through every producer's tail ({NO_PARTIAL_TAIL_REPRODUCER})", None,
+                        {"geometry": watch.geometry.to_dict(), "supports_partial_tail": False,
+                         "contract": "on"}, Impact.LOST_HIT)
+
+    def _judge_partial_tail_lookup(self, watch: _ConnectorWatch, connector: Any,
+                                   request: Any, status: Any, state: dict[str, Any],
+                                   bound: dict[str, Any], local: int, hit: int) -> None:
+        """A lookup that accepted a hit off a chunk boundary (vLLM's
+        ``partial_tail_boundary`` ``b``; docs/CONTRACT.md 9.2). ``C2/partial-tail-boundary``:
+        ``b`` is a multiple of the hash block, one of the boundaries the search covers past
+        the complete-chunk hit ``C`` (:func:`~kvcontract.spec.partial_tail.
+        partial_tail_candidates`: below the next block of ``max(C, full-attention hit)``),
+        within the request's tokens less one and its load caps, and every group's key at
+        ``b`` (:func:`~kvcontract.spec.partial_tail.partial_tail_key_position`) was answered
+        HIT. ``C4/partial-tail-maximal`` (where no sparse group cut the complete hit below
+        the full-attention one): no candidate above ``b`` had every group's key answered
+        HIT and none being loaded. The lookup is kept for its load's judge
+        (:meth:`_judge_partial_tail_load`)."""
+        assert watch.geometry is not None
+        geometry = watch.geometry
+        request_id = request.request_id
+        boundary = int(status.partial_tail_boundary)
+        answers: dict[Any, LookupResult | None] = state["answers"]
+        test = self.current_test
+        self.report.events["partial-tail hit"] += 1
+        watch.note(request_id, f"partial tail at {boundary}")
+        complete = watch.complete_hit[-1] if watch.complete_hit else None
+        if type(complete) is not int:
+            self.report.skip("partial tail: its complete-chunk lookup was not seen (the "
+                             "release has no _lookup_complete_chunks, or a test replaced it)",
+                             test, f"request {request_id}: tail at {boundary}")
+            return
+        watch.partial_tails[request_id] = PartialTailLookup(boundary, local, complete,
+                                                            dict(answers))
+        watch.partial_tails.move_to_end(request_id)
+        while len(watch.partial_tails) > self.options.max_requests:
+            watch.partial_tails.popitem(last=False)
+        self.report.skip("C12 partial tail: the hit owed through a tail is b(P) of the "
+                         "producer's prompt, which no lookup shows (kvcontract.live."
+                         "partial_tail judges it on traces)", test,
+                         f"request {request_id}: tail at {boundary}")
+        off = partial_tail_off(geometry)
+        if off is not None and "not checked" in off:
+            self.report.skip(f"partial-tail boundary: {off}", test, f"request {request_id}")
+            return
+        places = key_places(connector, status, answers)
+        if not places:
+            self.report.skip("partial-tail boundary: vLLM records no key positions on the "
+                             "request's context (ReqContext.get_offload_key_position)", test,
+                             f"request {request_id}")
+            return
+        tph = geometry.hash_block_size
+        assert tph is not None
+        complete_boundary = local + complete
+        full = watch.complete_boundary[-1] if watch.complete_boundary else None
+        anchor = max(complete_boundary, full) if type(full) is int else complete_boundary
+        caps = [int(request.num_tokens) - 1] + [
+            local + int(x) for x in (bound.get("max_num_new_tokens"),
+                                     getattr(status, "max_load_tokens", None))
+            if type(x) is int]
+        answered = {place: answers.get(key) for key, place in places.items()}
+        witness = {"geometry": geometry.to_dict(), "num_tokens": int(request.num_tokens),
+                   "local_hit": local, "complete_hit": complete,
+                   "full_attention_boundary": full, "boundary": boundary, "caps": caps,
+                   "answers": {f"group {g} at {p}": getattr(r, "name", None)
+                               for (g, p), r in sorted(answered.items())}}
+        what = (f"request {request_id}: a partial tail at {boundary} (local hit {local}, "
+                f"complete-chunk hit {complete_boundary}, anchor {anchor})")
+        self.report.judge("C2/partial-tail-boundary")
+        off_grid = []
+        if boundary % tph:
+            off_grid.append(f"not a multiple of the {tph}-token hash block")
+        elif boundary not in partial_tail_candidates(geometry, complete_boundary, anchor,
+                                                     boundary):
+            off_grid.append("not a boundary the search covers (past the complete-chunk hit, "
+                            "below the anchor's next block, no chunk boundary at or below "
+                            "the anchor)")
+        if boundary > min(caps):
+            off_grid.append(f"past the request's tokens less one or its load cap "
+                            f"({min(caps)})")
+        if off_grid:
+            self._found("C2", "partial-tail-boundary",
+                        f"{what}: the boundary is {'; '.join(off_grid)} "
+                        f"({NO_PARTIAL_TAIL_REPRODUCER})", None, witness, Impact.CORRUPTION)
+        unserved = []
+        for g in range(len(geometry.groups)):
+            position = partial_tail_key_position(geometry, g, boundary)
+            result = answered.get((g, position))
+            if result is not LookupResult.HIT:
+                unserved.append(f"group {g} at {position}: "
+                                + (result.name if result is not None else "never asked"))
+        if unserved:
+            self._found("C2", "partial-tail-boundary",
+                        f"{what}: accepted with a key at the boundary not answered HIT "
+                        f"({', '.join(unserved)}; upstream's 'not found'/'not ready' on its "
+                        f"load) ({NO_PARTIAL_TAIL_REPRODUCER})", None, witness, Impact.CRASH)
+        if anchor > complete_boundary:
+            self.report.skip("C4 partial tail: a sparse group cut the complete-chunk hit "
+                             "below the full-attention one (an anchor): which boundary is "
+                             "owed there needs the producer's stores (not judged online)",
+                             test, f"request {request_id}: complete {complete_boundary}, "
+                             f"anchor {anchor}, tail at {boundary}")
+            return
+        loading = {places[key] for key in answers
+                   if key in places and key in state["being_loaded"]}
+        self._judge_partial_tail_maximal(watch, request, answered, loading, complete_boundary,
+                                         boundary, caps, what, witness)
+
+    def _judge_partial_tail_maximal(self, watch: _ConnectorWatch, request: Any,
+                                    answered: dict[tuple[int, int], LookupResult | None],
+                                    loading: set[tuple[int, int]],
+                                    complete_boundary: int, boundary: int, caps: list[int],
+                                    what: str, witness: dict[str, Any]) -> None:
+        """``C4/partial-tail-maximal``: no candidate boundary above the accepted tail had
+        every group's key answered HIT (a key being loaded elsewhere, pending or missing
+        rules it out). The search's top is vLLM's own bounds: the prompt less one token
+        (a tail is a prefill boundary), the keys the request holds, the load caps."""
+        assert watch.geometry is not None
+        geometry = watch.geometry
+        tph = geometry.hash_block_size
+        assert tph is not None
+        limit = min(caps)
+        prompt = getattr(request, "num_prompt_tokens", None)
+        if type(prompt) is int:
+            limit = min(limit, prompt - 1)
+        hashes = getattr(request, "block_hashes", None)
+        if isinstance(hashes, list):
+            limit = min(limit, len(hashes) * tph)
+        skipped = []
+        for candidate in partial_tail_candidates(geometry, complete_boundary,
+                                                 complete_boundary, limit):
+            if candidate <= boundary:
+                break
+            places = [(g, partial_tail_key_position(geometry, g, candidate))
+                      for g in range(len(geometry.groups))]
+            if any(answered.get(place) not in (None, LookupResult.HIT)
+                   or place in loading for place in places):
+                continue  # missing, pending or being loaded: not served
+            if any(answered.get(place) is None for place in places):
+                self.report.skip("C4 partial tail: vLLM did not ask about every key of a "
+                                 "candidate above its tail", self.current_test,
+                                 f"{what}: candidate {candidate}")
+                return
+            skipped.append(candidate)
+        self.report.judge("C4/partial-tail-maximal")
+        if skipped:
+            self._found("C4", "partial-tail-maximal",
+                        f"{what}: every group's key at {skipped[0]} was answered HIT and none "
+                        f"is being loaded, yet the tail stops at {boundary} "
+                        f"({NO_PARTIAL_TAIL_REPRODUCER})", None,
+                        {**witness, "served_above": skipped}, Impact.LOST_HIT)
 
     # -- lookups ----------------------------------------------------------------------------
     def _before_get_num_new_matched_tokens(self, connector: Any,
@@ -1191,6 +1461,10 @@ class RuntimeMonitor:
                             None)
             return
         why = self._lookup_out_of_scope(watch, connector, request, status, state, hit)
+        if why is PARTIAL_TAIL_HIT:
+            self._judge_partial_tail_lookup(watch, connector, request, status, state, bound,
+                                            local, int(hit))
+            return
         if why is not None:
             self.report.skip(why, self.current_test)
             return
@@ -1352,7 +1626,14 @@ class RuntimeMonitor:
             causes["retry"] = "open"  # the tier's own lookup: nothing to see it end
         local = int(bound["num_computed_tokens"])
         cases: tuple[LookupCase, ...] = ()
-        if not causes:
+        partial = not causes and bool(watch.complete_hit) \
+            and watch.complete_hit[-1] is not None
+        if partial:
+            # The complete-chunk lookup answered; the partial-tail search deferred
+            # (docs/CONTRACT.md 9.2: a key it would load pending or being loaded).
+            self._partial_tail_deferral_causes(watch, connector, status, state, answers,
+                                               request_id, causes)
+        elif not causes:
             cases = self._states_of(watch, request, status, answers, bound)
             if not cases:
                 self.report.skip("C13 deferral: the states seen decide no contract answer",
@@ -1364,6 +1645,18 @@ class RuntimeMonitor:
         if loading is not None:
             causes["loading-elsewhere"] = loading
         self.report.judge("C13/deferral-has-cause")
+        if not causes and partial:
+            self._found("C13", "deferral-has-cause",
+                        f"request {request_id} deferred (local hit {local}) in its partial-"
+                        f"tail search with no cause the contract allows: no key it asked "
+                        f"about answered HIT_PENDING or RETRY, none being loaded by another "
+                        f"request ({NO_PARTIAL_TAIL_REPRODUCER})", None,
+                        {"complete_hit": watch.complete_hit[-1], "local_hit": local,
+                         "answers": sorted(f"{place}: {getattr(answers.get(key), 'name', None)}"
+                                           for key, place in key_places(
+                                               connector, status, answers).items())},
+                        Impact.DELAY)
+            return
         if not causes:
             if self._lookup_out_of_scope(watch, connector, request, status, state,
                                          None) is None:
@@ -1420,9 +1713,28 @@ class RuntimeMonitor:
             return "the manager's lookup answers could not be observed"
         if any(r is None for r in state["answers"].values()):
             return "a lookup answer that is no LookupResult (an unconfigured mock)"
-        if not state["own"] and watch.complete_hit and watch.complete_hit[-1] is not None:
-            return "a partial-tail deferral (docs/CONTRACT.md 9.2; not judged online)"
         return None
+
+    def _partial_tail_deferral_causes(self, watch: _ConnectorWatch, connector: Any,
+                                      status: Any, state: dict[str, Any],
+                                      answers: dict[Any, LookupResult | None],
+                                      request_id: str, causes: dict[str, str]) -> None:
+        """A partial-tail search's deferral (vLLM's complete-chunk hit 0, a tail key, the
+        bridge or an anchor chunk not ready): its causes, as :meth:`_judge_deferral_cause`
+        names them: a key it asked about answered HIT_PENDING, a key it would load (asked
+        about, or one of the request's chunks) counted as being loaded by another
+        request."""
+        if LookupResult.HIT_PENDING in answers.values():
+            causes["hit-pending"] = self._pending_wait(watch, connector, answers,
+                                                       state["jobs"])
+        keys = set(answers) | {key for gs in status.group_states for key in gs.offload_keys
+                               if _hashable(key)}
+        loading = keys & state["being_loaded"]
+        if loading:
+            causes["loading-elsewhere"] = (
+                "open" if any(not is_store and owner != request_id and set(held) & loading
+                              for is_store, held, owner in state["jobs"].values()) else
+                "ended" if all(key in watch.load_ended for key in loading) else "unknown")
 
     def _states_of(self, watch: _ConnectorWatch, request: Any, status: Any,
                    answers: dict[Any, LookupResult | None],
@@ -1513,14 +1825,16 @@ class RuntimeMonitor:
             return "a lookup answer that is no LookupResult (an unconfigured mock)"
         if LookupResult.RETRY in answers.values():
             return "an asynchronous lookup was in flight (RETRY)"
+        if hit is not None and type(getattr(status, "partial_tail_boundary", None)) is int:
+            return PARTIAL_TAIL_HIT
         keys = {key for gs in status.group_states for key in gs.offload_keys}
         if keys & state["being_loaded"]:
             return "another request was loading the request's chunks (the connector's rule)"
-        if getattr(status, "partial_tail_boundary", None) is not None:
-            return "a partial-tail hit (docs/CONTRACT.md 9.2; not judged online)"
         complete = watch.complete_hit[-1] if watch.complete_hit else hit
         if complete != hit:
-            return "a partial tail changed the complete-chunk answer (not judged online)"
+            return ("a partial-tail search turned the complete-chunk answer into a deferral "
+                    "(docs/CONTRACT.md 9.2: C3 states no sub-chunk window; its cause is "
+                    "judged as C13's)")
         return None
 
     def _count_checks(self, watch: _ConnectorWatch) -> None:
@@ -1531,6 +1845,24 @@ class RuntimeMonitor:
         watch.checks_counted = now
 
     # -- loads and retention ----------------------------------------------------------------
+    def _before_update_state_after_alloc(self, connector: Any, signature: _Parameters,
+                                         args: tuple[Any, ...],
+                                         kwargs: dict[str, Any]) -> dict[str, Any] | None:
+        """For a partial tail's load (vLLM consumes ``partial_tail_boundary`` there): the
+        boundary and the keys other requests' loads hold before this one joins them."""
+        bound = signature.named(args, kwargs)
+        request = bound.get("request")
+        if not int(bound.get("num_external_tokens") or 0) or request is None:
+            return None
+        statuses = getattr(connector, "_req_status", None)
+        status = statuses.get(request.request_id) if isinstance(statuses, dict) else None
+        boundary = getattr(status, "partial_tail_boundary", None)
+        if type(boundary) is not int:
+            return None
+        return {"boundary": boundary,
+                "being_loaded": frozenset(getattr(connector, "_chunks_being_loaded", None)
+                                          or ())}
+
     def _after_update_state_after_alloc(self, connector: Any, signature: _Parameters,
                                         args: tuple[Any, ...], kwargs: dict[str, Any],
                                         result: Any, state: Any) -> None:
@@ -1551,6 +1883,9 @@ class RuntimeMonitor:
                         f"request {request.request_id}: loads {external} tokens from the "
                         "offloaded tier again after the worker reported its load failed",
                         None, None, None)
+        if state is not None:
+            self._judge_partial_tail_load(watch, connector, request, state, external)
+            return
         case = watch.judged_cases.get(request.request_id)
         if case is None:
             self.report.skip("load: its lookup was not judged", self.current_test)
@@ -1599,6 +1934,65 @@ class RuntimeMonitor:
                             f"{sorted(got)}, the contract's Load(N={hit}, L={local}) is "
                             f"[{lo}, {hi})", theorem, witness, None)
         self._judge_retention(watch, connector, request, bound.get("blocks"), hit)
+
+    def _judge_partial_tail_load(self, watch: _ConnectorWatch, connector: Any, request: Any,
+                                 state: dict[str, Any], external: int) -> None:
+        """``C2/partial-tail-loads`` (docs/CONTRACT.md 9.2, load safety): every key a
+        partial tail's load names (the complete chunks below the tail, each group's key at
+        the boundary) was answered HIT to the request by the lookup that accepted the tail
+        (else upstream's "not found"/"not ready": a crash), and none is a key another
+        request's load has in flight (the connector's ``_chunks_being_loaded``: a second
+        transfer of it, which 0.34.0 defers)."""
+        request_id = request.request_id
+        boundary = state["boundary"]
+        status = connector._req_status.get(request_id)
+        looked = watch.partial_tails.pop(request_id, None)
+        test = self.current_test
+        watch.note(request_id, f"load of a partial tail at {boundary} ({external} tokens)")
+        self._about = (watch, request_id)
+        if looked is None or looked.boundary != boundary:
+            self.report.skip("partial-tail load: the lookup that accepted it was not judged "
+                             "(a test set the boundary or called the connector's lookup by "
+                             "hand)", test, f"request {request_id}: tail at {boundary}")
+            return
+        jobs = getattr(connector, "_jobs", {})
+        job_ids = sorted(getattr(status, "transfer_jobs", ()) or ())
+        keys: tuple[Any, ...] = ()
+        if job_ids and isinstance(jobs, dict) and job_ids[-1] in jobs:
+            keys = tuple(getattr(jobs[job_ids[-1]], "keys", ()) or ())
+        if not keys:
+            self.report.skip("partial-tail load: its load job's keys are not readable", test,
+                             f"request {request_id}")
+            return
+        self.report.judge("C2/partial-tail-loads")
+        places = key_places(connector, status, keys)
+        unanswered = [key for key in keys if looked.answers.get(key) is not LookupResult.HIT]
+        in_flight = [key for key in keys if key in state["being_loaded"]]
+        witness = {"boundary": boundary, "local_hit": looked.local_hit,
+                   "complete_hit": looked.complete_hit, "num_external_tokens": external,
+                   "loaded": _placed(places, keys),
+                   "answers": sorted(
+                       f"{_placed(places, [key])[0]}: "
+                       f"{getattr(looked.answers.get(key), 'name', None) or 'never asked'}"
+                       for key in keys),
+                   "in_flight_elsewhere": _placed(places, in_flight)}
+        if unanswered:
+            named = [f"{_placed(places, [key])[0]} "
+                     f"({getattr(looked.answers.get(key), 'name', None) or 'never asked'})"
+                     for key in unanswered]
+            pending = any(looked.answers.get(key) is LookupResult.HIT_PENDING
+                          for key in unanswered)
+            self._found("C2", "partial-tail-loads",
+                        f"request {request_id}: the load of its partial tail at {boundary} "
+                        f"names keys its lookup did not answer HIT: {', '.join(sorted(named))} "
+                        f"(upstream's 'not {'ready' if pending else 'found'}' crash) "
+                        f"({NO_PARTIAL_TAIL_REPRODUCER})", None, witness, Impact.CRASH)
+        if in_flight:
+            self._found("C2", "partial-tail-in-flight",
+                        f"request {request_id}: the load of its partial tail at {boundary} "
+                        f"names keys another request's load has in flight: "
+                        f"{', '.join(_placed(places, in_flight))} (a second transfer of "
+                        f"them) ({NO_PARTIAL_TAIL_REPRODUCER})", None, witness, Impact.WASTE)
 
     def _judge_retention(self, watch: _ConnectorWatch, connector: Any, request: Any,
                          blocks: Any, hit: int) -> None:

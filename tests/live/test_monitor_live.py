@@ -366,3 +366,72 @@ def test_the_store_reproducer_fails_on_vllm_and_holds_on_the_reference(tmp_path:
                               capture_output=True, text=True, timeout=300, check=False)
     assert "1 failed, 1 passed" in replayed.stdout, replayed.stdout[-2000:]
     assert "no reachable boundary demands" in replayed.stdout
+
+
+# -- partial tails (docs/CONTRACT.md 9.2): C2 at the boundary and the load -------------------
+def _monitored_partial_tail(being_loaded: bool = False) -> tuple[RuntimeMonitor, Any]:
+    """live.partial_tail's producer/consumer trace (FA64 + Mamba64 hashed in 16, P = 230,
+    b(P) = 224), or its being-loaded trace, under the monitor."""
+    from kvcontract.live.partial_tail import run_partial_tail, run_partial_tail_being_loaded
+
+    with _monitored() as monitor:
+        run = run_partial_tail_being_loaded() if being_loaded else run_partial_tail()
+    return monitor, run
+
+
+@pytest.mark.slow
+def test_a_partial_tail_trace_is_judged_and_holds_on_vllm() -> None:
+    monitor, run = _monitored_partial_tail()
+    assert run.hit == 224 and run.ok  # vLLM serves the tail at b(P)
+    report = monitor.report
+    assert report.events["partial-tail hit"] == 1
+    assert report.checks["C12/partial-tail-on"] == 1  # vLLM's decision is the contract's
+    assert report.checks["C2/partial-tail-boundary"] == 1
+    assert report.checks["C2/partial-tail-loads"] == 1
+    assert report.checks["C4/partial-tail-maximal"] == 1
+    assert report.violations == [] and report.errors == []
+    assert not any("partial-tail hit" in reason for reason in report.not_judged)
+
+
+@pytest.mark.slow
+def test_a_partial_tail_claimed_where_no_key_is_stored_is_c2(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """vLLM's ``_lookup_partial_tail`` made to claim every boundary: the producer's own
+    first lookup accepts a tail at 48 whose keys it never asked about (C2, a crash:
+    vLLM's load then raises upstream's "not found")."""
+    from kvcontract.tools.runtime_monitor import _scheduler_class
+
+    monkeypatch.setattr(_scheduler_class(), "_lookup_partial_tail",
+                        lambda self, req_status, boundary, bridge_pending: (True, False))
+    monitor, run = _monitored_partial_tail()
+    assert not run.ok
+    found = [(f.clause, f.kind, f.impact) for f in monitor.report.violations]
+    assert ("C2", "partial-tail-boundary", "crash") in found
+    assert ("C2", "crash", "crash") in found  # the load's "not found"
+    boundary = next(f for f in monitor.report.violations if f.kind == "partial-tail-boundary")
+    assert "group 0 at 48: never asked, group 1 at 48: never asked" in boundary.message
+    assert monitor.report.errors == []
+
+
+@pytest.mark.slow
+def test_a_partial_tail_key_loaded_twice_is_c2_where_vllm_does_not_defer() -> None:
+    """run_partial_tail_being_loaded: a second resend looks the tail up while the first's
+    load of it is in flight. A release whose ``_lookup_partial_tail`` tests the keys being
+    loaded (0.34.0) defers it (C13: each deferral has that cause); one that does not
+    (0.33.0) loads both keys again: C2, ``partial-tail-in-flight`` (docs/CONTRACT.md 9.2)."""
+    import inspect
+
+    from kvcontract.tools.runtime_monitor import _scheduler_class
+
+    defers = "_chunks_being_loaded" in inspect.getsource(
+        _scheduler_class()._lookup_partial_tail)  # type: ignore[union-attr]
+    monitor, run = _monitored_partial_tail(being_loaded=True)
+    report = monitor.report
+    assert report.checks["C2/partial-tail-loads"] >= 1 and report.errors == []
+    found = [(f.clause, f.kind, f.impact) for f in report.violations]
+    if defers:
+        assert run.ok and found == []
+        assert report.checks["C13/deferral-has-cause"] >= 1
+    else:
+        assert found == [("C2", "partial-tail-in-flight", "waste")]
+        assert "group 0 at 224, group 1 at 224" in report.violations[0].message

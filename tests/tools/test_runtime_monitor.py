@@ -644,3 +644,172 @@ def test_a_store_finding_without_a_store_case_says_why() -> None:
     (finding,) = refused.report.violations
     assert finding.theorem is None
     assert "(no reproducer: the manager refused an offer" in finding.message
+
+
+# -- partial tails (docs/CONTRACT.md 9.2): C2 at the boundary and the load, on/off ---------
+TAIL = Geometry((fa(64), mamba(64)), hash_block_size=16)
+"""live.partial_tail's geometry: partial tails on (FA64 + Mamba64 hashed in 16)."""
+
+
+class _TailConnector:
+    """A stand-in with what the partial-tail hooks read: one request ``r`` whose last
+    load job (1) holds ``keys``; ``being_loaded`` another request's loads."""
+
+    def __init__(self, keys: tuple[str, ...] = (), supports: object = True) -> None:
+        self.config = SimpleNamespace(supports_partial_tail=supports, kv_group_configs=(
+            SimpleNamespace(group_idx=0), SimpleNamespace(group_idx=1)))
+        self._jobs = {1: SimpleNamespace(is_store=False, keys=keys, req_id="r")}
+        self._req_status = {"r": SimpleNamespace(transfer_jobs={1}, partial_tail_boundary=None,
+                                                 max_load_tokens=None)}
+        self.manager = mock.MagicMock()
+
+
+PLACES = {"fa0": (0, 64), "fa1": (0, 128), "fa2": (0, 192), "fa224": (0, 224),
+          "mb224": (1, 224), "fa208": (0, 208), "mb208": (1, 208)}
+"""Where vLLM keyed each stand-in key (group, token position)."""
+
+
+@pytest.fixture
+def placed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Key positions as vLLM's ``ReqContext`` records them (no vLLM needed)."""
+    monkeypatch.setattr("kvcontract.tools.runtime_monitor.key_places",
+                        lambda connector, status, keys: {k: PLACES[k] for k in keys
+                                                         if k in PLACES})
+
+
+def _tail_load(answers: dict[str, LookupResult], loaded: tuple[str, ...],
+               being_loaded: frozenset[str] = frozenset()) -> RuntimeMonitor:
+    from kvcontract.tools.runtime_monitor import PartialTailLookup
+
+    connector = _TailConnector(loaded)
+    monitor = _watched(connector, TAIL)
+    watch = monitor._watches[connector]
+    watch.partial_tails["r"] = PartialTailLookup(224, 0, 192, dict(answers))
+    monitor._judge_partial_tail_load(watch, connector, SimpleNamespace(request_id="r"),
+                                     {"boundary": 224, "being_loaded": being_loaded}, 224)
+    return monitor
+
+
+def test_a_partial_tail_load_of_keys_answered_hit_holds(placed: None) -> None:
+    keys = ("fa0", "fa1", "fa2", "fa224", "mb224")
+    monitor = _tail_load(dict.fromkeys(keys, H), keys)
+    assert monitor.report.checks["C2/partial-tail-loads"] == 1
+    assert monitor.report.violations == [] and monitor.report.errors == []
+
+
+def test_a_partial_tail_load_of_a_key_not_answered_hit_is_a_c2_crash(placed: None) -> None:
+    keys = ("fa0", "fa1", "fa2", "fa224", "mb224")
+    monitor = _tail_load({**dict.fromkeys(keys, H), "mb224": M, "fa2": P}, keys)
+    (found,) = monitor.report.violations
+    assert (found.clause, found.kind, found.impact) == ("C2", "partial-tail-loads", "crash")
+    assert "group 1 at 224 (MISS)" in found.message and "group 0 at 192 (HIT_PENDING)" \
+        in found.message and "'not ready'" in found.message
+    assert "(no reproducer:" in found.message and found.reproducer is None
+    assert found.witness is not None and "group 1 at 224: MISS" in found.witness["answers"]
+
+
+def test_a_partial_tail_load_of_a_key_in_flight_elsewhere_is_c2(placed: None) -> None:
+    keys = ("fa2", "fa224", "mb224")
+    monitor = _tail_load(dict.fromkeys(keys, H), keys, frozenset({"fa224", "mb224"}))
+    (found,) = monitor.report.violations
+    assert (found.clause, found.kind, found.impact) == ("C2", "partial-tail-in-flight", "waste")
+    assert "group 0 at 224, group 1 at 224" in found.message
+
+
+def test_a_partial_tail_load_whose_lookup_was_not_seen_is_not_judged(placed: None) -> None:
+    connector = _TailConnector(("fa224",))
+    monitor = _watched(connector, TAIL)
+    monitor._judge_partial_tail_load(monitor._watches[connector], connector,
+                                     SimpleNamespace(request_id="r"),
+                                     {"boundary": 224, "being_loaded": frozenset()}, 32)
+    assert not monitor.report.checks and monitor.report.violations == []
+    assert any("partial-tail load: the lookup that accepted it was not judged" in reason
+               for reason in monitor.report.not_judged)
+
+
+def _tail_lookup(boundary: int, answers: dict[str, LookupResult], *, local: int = 192,
+                 complete: int = 0, full: int | None = None,
+                 being_loaded: frozenset[str] = frozenset()) -> RuntimeMonitor:
+    connector = _TailConnector()
+    connector._req_status["r"].partial_tail_boundary = boundary
+    monitor = _watched(connector, TAIL)
+    watch = monitor._watches[connector]
+    watch.complete_hit, watch.complete_boundary = [complete], [full]
+    request = SimpleNamespace(request_id="r", num_tokens=230, num_prompt_tokens=230,
+                              block_hashes=[None] * 14)
+    monitor._judge_partial_tail_lookup(watch, connector, request, connector._req_status["r"],
+                                       {"answers": answers, "being_loaded": being_loaded},
+                                       {}, local, boundary - local)
+    return monitor
+
+
+def test_a_partial_tail_at_a_served_boundary_holds(placed: None) -> None:
+    monitor = _tail_lookup(224, {"fa224": H, "mb224": H})
+    report = monitor.report
+    assert report.checks["C2/partial-tail-boundary"] == 1
+    assert report.checks["C4/partial-tail-maximal"] == 1
+    assert report.violations == [] and report.events["partial-tail hit"] == 1
+    # C12's promise needs the producer's prompt: not judged, with the reason.
+    assert any(reason.startswith("C12 partial tail:") for reason in report.not_judged)
+
+
+@pytest.mark.parametrize(("boundary", "answers", "words"), [
+    (224, {"fa224": H, "mb224": M}, "group 1 at 224: MISS"),
+    (224, {"fa224": H}, "group 1 at 224: never asked"),
+    (216, {"fa224": H}, "not a multiple of the 16-token hash block"),
+    (272, {"fa224": H}, "not a boundary the search covers"),
+])
+def test_a_partial_tail_off_its_boundary_or_unserved_is_c2(placed: None, boundary: int,
+                                                           answers: dict[str, LookupResult],
+                                                           words: str) -> None:
+    found = _tail_lookup(boundary, answers).report.violations
+    assert [f.clause for f in found][:1] == ["C2"] and found[0].kind == "partial-tail-boundary"
+    assert words in found[0].message and "(no reproducer:" in found[0].message
+
+
+def test_a_tail_below_a_boundary_every_group_served_is_a_c4_lost_hit(placed: None) -> None:
+    answers = {"fa224": H, "mb224": H, "fa208": H, "mb208": H}
+    (found,) = _tail_lookup(208, answers).report.violations
+    assert (found.clause, found.kind, found.impact) == ("C4", "partial-tail-maximal",
+                                                        "lost-hit")
+    assert "at 224 was answered HIT" in found.message
+    # Being loaded elsewhere, 224 is not served: the tail at 208 is the largest.
+    monitor = _tail_lookup(208, answers, being_loaded=frozenset({"mb224"}))
+    assert monitor.report.violations == []
+    assert monitor.report.checks["C4/partial-tail-maximal"] == 1
+
+
+def test_an_anchor_past_the_complete_hit_leaves_maximality_unjudged(placed: None) -> None:
+    monitor = _tail_lookup(224, {"fa224": H, "mb224": H}, local=128, complete=0, full=192)
+    assert monitor.report.checks["C2/partial-tail-boundary"] == 1
+    assert "C4/partial-tail-maximal" not in monitor.report.checks
+    assert any(reason.startswith("C4 partial tail: a sparse group cut")
+               for reason in monitor.report.not_judged)
+
+
+@pytest.mark.parametrize(("geometry", "supports", "found"), [
+    (TAIL, True, []),
+    (TAIL, False, [("C12", "lost-hit")]),
+    (Geometry((fa(64), mamba(64)), hash_block_size=16, blocks_per_chunk=2), False, []),
+    (Geometry((fa(64), mamba(64)), hash_block_size=16, blocks_per_chunk=2), True,
+     [("C2", "corruption")]),
+])
+def test_vllms_partial_tail_decision_is_the_contracts(geometry: Geometry, supports: bool,
+                                                       found: list[tuple[str, str]]) -> None:
+    connector = _TailConnector(supports=supports)
+    monitor = _watched(connector, geometry)
+    monitor._judge_partial_tail_on(monitor._watches[connector], connector)
+    assert monitor.report.checks["C12/partial-tail-on"] == 1
+    assert [(f.clause, f.impact) for f in monitor.report.violations] == found
+
+
+def test_an_eagle_geometry_or_a_release_without_the_flag_is_not_judged_on_or_off() -> None:
+    eagle = Geometry((fa(64, eagle=True), mamba(64)), hash_block_size=16)
+    for geometry, supports in ((eagle, True), (TAIL, None)):
+        connector = _TailConnector(supports=supports)
+        monitor = _watched(connector, geometry)
+        monitor._judge_partial_tail_on(monitor._watches[connector], connector)
+        assert not monitor.report.checks and monitor.report.violations == []
+        (reason,) = monitor.report.not_judged
+        assert reason.startswith("partial tails on/off:")
+    assert "not checked" in reason or "supports_partial_tail" in reason

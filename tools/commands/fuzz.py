@@ -148,12 +148,14 @@ def fuzz(impl_name: str, matrix: bool, device: str, examples: int, seed: int,
         for gap in report.live.gaps:
             console.print(f"  {escape(gap.line())}", highlight=False)
         tails = report.live.partial_tails
-        for violation in [] if tails is None or isinstance(tails, str) else tails.violations:
-            for check in violation["failed"]:
-                console.print(f"  partial tail [{check['clause'] or 'model gap'}] "
-                              f"{escape(violation['case'])}: {escape(check['check'])}: "
-                              f"expected {escape(check['expected'])}, observed "
-                              f"{escape(check['observed'])}", highlight=False)
+        violations: list[dict[str, Any]] = (
+            [] if tails is None or isinstance(tails, str) else tails.violations)
+        for violation in violations:
+            for failed in violation["failed"]:
+                console.print(escape(
+                    f"  partial tail ({failed['clause'] or 'model gap'}) "
+                    f"{violation['case']}: {failed['check']}: expected "
+                    f"{failed['expected']}, observed {failed['observed']}"), highlight=False)
     if json_path:
         pairs.append(("json", json_path))
     emit_reports(data, pairs)
