@@ -378,4 +378,7 @@ class LiveObservation:
         data = asdict(self)
         data["lookups"] = [dict(asdict(a), result=a.result.name) for a in self.lookups]
         data["crashed"] = self.crashed
+        for outcome in data["requests"].values():  # sets of junctions, as sorted lists
+            for name in ("junctions", "connector_junctions"):
+                outcome[name] = sorted(outcome[name])
         return data

@@ -118,6 +118,35 @@ def group_read_requirement(
     return start, end
 
 
+def full_attention_served(geometry: Geometry, num_tokens: int, local_hit: int,
+                          states: Sequence[Sequence[LookupResult]], cap: int,
+                          ) -> tuple[int, frozenset[tuple[int, int]]]:
+    """The largest boundary past ``local_hit``, at most ``cap``, that every full-attention
+    group serves with the chunks ``states`` has present (HIT or HIT_PENDING), and the
+    ``(group, chunk)`` pairs it reads there; ``(0, {})`` when they serve none (or the
+    geometry has no full-attention group). What a shared-prefix junction is registered
+    at, before the first sparse group's keys clamp it (docs/CONTRACT.md 9.3).
+    ``states[g][k]``: the state of chunk ``k`` of group ``g``."""
+    groups = geometry.groups
+    full = [g for g, spec in enumerate(groups) if spec.kind is GroupKind.FULL]
+    if not full:
+        return 0, frozenset()
+    present = (HIT, HIT_PENDING)
+    # Within a chunk of every full-attention group the requirement does not change, so
+    # the largest boundary served is the cap or a chunk end below it.
+    candidates = {cap, *(end for g in full
+                         for end in range(0, cap, geometry.chunk_tokens(groups[g])))}
+    for boundary in sorted((b for b in candidates if b > local_hit), reverse=True):
+        required = [group_read_requirement(geometry, groups[g], boundary, local_hit,
+                                           num_tokens) for g in full]
+        if all(r is not None and all(k < len(states[g]) and states[g][k] in present
+                                     for k in range(*r))
+               for g, r in zip(full, required, strict=True)):
+            return boundary, frozenset((g, k) for g, r in zip(full, required, strict=True)
+                                       if r is not None for k in range(*r))
+    return 0, frozenset()
+
+
 def group_accepts(
     geometry: Geometry,
     group: GroupSpec,

@@ -562,9 +562,19 @@ def seed_scenarios(salt: int = 0) -> list[Scenario]:
     # sharing 40 hits 32. Registering no junction (vLLM 0.33.0's connector,
     # ``no-shared-prefix-junction``) loses it (C12).
     geo = Geometry((fa(16), swa(4, 8)), retention_interval=0)
-    scenarios.append(Scenario("c12-shared-prefix-junction", geo,
-                              _junction_program(53, 40, 59, 43, salt)))
+    scenarios.append(Scenario(JUNCTION_SEED, geo, _junction_program(53, 40, 59, 43, salt)))
     return scenarios
+
+
+JUNCTION_SEED = "c12-shared-prefix-junction"
+JUNCTION_MATRIX_PREFIX = "junction "
+
+
+def exercises_junctions(scenario: Scenario) -> bool:
+    """Whether ``scenario`` is one of the programs built to exercise shared-prefix
+    junctions (the seed, the matrix's junction programs), whose verdicts hang on the
+    junction rule under test."""
+    return scenario.name == JUNCTION_SEED or scenario.name.startswith(JUNCTION_MATRIX_PREFIX)
 
 
 SCOPED_MAX_PROMPT = 16_384
@@ -768,7 +778,7 @@ def _junction_matrix(salt: int) -> Iterator[Scenario]:
                        retention_interval=None if units is None else units * align)
         shared = 2 * align + align // 2
         yield Scenario(
-            f"junction {name} bpc={bpc} retention={geo.retention_interval}", geo,
+            f"{JUNCTION_MATRIX_PREFIX}{name} bpc={bpc} retention={geo.retention_interval}", geo,
             _junction_program(3 * align + 5, shared, shared + align + 3, shared + 3, salt))
 
 
@@ -942,16 +952,12 @@ def make_state_machine(impl: Implementation, device: str, salt: int,
         def retry_lookups(self) -> None:
             self._apply(("retry_lookups",))
 
+        # (Rules are drawn in the order they are defined: this order keeps a model-only
+        # run's programs as they were before the live run had the first and last.)
         @rule()
         def fail_next_load(self) -> None:
             # Live: reported through vLLM's failure API under its recompute policy.
             self._apply(("fail_next_load",))
-
-        @rule(rid=requests)
-        def finish_with_error(self, rid: str) -> None:
-            # vLLM's FINISHED_ERROR mid-prefill (docs/CONTRACT.md 9.1): it stores only
-            # what it computed (C14 ended-store-horizon).
-            self._apply(("finish_with_error", rid))
 
         if not live:
             # The live session cannot drop the offload tier's idle chunks (vLLM's manager
@@ -959,6 +965,12 @@ def make_state_machine(impl: Implementation, device: str, salt: int,
             @rule()
             def reset_prefix_cache(self) -> None:
                 self._apply(("reset_prefix_cache",))
+
+        @rule(rid=requests)
+        def finish_with_error(self, rid: str) -> None:
+            # vLLM's FINISHED_ERROR mid-prefill (docs/CONTRACT.md 9.1): it stores only
+            # what it computed (C14 ended-store-horizon).
+            self._apply(("finish_with_error", rid))
 
         def teardown(self) -> None:
             if self.lockstep is not None and not self.lockstep.findings:

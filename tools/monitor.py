@@ -163,20 +163,8 @@ def spec_full_attention_boundary(geometry: Geometry, num_tokens: int, local_hit:
     sparse = [g for g in multigroup.group_visit_order(geometry, windows) if g not in full]
     if not full or not sparse:
         return 0
-    cap = multigroup.initial_max_hit(geometry, num_tokens)
-    present = (LookupResult.HIT, LookupResult.HIT_PENDING)
-    # Within a chunk of every full-attention group the requirement does not change, so
-    # the largest boundary served is the first candidate or a chunk end below it.
-    candidates = {cap, *(end for g in full
-                         for end in range(0, cap, geometry.chunk_tokens(groups[g])))}
-    served = 0
-    for boundary in sorted((b for b in candidates if b > local_hit), reverse=True):
-        required = [multigroup.group_read_requirement(geometry, groups[g], boundary,
-                                                      local_hit, num_tokens) for g in full]
-        if all(r is not None and all(states[g][k] in present for k in range(*r))
-               for g, r in zip(full, required, strict=True)):
-            served = boundary
-            break
+    served, _ = multigroup.full_attention_served(
+        geometry, num_tokens, local_hit, states, multigroup.initial_max_hit(geometry, num_tokens))
     first = groups[sparse[0]]
     return min(served, multigroup.complete_chunks(geometry, first, num_tokens)
                * geometry.chunk_tokens(first))

@@ -528,34 +528,10 @@ def spec_junction_of(case: LookupCase, hit: int, retention_interval: int | None,
     full = [g for g, spec in enumerate(geometry.groups) if spec.kind is GroupKind.FULL]
     if not full or len(full) == len(geometry.groups):
         return JunctionJudgement(0)  # no full-attention boundary a sparse group could cut
-    present = (LookupResult.HIT, LookupResult.HIT_PENDING)
     cap = int(multigroup.lookup_cap(geometry, case.num_tokens, case.max_hit_tokens))
-
-    def served(states: frozenset[LookupResult]) -> tuple[int | None, set[tuple[int, int]]]:
-        # The largest boundary every full-attention group serves, scanned down from the
-        # first chunk it lacks (a full-attention read range only grows with the boundary).
-        start = cap
-        for g in full:
-            tpc = geometry.chunk_tokens(geometry.groups[g])
-            row = case.states[g]
-            k = case.local_hit // tpc
-            while k < len(row) and row[k] in states:
-                k += 1
-            start = min(start, k * tpc)
-        for boundary in range(start, case.local_hit, -1):
-            reads: set[tuple[int, int]] = set()
-            for g in full:
-                required = multigroup.group_read_requirement(
-                    geometry, geometry.groups[g], boundary, case.local_hit, case.num_tokens)
-                if required is None or any(case.states[g][k] not in states
-                                           for k in range(*required)):
-                    break
-                reads.update((g, k) for k in range(*required))
-            else:
-                return boundary, reads
-        return None, set()
-
-    boundary, reads = served(frozenset(present))
+    served, reads = multigroup.full_attention_served(geometry, case.num_tokens,
+                                                     case.local_hit, case.states, cap)
+    boundary = served or None
     if any(case.states[g][k] is LookupResult.HIT_PENDING for g, k in reads):
         return JunctionJudgement(None, None, "a pending chunk in a full-attention group's "
                                              "prefix (vLLM's scan defers there)")

@@ -141,3 +141,18 @@ def test_group_visit_order() -> None:
     geometry = Geometry((mamba(8), swa(4, 8), fa(4), swa(8, 24), swa(8, 12)))
     windows = {1: 2, 3: 3, 4: 2}
     assert mg.group_visit_order(geometry, windows) == [2, 3, 1, 4, 0]
+
+
+def test_the_full_attention_groups_serve_the_largest_boundary_their_present_chunks_allow() -> None:
+    """FA bs 16 + SWA bs 4 (sw 8): with FA chunks 0-1 present and chunk 2 missing the full-
+    attention groups serve 32 (reading FA 0-1); a pending chunk counts as present; with
+    chunk 0 missing they serve none past the local hit."""
+    full_attention_served = mg.full_attention_served
+    geometry = Geometry((fa(16), swa(4, 8)), retention_interval=0)
+    swa_row = [MISS] * 14
+    assert full_attention_served(geometry, 59, 0, [[HIT, HIT, MISS], swa_row], 48) == (
+        32, frozenset({(0, 0), (0, 1)}))
+    assert full_attention_served(geometry, 59, 0, [[HIT, HIT_PENDING, HIT], swa_row],
+                                 48)[0] == 48
+    assert full_attention_served(geometry, 59, 0, [[MISS, HIT, HIT], swa_row], 48) == (
+        0, frozenset())

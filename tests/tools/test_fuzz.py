@@ -311,15 +311,20 @@ def test_the_junction_seed_is_clean_on_the_reference_and_finds_vllm_0_33() -> No
 
 
 def _state_machine(impl: str, examples: int) -> None:
-    """The fuzzer's state machine over FUZZ_GEOMETRIES, generation only (no shrinking:
-    a failure raises its FuzzFinding at once)."""
+    """The fuzzer's state machine over the geometries of FUZZ_GEOMETRIES where junctions
+    are registered (its base pool: every program draws one, whatever the draws of the
+    whole list do), generation only (no shrinking: a failure raises its FuzzFinding at
+    once)."""
     from hypothesis import HealthCheck, Phase, settings
     from hypothesis.stateful import run_state_machine_as_test
 
-    from kvcontract.tools.fuzz import make_state_machine
+    from kvcontract.spec.properties.end_to_end import junction_geometry
+    from kvcontract.tools.fuzz import FUZZ_GEOMETRIES, make_state_machine
     from kvcontract.tools.hypothesis_runs import deterministic_hypothesis
 
-    machine = make_state_machine(get_implementation(impl), "cpu", 0)
+    pool = [g for g in FUZZ_GEOMETRIES if junction_geometry(g)]
+    assert pool
+    machine = make_state_machine(get_implementation(impl), "cpu", 0, base_pool=pool)
     with deterministic_hypothesis():
         run_state_machine_as_test(machine, settings=settings(
             max_examples=examples, stateful_step_count=25, deadline=None, derandomize=True,

@@ -28,7 +28,6 @@ from typing import TYPE_CHECKING, Any
 
 from kvcontract.errors import KvContractError
 from kvcontract.impl.scheduler import group_first_live_block
-from kvcontract.spec.properties.end_to_end import junction_geometry
 from kvcontract.tools.audit import store
 from kvcontract.tools.audit.derived_spaces import LOOKAHEAD_NOTE
 from kvcontract.tools.audit.roles import Binding, has_lookahead_hashes
@@ -181,9 +180,12 @@ def left_out(binding: Binding, scenario: Scenario) -> str | None:
     if (binding.target.kind != "builtin" and scenario.geometry.hash_lookahead
             and not has_lookahead_hashes(binding)):
         return LOOKAHEAD_NOTE
-    if binding.target.kind != "builtin" and junction_geometry(scenario.geometry):
+    from kvcontract.tools.fuzz import exercises_junctions
+
+    if binding.target.kind != "builtin" and exercises_junctions(scenario):
         # The bound store path takes no junction and no release's junction rule is bound:
-        # the reference's would stand in for it, judging kvcontract, not the release.
+        # the reference's would stand in for it, judging kvcontract, not the release
+        # (elsewhere a junction is incidental: the store path is the release's).
         return store.JUNCTION_NOTE
     return None
 
