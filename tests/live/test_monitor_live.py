@@ -206,6 +206,7 @@ def test_resend():
 """
 
 
+@pytest.mark.slow  # three child pytests, each importing vLLM: 40 s (the suite's budget)
 def test_the_plugin_reports_fails_on_request_and_writes_reproducers(tmp_path: Path) -> None:
     (tmp_path / "test_child.py").write_text(CHILD_TEST)
     env = {**os.environ, "PYTHONPATH": str(ROOT), "VLLM_TARGET_DEVICE": "cpu"}
