@@ -681,14 +681,8 @@ def _absent_junction_registration(binding: Any, theorem: CaseProperty,
 
 
 def _fresh_observe(judge: EngineJudge, family: str, witness: Any) -> Any:
-    judges = judge.judges()
-    if family == ENGINE_LOOKUP:
-        return judges.lookups.observe(witness)
-    if family == ENGINE_STORE:
-        return judges.stores.observe(witness)
-    if family == ENGINE_END_TO_END:
-        return judges.resends.observe(witness)
-    return None
+    calls = _FAMILY_CALLS.get(family)
+    return None if calls is None else calls[1](judge.judges(), witness)
 
 
 # -- costs on the engine ---------------------------------------------------------------------
